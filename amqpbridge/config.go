@@ -1,0 +1,186 @@
+package amqpbridge
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+)
+
+// Defaults for Config. They match the Node service the bridge replaces, so
+// both can share queues.
+const (
+	URLDefault                = "amqp://guest:guest@127.0.0.1:5672/"
+	MaxMessageRetriesDefault  = 5
+	RetryBaseDefault          = 4 * time.Second
+	RetryMaxDefault           = 60 * time.Second
+	MaxMessageBytesDefault    = 1 << 20
+	BatchMaxEventsDefault     = 10000
+	BatchMaxBytesDefault      = 10 << 20
+	BatchMaxAgeDefault        = 10 * time.Minute
+	BatchTimerIntervalDefault = 30 * time.Second
+	ConfirmWindowDefault      = 512
+	ConnectionNameDefault     = "tributary"
+	ReconnectMinDefault       = 100 * time.Millisecond
+	ReconnectMaxDefault       = 5 * time.Second
+)
+
+// Config is the bridge-wide configuration shared by publishers, consumers and
+// the DLQ tools. The zero value is usable: every field has a default.
+type Config struct {
+	// URL is the broker address (AMQP_URL). Defaults to URLDefault.
+	URL string
+
+	// QueuePrefix is prepended to every queue name as "{prefix}/{name}"
+	// (QUEUE_PREFIX). Empty means no prefix. Defaults to empty.
+	QueuePrefix string
+
+	// MaxMessageRetries is how many times a failing message is retried before
+	// it goes to "{name}.failed" (MAX_MESSAGE_RETRIES). Defaults to 5. Use
+	// NoRetries (-1) for zero retries.
+	MaxMessageRetries int
+
+	// RetryBase and RetryMax shape the retry delay min(RetryBase*2^n,
+	// RetryMax) (RETRY_BASE_MS / RETRY_MAX_MS). Default to 4s and 60s.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+
+	// MaxMessageBytes is the largest body the bridge publishes or hands to a
+	// handler; larger deliveries go to "{name}.failed". Defaults to 1 MiB.
+	MaxMessageBytes int
+
+	// BatchMaxEvents, BatchMaxBytes, BatchMaxAge and BatchTimerInterval drive
+	// the batch consumer (S3_BATCH_MAX_EVENTS, S3_BATCH_MAX_BYTES,
+	// S3_BATCH_MAX_AGE_MS, S3_BATCH_TIMER_INTERVAL_MS). BatchMaxEvents is
+	// also the batch consumer's prefetch, so it is at most 65535. Default to
+	// 10000, 10 MiB, 10 minutes and 30 seconds.
+	BatchMaxEvents     int
+	BatchMaxBytes      int
+	BatchMaxAge        time.Duration
+	BatchTimerInterval time.Duration
+
+	// ConfirmWindow is how many publishes may await their broker confirm at
+	// once in Publisher.PublishMany. Defaults to 512.
+	ConfirmWindow int
+
+	// ConnectionName is sent as the connection_name client property, suffixed
+	// per connection ("{name}.publisher", "{name}.consumer.{queue}"), so
+	// operators (and tests) can tell the bridge's connections apart. Defaults
+	// to "tributary".
+	ConnectionName string
+
+	// ReconnectMin and ReconnectMax bound the reconnect backoff. Default to
+	// 100ms and 5s.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+
+	// Logger receives lifecycle and trouble logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// NoRetries as Config.MaxMessageRetries sends a failing message straight to
+// "{name}.failed".
+const NoRetries = -1
+
+// withDefaults returns a copy of c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	c.URL = cmp.Or(c.URL, URLDefault)
+	c.MaxMessageRetries = cmp.Or(c.MaxMessageRetries, MaxMessageRetriesDefault)
+	if c.MaxMessageRetries == NoRetries {
+		c.MaxMessageRetries = 0
+	}
+	c.RetryBase = cmp.Or(c.RetryBase, RetryBaseDefault)
+	c.RetryMax = cmp.Or(c.RetryMax, RetryMaxDefault)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, MaxMessageBytesDefault)
+	c.BatchMaxEvents = cmp.Or(c.BatchMaxEvents, BatchMaxEventsDefault)
+	c.BatchMaxBytes = cmp.Or(c.BatchMaxBytes, BatchMaxBytesDefault)
+	c.BatchMaxAge = cmp.Or(c.BatchMaxAge, BatchMaxAgeDefault)
+	c.BatchTimerInterval = cmp.Or(c.BatchTimerInterval, BatchTimerIntervalDefault)
+	c.ConfirmWindow = cmp.Or(c.ConfirmWindow, ConfirmWindowDefault)
+	c.ConnectionName = cmp.Or(c.ConnectionName, ConnectionNameDefault)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, ReconnectMinDefault)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first invalid setting, naming it and its value. It
+// applies defaults first, so zero values are valid.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+		return fmt.Errorf("invalid AMQP_URL %q: want amqp://user:pass@host:port/vhost", RedactURL(c.URL))
+	}
+	switch {
+	case c.MaxMessageRetries < 0 || c.MaxMessageRetries > 100:
+		return fmt.Errorf("invalid MAX_MESSAGE_RETRIES %d: want 0..100", c.MaxMessageRetries)
+	case c.RetryBase < time.Millisecond:
+		return fmt.Errorf("invalid RETRY_BASE_MS %d: want at least 1", c.RetryBase.Milliseconds())
+	case c.RetryMax < c.RetryBase:
+		return fmt.Errorf("invalid RETRY_MAX_MS %d: want at least RETRY_BASE_MS (%d)", c.RetryMax.Milliseconds(), c.RetryBase.Milliseconds())
+	case c.MaxMessageBytes < 0:
+		return fmt.Errorf("invalid max message bytes %d: want > 0", c.MaxMessageBytes)
+	case c.BatchMaxEvents < 1 || c.BatchMaxEvents > 65535:
+		return fmt.Errorf("invalid S3_BATCH_MAX_EVENTS %d: want 1..65535 (it is the consumer prefetch)", c.BatchMaxEvents)
+	case c.BatchMaxBytes < 1:
+		return fmt.Errorf("invalid S3_BATCH_MAX_BYTES %d: want > 0", c.BatchMaxBytes)
+	case c.BatchMaxAge < time.Millisecond:
+		return fmt.Errorf("invalid S3_BATCH_MAX_AGE_MS %d: want > 0", c.BatchMaxAge.Milliseconds())
+	case c.BatchTimerInterval < time.Millisecond:
+		return fmt.Errorf("invalid S3_BATCH_TIMER_INTERVAL_MS %d: want > 0", c.BatchTimerInterval.Milliseconds())
+	case c.ConfirmWindow < 1:
+		return fmt.Errorf("invalid confirm window %d: want > 0", c.ConfirmWindow)
+	case c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("invalid reconnect max %s: want at least reconnect min %s", c.ReconnectMax, c.ReconnectMin)
+	}
+	return nil
+}
+
+// QueueName returns the broker name of a logical queue: "{prefix}/{name}", or
+// just name when the prefix is empty.
+func (c Config) QueueName(name string) string {
+	if c.QueuePrefix == "" {
+		return name
+	}
+	return c.QueuePrefix + "/" + name
+}
+
+// RetryDelay is the wait before retry n (0-based): min(RetryBase*2^n, RetryMax).
+func (c Config) RetryDelay(n int) time.Duration {
+	c = c.withDefaults()
+	d := c.RetryBase
+	for i := 0; i < n && d < c.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, c.RetryMax)
+}
+
+// RetryTiers lists the distinct retry delays in increasing order; each gets
+// its own retry queue.
+func (c Config) RetryTiers() []time.Duration {
+	c = c.withDefaults()
+	var tiers []time.Duration
+	for n := range c.MaxMessageRetries {
+		d := c.RetryDelay(n)
+		if len(tiers) == 0 || tiers[len(tiers)-1] != d {
+			tiers = append(tiers, d)
+		}
+	}
+	return tiers
+}
+
+// RedactURL hides the password of an AMQP URL so it can be logged.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	return u.Redacted()
+}
+
+var errStopped = errors.New("amqpbridge: stopped")

@@ -1,0 +1,396 @@
+package amqpbridge
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// AckMode selects who settles deliveries.
+type AckMode int
+
+const (
+	// AutoAck (the default) lets the bridge settle each delivery from the
+	// handler's result. This is the Node service's "auto-ACK" mode, not
+	// AMQP's no-ack: nothing is acked before the handler finished.
+	AutoAck AckMode = iota
+	// ManualAck hands settlement to the handler (Delivery.Ack/Nack).
+	ManualAck
+)
+
+// Defaults for ConsumerConfig.
+const (
+	PrefetchDefault    = 10
+	ConcurrencyDefault = 1
+)
+
+// ConsumerConfig configures one Consumer.
+type ConsumerConfig struct {
+	// Queue is the logical queue name; the broker name gets QueuePrefix.
+	Queue string
+	// Handler handles each delivery. Required.
+	Handler HandlerFunc
+	// Mode is AutoAck (default) or ManualAck.
+	Mode AckMode
+	// Prefetch is the channel's prefetch count. Defaults to 10.
+	Prefetch int
+	// Concurrency is how many handlers run at once. Defaults to 1.
+	Concurrency int
+}
+
+// Consumer consumes one queue with retry tiers and a failed queue. It keeps
+// its own connection (named "{ConnectionName}.consumer.{queue}") and
+// reconnects with backoff when it is lost. Every channel gets a new
+// generation number; a delivery can only be settled on the channel of its
+// generation, so a late ack after a reconnect is dropped, never applied to
+// another message.
+type Consumer struct {
+	cfg    Config
+	cc     ConsumerConfig
+	topo   Topology
+	logger *slog.Logger
+	pub    *Publisher
+	name   string
+
+	gen      atomic.Uint64
+	declared bool
+
+	work       chan *Delivery
+	workers    sync.WaitGroup
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+	baseCtx    context.Context
+	baseCancel context.CancelFunc
+
+	mu   sync.Mutex
+	sess *consumerSession
+
+	stats consumerCounters
+}
+
+type consumerSession struct {
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	gen        uint64
+	tag        string
+	deliveries <-chan amqp.Delivery
+}
+
+func (s *consumerSession) close() {
+	_ = s.ch.Close()
+	_ = s.conn.Close()
+}
+
+type consumerCounters struct {
+	delivered, acked, retried, failed, stale, reconnects, doubleSettle atomic.Uint64
+}
+
+// ConsumerStats are cumulative counters of one consumer.
+type ConsumerStats struct {
+	Delivered  uint64 // deliveries handed to the handler
+	Acked      uint64 // deliveries acked (handled, retried or dead-lettered)
+	Retried    uint64 // republished to a retry tier
+	Failed     uint64 // republished to .failed
+	Stale      uint64 // settlements dropped because the channel was gone
+	Reconnects uint64 // sessions opened after the first
+	Generation uint64 // current channel generation
+}
+
+// NewConsumer validates the configuration and returns a consumer; Start
+// declares the topology and subscribes.
+func NewConsumer(cfg Config, cc ConsumerConfig) (*Consumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cc.Queue == "" {
+		return nil, errors.New("consumer needs a queue name")
+	}
+	if cc.Handler == nil {
+		return nil, fmt.Errorf("consumer for queue %q needs a handler", cc.Queue)
+	}
+	cc.Prefetch = cmp.Or(cc.Prefetch, PrefetchDefault)
+	cc.Concurrency = cmp.Or(cc.Concurrency, ConcurrencyDefault)
+	if cc.Prefetch < 1 || cc.Prefetch > 65535 {
+		return nil, fmt.Errorf("invalid prefetch %d for queue %q: want 1..65535", cc.Prefetch, cc.Queue)
+	}
+	if cc.Concurrency < 1 {
+		return nil, fmt.Errorf("invalid concurrency %d for queue %q: want > 0", cc.Concurrency, cc.Queue)
+	}
+	cfg = cfg.withDefaults()
+	topo := cfg.Topology(cc.Queue)
+	name := cfg.ConnectionName + ".consumer." + topo.Main
+	return &Consumer{
+		cfg:    cfg,
+		cc:     cc,
+		topo:   topo,
+		logger: cfg.Logger.With("queue", topo.Main),
+		pub:    newPublisher(cfg, name+".publisher"),
+		name:   name,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// Name implements queue.Service.
+func (c *Consumer) Name() string { return "amqp consumer " + c.topo.Main }
+
+// Topology returns the consumer's queue names.
+func (c *Consumer) Topology() Topology { return c.topo }
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{
+		Delivered:  c.stats.delivered.Load(),
+		Acked:      c.stats.acked.Load(),
+		Retried:    c.stats.retried.Load(),
+		Failed:     c.stats.failed.Load(),
+		Stale:      c.stats.stale.Load(),
+		Reconnects: c.stats.reconnects.Load(),
+		Generation: c.gen.Load(),
+	}
+}
+
+// Start declares the queues, subscribes and returns; consumption runs in the
+// background. Start the consumer only after everything its handler needs.
+func (c *Consumer) Start(ctx context.Context) error {
+	sess, err := c.connect(ctx)
+	if err != nil {
+		return fmt.Errorf("error starting consumer for %q: %w", c.topo.Main, err)
+	}
+	c.baseCtx, c.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.work = make(chan *Delivery)
+	for range c.cc.Concurrency {
+		c.workers.Add(1)
+		go c.worker()
+	}
+	go c.run(sess)
+	c.logger.InfoContext(ctx, "amqp consumer started", "mode", c.cc.Mode, "prefetch", c.cc.Prefetch, "concurrency", c.cc.Concurrency)
+	return nil
+}
+
+// Stop stops consuming, lets running and already-delivered messages finish,
+// closes the channel and connections. When ctx ends first, handlers are
+// cancelled and the connection closed: unacked messages are redelivered later.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	if c.baseCancel == nil { // never started
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.baseCancel()
+		c.mu.Lock()
+		if c.sess != nil {
+			_ = c.sess.conn.Close()
+		}
+		c.mu.Unlock()
+		<-c.done
+		return fmt.Errorf("consumer %q stopped before its handlers finished: %w", c.topo.Main, ctx.Err())
+	}
+}
+
+// connect opens a connection and channel, declares the topology (once) and
+// subscribes.
+func (c *Consumer) connect(ctx context.Context) (*consumerSession, error) {
+	conn, err := dial(c.cfg, c.name)
+	if err != nil {
+		return nil, err
+	}
+	if !c.declared {
+		if _, err := declareTopology(ctx, c.logger, conn.Channel, c.topo); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		c.declared = true
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error opening consumer channel: %w", err)
+	}
+	if err := ch.Qos(c.cc.Prefetch, 0, false); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error setting prefetch %d: %w", c.cc.Prefetch, err)
+	}
+	gen := c.gen.Add(1)
+	tag := fmt.Sprintf("%s#%d", c.name, gen)
+	deliveries, err := ch.Consume(c.topo.Main, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error subscribing to %q: %w", c.topo.Main, err)
+	}
+	sess := &consumerSession{conn: conn, ch: ch, gen: gen, tag: tag, deliveries: deliveries}
+	c.mu.Lock()
+	c.sess = sess
+	c.mu.Unlock()
+	return sess, nil
+}
+
+// run pumps deliveries to the workers and reconnects until stopped, then
+// shuts down in order: stop consuming, finish handlers, close channel and
+// connections.
+func (c *Consumer) run(sess *consumerSession) {
+	defer close(c.done)
+	b := newBackoff(c.cfg)
+	for {
+		stopping := c.pump(sess)
+		if stopping {
+			break
+		}
+		c.logger.Warn("amqp consumer lost its channel; reconnecting", "generation", sess.gen)
+		sess.close()
+		sess = nil
+		for sess == nil {
+			if !b.wait(c.baseCtx, c.stop) {
+				break
+			}
+			var err error
+			if sess, err = c.connect(c.baseCtx); err != nil {
+				c.logger.Warn("amqp consumer reconnect failed", "error", err)
+				sess = nil
+				continue
+			}
+			c.stats.reconnects.Add(1)
+			b.reset()
+			c.logger.Info("amqp consumer reconnected", "generation", sess.gen)
+		}
+		if sess == nil {
+			break
+		}
+	}
+	close(c.work)
+	c.workers.Wait()
+	if sess != nil {
+		sess.close()
+	}
+	_ = c.pub.Stop(context.Background())
+	c.baseCancel()
+	c.logger.Info("amqp consumer stopped")
+}
+
+// pump forwards deliveries of one session to the workers until the session
+// ends (false) or Stop was called (true). On Stop it cancels the
+// subscription and still hands over what the broker had already delivered.
+func (c *Consumer) pump(sess *consumerSession) bool {
+	stop := c.stop
+	for {
+		select {
+		case <-stop:
+			_ = sess.ch.Cancel(sess.tag, false)
+			stop = nil
+		case raw, ok := <-sess.deliveries:
+			if !ok {
+				return stop == nil
+			}
+			c.stats.delivered.Add(1)
+			select {
+			case c.work <- newDelivery(c.topo.Main, sess.gen, raw, c):
+			case <-c.baseCtx.Done():
+				return true
+			}
+		}
+	}
+}
+
+func (c *Consumer) worker() {
+	defer c.workers.Done()
+	for d := range c.work {
+		c.process(c.baseCtx, d)
+	}
+}
+
+func (c *Consumer) process(ctx context.Context, d *Delivery) {
+	if len(d.Body) > c.cfg.MaxMessageBytes {
+		c.settle(ctx, d, Permanent(fmt.Errorf("%w: %d bytes > limit %d", ErrMessageTooLarge, len(d.Body), c.cfg.MaxMessageBytes)))
+		return
+	}
+	err := callHandler(ctx, c.cc.Handler, d)
+	if c.cc.Mode == ManualAck {
+		if err != nil && !d.Settled() {
+			c.settle(ctx, d, Permanent(fmt.Errorf("handler returned an error without settling: %w", err)))
+		}
+		return
+	}
+	c.settle(ctx, d, err)
+}
+
+// settle settles d from a handler result unless it was settled already.
+func (c *Consumer) settle(ctx context.Context, d *Delivery, result error) {
+	if !d.settled.CompareAndSwap(false, true) {
+		return
+	}
+	var err error
+	if result == nil {
+		err = c.ackDelivery(d)
+	} else {
+		err = c.nackDelivery(d, result)
+	}
+	if err != nil && !errors.Is(err, ErrStaleDelivery) {
+		c.logger.WarnContext(ctx, "error settling delivery", "message_id", d.MessageID, "error", err)
+	}
+}
+
+func (c *Consumer) ackDelivery(d *Delivery) error {
+	if d.Generation != c.gen.Load() {
+		c.stats.stale.Add(1)
+		return ErrStaleDelivery
+	}
+	if err := d.raw.Acknowledger.Ack(d.Tag, false); err != nil {
+		return fmt.Errorf("error acking delivery: %w", err)
+	}
+	c.stats.acked.Add(1)
+	return nil
+}
+
+// nackDelivery routes a failed delivery: to the next retry tier while retries
+// remain and the failure is not permanent, else to .failed. The original is
+// acked only after the broker confirmed the republish; if the republish
+// fails it is requeued instead.
+func (c *Consumer) nackDelivery(d *Delivery, reason error) error {
+	if d.Generation != c.gen.Load() {
+		c.stats.stale.Add(1)
+		return ErrStaleDelivery
+	}
+	ctx := c.baseCtx
+	headers := copyHeaders(d.Headers)
+	var target string
+	switch {
+	case IsPermanent(reason) || d.RetryCount >= c.cfg.MaxMessageRetries:
+		if !IsPermanent(reason) {
+			reason = fmt.Errorf("retries exhausted after %d retries: %w", d.RetryCount, reason)
+		}
+		target = c.topo.Failed
+		headers[HeaderFailureReason] = truncate(reason.Error(), 2048)
+		headers[HeaderFailedAt] = time.Now().UTC().Format(time.RFC3339Nano)
+		headers[HeaderOriginalQueue] = c.topo.Main
+		c.logger.ErrorContext(ctx, "message dead-lettered", "message_id", d.MessageID, "retry_count", d.RetryCount, "reason", reason)
+	default:
+		delay := c.cfg.RetryDelay(d.RetryCount)
+		target = c.topo.tierFor(delay).Queue
+		headers[HeaderRetryCount] = int32(d.RetryCount + 1)
+		headers[HeaderLastError] = truncate(reason.Error(), 1024)
+		c.logger.WarnContext(ctx, "message will be retried", "message_id", d.MessageID, "retry_count", d.RetryCount+1, "delay", delay, "error", reason)
+	}
+	if err := c.pub.Publish(ctx, "", target, republishing(d.raw, headers)); err != nil {
+		if nerr := d.raw.Acknowledger.Nack(d.Tag, false, true); nerr != nil {
+			return fmt.Errorf("error republishing to %q (%w) and requeueing: %w", target, err, nerr)
+		}
+		return fmt.Errorf("error republishing to %q, requeued: %w", target, err)
+	}
+	if target == c.topo.Failed {
+		c.stats.failed.Add(1)
+	} else {
+		c.stats.retried.Add(1)
+	}
+	return c.ackDelivery(d)
+}

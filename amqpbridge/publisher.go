@@ -1,0 +1,304 @@
+package amqpbridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrNotConfirmed is returned when the broker nacked a publish or the channel
+// closed before its confirm arrived. The message may or may not have been
+// enqueued; publish it again (consumers see at-least-once delivery).
+var ErrNotConfirmed = errors.New("publish not confirmed by the broker")
+
+// ErrMessageTooLarge is returned for a body over Config.MaxMessageBytes.
+var ErrMessageTooLarge = errors.New("message too large")
+
+// UnroutableError is returned when the broker returned a mandatory publish
+// because no queue was bound for its routing key.
+type UnroutableError struct {
+	Exchange   string
+	RoutingKey string
+	Reason     string
+}
+
+func (e *UnroutableError) Error() string {
+	return fmt.Sprintf("message to exchange %q with routing key %q was returned as unroutable: %s", e.Exchange, e.RoutingKey, e.Reason)
+}
+
+// Message is one publish for PublishMany.
+type Message struct {
+	Exchange   string
+	RoutingKey string
+	Publishing amqp.Publishing
+}
+
+// Publisher publishes with publisher confirms over one long-lived connection.
+// It connects lazily on the first publish, reuses the connection, and opens
+// a new one on the next publish after the old one closed or failed. A publish
+// succeeds only once the broker confirmed it; every publish is mandatory, and
+// a message the broker returns as unroutable is reported as an error, not as
+// sent. Safe for concurrent use.
+type Publisher struct {
+	cfg  Config
+	name string
+
+	mu     sync.Mutex
+	sess   *pubSession
+	closed bool
+
+	published  atomic.Uint64
+	confirmed  atomic.Uint64
+	reconnects atomic.Uint64
+}
+
+// pubSession is one connection and confirm-mode channel.
+type pubSession struct {
+	conn    *amqp.Connection
+	ch      *amqp.Channel
+	returns chan amqp.Return
+
+	// mu guards returned; returns are moved from the channel into it by
+	// whoever needs to know (see collectReturns).
+	mu       sync.Mutex
+	returned map[string]string
+}
+
+// NewPublisher returns a publisher; it does not connect until the first
+// publish. Its connection is named "{ConnectionName}.publisher".
+func NewPublisher(cfg Config) (*Publisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return newPublisher(cfg, cfg.ConnectionName+".publisher"), nil
+}
+
+func newPublisher(cfg Config, connectionName string) *Publisher {
+	return &Publisher{cfg: cfg, name: connectionName}
+}
+
+// Name implements queue.Service.
+func (p *Publisher) Name() string { return "amqp publisher " + p.name }
+
+// Start implements queue.Service. The connection opens lazily, so Start only
+// checks that the publisher was not closed.
+func (p *Publisher) Start(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errStopped
+	}
+	return nil
+}
+
+// Stop implements queue.Service: it closes the connection. Register the
+// publisher before everything that publishes, so the runtime stops it after
+// them.
+func (p *Publisher) Stop(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.sess != nil {
+		p.sess.close()
+		p.sess = nil
+	}
+	return nil
+}
+
+// PublisherStats are cumulative counters.
+type PublisherStats struct {
+	Published, Confirmed, Reconnects uint64
+}
+
+// Stats returns the publisher's counters.
+func (p *Publisher) Stats() PublisherStats {
+	return PublisherStats{Published: p.published.Load(), Confirmed: p.confirmed.Load(), Reconnects: p.reconnects.Load()}
+}
+
+// Publish publishes one message and waits for the broker's confirm.
+func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) error {
+	pending, err := p.PublishDeferred(ctx, exchange, routingKey, msg)
+	if err != nil {
+		return err
+	}
+	return pending.Wait(ctx)
+}
+
+// PublishMany publishes msgs keeping up to Config.ConfirmWindow confirms
+// outstanding, and returns nil only when every message was confirmed.
+func (p *Publisher) PublishMany(ctx context.Context, msgs []Message) error {
+	pending := make([]*Pending, 0, len(msgs))
+	head := 0
+	var firstErr error
+	wait := func() {
+		if err := pending[head].Wait(ctx); err != nil && firstErr == nil {
+			firstErr = err
+		}
+		pending[head] = nil
+		head++
+	}
+	for i, m := range msgs {
+		if len(pending)-head == p.cfg.ConfirmWindow {
+			wait()
+		}
+		if firstErr != nil {
+			break
+		}
+		pd, err := p.PublishDeferred(ctx, m.Exchange, m.RoutingKey, m.Publishing)
+		if err != nil {
+			firstErr = fmt.Errorf("error publishing message %d of %d: %w", i+1, len(msgs), err)
+			break
+		}
+		pending = append(pending, pd)
+	}
+	for head < len(pending) {
+		wait()
+	}
+	return firstErr
+}
+
+// Pending is a publish awaiting its broker confirm.
+type Pending struct {
+	p          *Publisher
+	sess       *pubSession
+	dc         *amqp.DeferredConfirmation
+	id         string
+	exchange   string
+	routingKey string
+}
+
+// Wait blocks until the broker confirmed the publish (nil), nacked it or lost
+// the channel (ErrNotConfirmed), returned it as unroutable (*UnroutableError),
+// or ctx ended.
+func (pd *Pending) Wait(ctx context.Context) error {
+	select {
+	case <-pd.dc.Done():
+	case <-ctx.Done():
+		return fmt.Errorf("error waiting for publish confirm: %w", ctx.Err())
+	}
+	if !pd.dc.Acked() {
+		pd.p.invalidate(pd.sess)
+		return fmt.Errorf("publish to exchange %q routing key %q: %w", pd.exchange, pd.routingKey, ErrNotConfirmed)
+	}
+	// The broker sends basic.return before the basic.ack of the same
+	// publish, and amqp091-go hands the return to our channel before it
+	// closes the confirmation's Done channel, so it is visible now.
+	if reason, ok := pd.sess.takeReturn(pd.id); ok {
+		return &UnroutableError{Exchange: pd.exchange, RoutingKey: pd.routingKey, Reason: reason}
+	}
+	pd.p.confirmed.Add(1)
+	return nil
+}
+
+// PublishDeferred publishes one message without waiting for its confirm; the
+// caller must call Wait on the result. A message without MessageId gets a
+// random one (consumers can use it as an idempotency key); a zero
+// DeliveryMode becomes persistent.
+func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) (*Pending, error) {
+	if len(msg.Body) > p.cfg.MaxMessageBytes {
+		return nil, fmt.Errorf("%w: %d bytes > limit %d", ErrMessageTooLarge, len(msg.Body), p.cfg.MaxMessageBytes)
+	}
+	if msg.MessageId == "" {
+		msg.MessageId = uuid.NewString()
+	}
+	if msg.DeliveryMode == 0 {
+		msg.DeliveryMode = amqp.Persistent
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sess, err := p.session()
+	if err != nil {
+		return nil, err
+	}
+	dc, err := sess.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
+	if err != nil {
+		p.dropSessionLocked(sess)
+		return nil, fmt.Errorf("error publishing to exchange %q routing key %q: %w", exchange, routingKey, err)
+	}
+	p.published.Add(1)
+	return &Pending{p: p, sess: sess, dc: dc, id: msg.MessageId, exchange: exchange, routingKey: routingKey}, nil
+}
+
+// session returns the live session, opening one if needed. Callers hold p.mu.
+func (p *Publisher) session() (*pubSession, error) {
+	if p.closed {
+		return nil, fmt.Errorf("publisher %s: %w", p.name, errStopped)
+	}
+	if p.sess != nil && !p.sess.ch.IsClosed() && !p.sess.conn.IsClosed() {
+		return p.sess, nil
+	}
+	if p.sess != nil {
+		p.sess.close()
+		p.sess = nil
+		p.reconnects.Add(1)
+	}
+	conn, err := dial(p.cfg, p.name)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error opening publish channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error enabling publisher confirms: %w", err)
+	}
+	s := &pubSession{conn: conn, ch: ch, returns: make(chan amqp.Return, 4096), returned: map[string]string{}}
+	ch.NotifyReturn(s.returns)
+	p.sess = s
+	p.cfg.Logger.Debug("amqp publisher connected", "connection", p.name)
+	return s, nil
+}
+
+// invalidate drops sess if it is still the current session, so the next
+// publish reconnects.
+func (p *Publisher) invalidate(sess *pubSession) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropSessionLocked(sess)
+}
+
+func (p *Publisher) dropSessionLocked(sess *pubSession) {
+	if p.sess == sess {
+		p.sess.close()
+		p.sess = nil
+		p.reconnects.Add(1)
+	}
+}
+
+func (s *pubSession) close() {
+	_ = s.ch.Close()
+	_ = s.conn.Close()
+}
+
+// takeReturn moves returns that arrived so far into the map and reports (and
+// forgets) the one for message id.
+func (s *pubSession) takeReturn(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case r, ok := <-s.returns:
+			if !ok {
+				drained = true
+				break
+			}
+			s.returned[r.MessageId] = fmt.Sprintf("%d %s", r.ReplyCode, r.ReplyText)
+		default:
+			drained = true
+		}
+	}
+	reason, ok := s.returned[id]
+	if ok {
+		delete(s.returned, id)
+	}
+	return reason, ok
+}

@@ -1,0 +1,185 @@
+package queue
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/migrations"
+)
+
+// EnqueueOpts are per-job insert options. Zero values take River's defaults
+// (queue "default", priority 1, 25 attempts, run now).
+type EnqueueOpts struct {
+	// Queue to insert into. Defaults to "default".
+	Queue string
+	// Priority from 1 (first) to 4 (last). Defaults to 1.
+	Priority int
+	// MaxAttempts before the job is discarded. Defaults to 25.
+	MaxAttempts int
+	// ScheduledAt delays the job until then. Defaults to now.
+	ScheduledAt time.Time
+	// Unique makes the insert a no-op while a job of the same kind and args
+	// exists in a non-finalized state (River's ByArgs uniqueness).
+	Unique bool
+	// UniqueOpts gives full control over River's uniqueness when Unique is
+	// not enough. It wins over Unique.
+	UniqueOpts *river.UniqueOpts
+	// Tags are attached to the job for filtering.
+	Tags []string
+}
+
+// ErrInvalidPriority reports a priority outside 1..4.
+var ErrInvalidPriority = errors.New("priority must be between 1 and 4")
+
+func (o *EnqueueOpts) riverOpts() (*river.InsertOpts, error) {
+	if o == nil {
+		return nil, nil
+	}
+	if o.Priority != 0 && (o.Priority < 1 || o.Priority > 4) {
+		return nil, fmt.Errorf("invalid priority %d: %w", o.Priority, ErrInvalidPriority)
+	}
+	if o.MaxAttempts < 0 {
+		return nil, fmt.Errorf("invalid max attempts %d: must be at least 1", o.MaxAttempts)
+	}
+	opts := &river.InsertOpts{
+		Queue:       o.Queue,
+		Priority:    o.Priority,
+		MaxAttempts: o.MaxAttempts,
+		ScheduledAt: o.ScheduledAt,
+		Tags:        o.Tags,
+	}
+	switch {
+	case o.UniqueOpts != nil:
+		opts.UniqueOpts = *o.UniqueOpts
+	case o.Unique:
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
+	}
+	return opts, nil
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Schema holds River's and tributary's tables. Defaults to "public".
+	Schema string
+	// Logger for the client and River. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Client is the app-side handle on tributary: it inserts jobs (and, through
+// the events API, outbox rows) in the caller's transactions. It does not
+// work jobs; a Runtime does. A Client is safe for concurrent use.
+type Client struct {
+	pool   *pgxpool.Pool
+	river  *river.Client[pgx.Tx]
+	schema string
+	logger *slog.Logger
+}
+
+// NewClient returns an insert-only client on pool.
+func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
+	schema := cmp.Or(cfg.Schema, SchemaDefault)
+	if err := migrations.ValidateSchemaName(schema); err != nil {
+		return nil, err
+	}
+	logger := cmp.Or(cfg.Logger, slog.Default())
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("error creating River client: %w", err)
+	}
+	return &Client{pool: pool, river: rc, schema: schema, logger: logger}, nil
+}
+
+// Pool returns the client's connection pool.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// Schema returns the schema of River's and tributary's tables.
+func (c *Client) Schema() string { return c.schema }
+
+// Logger returns the client's logger.
+func (c *Client) Logger() *slog.Logger { return c.logger }
+
+// River returns the underlying River client for what tributary does not
+// wrap.
+func (c *Client) River() *river.Client[pgx.Tx] { return c.river }
+
+// Enqueue inserts one job in its own transaction.
+func (c *Client) Enqueue(ctx context.Context, args river.JobArgs, opts *EnqueueOpts) (*rivertype.JobInsertResult, error) {
+	ropts, err := opts.riverOpts()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.river.Insert(ctx, args, ropts)
+	if err != nil {
+		return nil, fmt.Errorf("error enqueueing %s job: %w", args.Kind(), err)
+	}
+	return res, nil
+}
+
+// EnqueueTx inserts one job in the caller's transaction: if tx rolls back,
+// the job never existed; once it commits, workers see the job.
+func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *EnqueueOpts) (*rivertype.JobInsertResult, error) {
+	ropts, err := opts.riverOpts()
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.river.InsertTx(ctx, tx, args, ropts)
+	if err != nil {
+		return nil, fmt.Errorf("error enqueueing %s job: %w", args.Kind(), err)
+	}
+	return res, nil
+}
+
+// EnqueueItem is one job of an EnqueueMany call.
+type EnqueueItem struct {
+	Args river.JobArgs
+	Opts *EnqueueOpts
+}
+
+func (c *Client) manyParams(items []EnqueueItem) ([]river.InsertManyParams, error) {
+	params := make([]river.InsertManyParams, len(items))
+	for i, it := range items {
+		ropts, err := it.Opts.riverOpts()
+		if err != nil {
+			return nil, fmt.Errorf("job %d (%s): %w", i, it.Args.Kind(), err)
+		}
+		params[i] = river.InsertManyParams{Args: it.Args, InsertOpts: ropts}
+	}
+	return params, nil
+}
+
+// EnqueueMany inserts many jobs with River's batch insert in one
+// transaction and returns how many were inserted.
+func (c *Client) EnqueueMany(ctx context.Context, items []EnqueueItem) (int, error) {
+	params, err := c.manyParams(items)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.river.InsertManyFast(ctx, params)
+	if err != nil {
+		return 0, fmt.Errorf("error enqueueing %d jobs: %w", len(items), err)
+	}
+	return n, nil
+}
+
+// EnqueueManyTx is EnqueueMany in the caller's transaction.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []EnqueueItem) (int, error) {
+	params, err := c.manyParams(items)
+	if err != nil {
+		return 0, err
+	}
+	n, err := c.river.InsertManyFastTx(ctx, tx, params)
+	if err != nil {
+		return 0, fmt.Errorf("error enqueueing %d jobs: %w", len(items), err)
+	}
+	return n, nil
+}
