@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,12 +128,16 @@ func NewConsumer(cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	topo := cfg.Topology(cc.Queue)
 	name := cfg.ConnectionName + ".consumer." + topo.Main
+	// Dead-lettering an over-size message must not be refused by the size
+	// limit that sent it there.
+	pubCfg := cfg
+	pubCfg.MaxMessageBytes = math.MaxInt
 	return &Consumer{
 		cfg:    cfg,
 		cc:     cc,
 		topo:   topo,
 		logger: cfg.Logger.With("queue", topo.Main),
-		pub:    newPublisher(cfg, name+".publisher"),
+		pub:    newPublisher(pubCfg, name+".publisher"),
 		name:   name,
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),

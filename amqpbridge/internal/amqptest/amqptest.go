@@ -7,10 +7,10 @@ package amqptest
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -123,33 +123,28 @@ func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() boo
 func CloseConnections(t testing.TB, namePrefix string) int {
 	t.Helper()
 	require.NotEmpty(t, namePrefix)
-	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "--formatter", "json", "pid", "client_properties").Output()
+	out, err := exec.Command("rabbitmqctl", "list_connections", "-q", "--no-table-headers", "pid", "client_properties").Output()
 	require.NoError(t, err, "rabbitmqctl list_connections")
-	var conns []struct {
-		PID   string  `json:"pid"`
-		Props [][]any `json:"client_properties"`
-	}
-	require.NoError(t, json.Unmarshal(out, &conns), "parsing rabbitmqctl output: %s", out)
 	closed := 0
-	for _, c := range conns {
-		name := ""
-		for _, p := range c.Props {
-			if len(p) == 3 && p[0] == "connection_name" {
-				name, _ = p[2].(string)
-			}
-		}
-		if name == "" || !strings.HasPrefix(name, namePrefix) {
+	for _, line := range strings.Split(string(out), "\n") {
+		pid, props, ok := strings.Cut(line, "\t")
+		if !ok {
 			continue
 		}
-		pid := strings.TrimPrefix(c.PID, "#PID")
+		m := connectionNameRe.FindStringSubmatch(props)
+		if m == nil || !strings.HasPrefix(m[1], namePrefix) {
+			continue
+		}
 		if out, err := exec.Command("rabbitmqctl", "close_connection", pid, "test fault injection").CombinedOutput(); err != nil {
-			t.Logf("close_connection %s (%s): %v: %s", pid, name, err, out)
+			t.Logf("close_connection %s (%s): %v: %s", pid, m[1], err, out)
 			continue
 		}
 		closed++
 	}
 	return closed
 }
+
+var connectionNameRe = regexp.MustCompile(`\{"connection_name",(?:longstr,)?"([^"]*)"\}`)
 
 // Must is a helper for the fmt-style failure of a setup step.
 func Must(t testing.TB, err error, what string, args ...any) {

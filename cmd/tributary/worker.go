@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// workerEnv is what an installer gets to wire its feature into the worker
+// process.
+type workerEnv struct {
+	app      *app
+	pool     *pgxpool.Pool
+	runtime  *queue.Runtime
+	httpAddr string // empty: no HTTP server
+}
+
+// installer registers workers and adds services to the worker's runtime.
+type installer struct {
+	name    string
+	install func(ctx context.Context, env *workerEnv) error
+}
+
+// workerInstallers lists, in start order, what the worker process runs
+// besides River. Each feature adds its installer here.
+func workerInstallers() []installer {
+	return []installer{
+		{name: "demo jobs", install: func(ctx context.Context, env *workerEnv) error {
+			demo.Register(env.runtime)
+			return nil
+		}},
+	}
+}
+
+func newWorkerCmd(a *app) *cobra.Command {
+	var queuesFlag, httpAddr string
+	var migrate bool
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a worker process: work jobs until SIGINT or SIGTERM",
+		Long: `Run a worker process. It works jobs of the built-in and demo kinds on the
+given queues until SIGINT or SIGTERM; then it stops fetching, lets running
+jobs finish for TRIBUTARY_SHUTDOWN_TIMEOUT (default 30s), cancels the rest so
+they run again later, and exits 0.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			queues, err := parseQueues(queuesFlag)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("http") && httpAddr == "" {
+				return usagef("--http needs an address such as 127.0.0.1:8080")
+			}
+			ctx := cmd.Context()
+			pool, err := a.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if migrate {
+				m, err := migrations.New(pool, migrations.Config{Schema: a.cfg.Schema, Logger: a.logger})
+				if err != nil {
+					return err
+				}
+				if _, err := m.Up(ctx); err != nil {
+					return err
+				}
+			}
+			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
+				return err
+			}
+			rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
+				Schema:          a.cfg.Schema,
+				Logger:          a.logger,
+				Queues:          queues,
+				ShutdownTimeout: a.cfg.ShutdownTimeout,
+			})
+			if err != nil {
+				return usagef("%v", err)
+			}
+			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr}
+			for _, inst := range workerInstallers() {
+				if err := inst.install(ctx, env); err != nil {
+					return fmt.Errorf("error setting up %s: %w", inst.name, err)
+				}
+			}
+			a.logger.InfoContext(ctx, "worker starting", "database", a.cfg.DatabaseHost(), "schema", a.cfg.Schema, "pid", pidOf())
+			return rt.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&queuesFlag, "queues", "default=100", "queues to work and their concurrency, as name=N,name=N")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve the dashboard, /metrics and health checks on this address")
+	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before starting")
+	return cmd
+}
+
+// checkMigrated refuses to start a worker on a schema that lacks migrations,
+// with the command that fixes it.
+func checkMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	m, err := migrations.New(pool, migrations.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	current, err := m.Current(ctx)
+	if err != nil {
+		return err
+	}
+	if !current {
+		return fmt.Errorf("schema %q has pending migrations; run `tributary migrate up` first", schema)
+	}
+	return nil
+}
+
+// parseQueues parses "default=100,events=50".
+func parseQueues(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, n, ok := strings.Cut(part, "=")
+		count, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || count < 1 {
+			return nil, usagef("invalid --queues entry %q: want name=N with N >= 1", part)
+		}
+		out[name] = count
+	}
+	if len(out) == 0 {
+		return nil, usagef("--queues %q names no queue", s)
+	}
+	return out, nil
+}
+
+// sortedKeys returns a map's keys in order, for stable output.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
