@@ -44,7 +44,9 @@ type noopWorker struct{ river.WorkerDefaults[NoopArgs] }
 
 func (w *noopWorker) Work(ctx context.Context, job *river.Job[NoopArgs]) error { return nil }
 
-type sleepWorker struct{ river.WorkerDefaults[SleepArgs] }
+type sleepWorker struct {
+	river.WorkerDefaults[SleepArgs]
+}
 
 // Timeout lets a long demo.sleep outlive River's default job timeout.
 func (w *sleepWorker) Timeout(job *river.Job[SleepArgs]) time.Duration {
