@@ -82,10 +82,13 @@ func (w *failWorker) Work(ctx context.Context, job *river.Job[FailArgs]) error {
 }
 
 // Register adds the demo workers to a runtime.
-func Register(rt *queue.Runtime) {
-	queue.AddWorker(rt, &noopWorker{})
-	queue.AddWorker(rt, &sleepWorker{})
-	queue.AddWorker(rt, &failWorker{})
+func Register(rt *queue.Runtime) { RegisterWorkers(rt.Workers()) }
+
+// RegisterWorkers adds the demo workers to a bare River worker registry.
+func RegisterWorkers(workers *river.Workers) {
+	river.AddWorker(workers, &noopWorker{})
+	river.AddWorker(workers, &sleepWorker{})
+	river.AddWorker(workers, &failWorker{})
 }
 
 // argsFor maps each demo kind to a fresh value of its args type, for
