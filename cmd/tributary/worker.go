@@ -22,6 +22,7 @@ type workerEnv struct {
 	pool     *pgxpool.Pool
 	runtime  *queue.Runtime
 	httpAddr string // empty: no HTTP server
+	demo     bool   // run the demo producers
 }
 
 // installer registers workers and adds services to the worker's runtime.
@@ -36,6 +37,9 @@ func workerInstallers() []installer {
 	return []installer{
 		{name: "demo jobs", install: func(ctx context.Context, env *workerEnv) error {
 			demo.Register(env.runtime)
+			if env.demo {
+				return env.runtime.AddService(demo.NewProducer(env.runtime.Client, 0))
+			}
 			return nil
 		}},
 	}
@@ -43,7 +47,7 @@ func workerInstallers() []installer {
 
 func newWorkerCmd(a *app) *cobra.Command {
 	var queuesFlag, httpAddr string
-	var migrate bool
+	var migrate, demoMode bool
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a worker process: work jobs until SIGINT or SIGTERM",
@@ -87,7 +91,7 @@ they run again later, and exits 0.`,
 			if err != nil {
 				return usagef("%v", err)
 			}
-			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr}
+			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr, demo: demoMode}
 			for _, inst := range workerInstallers() {
 				if err := inst.install(ctx, env); err != nil {
 					return fmt.Errorf("error setting up %s: %w", inst.name, err)
@@ -100,6 +104,7 @@ they run again later, and exits 0.`,
 	cmd.Flags().StringVar(&queuesFlag, "queues", "default=100", "queues to work and their concurrency, as name=N,name=N")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve the dashboard, /metrics and health checks on this address")
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before starting")
+	cmd.Flags().BoolVar(&demoMode, "demo", false, "also enqueue a steady mix of demo jobs (and events), as `make run` does")
 	return cmd
 }
 

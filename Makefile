@@ -1,0 +1,41 @@
+# tributary — the commands the README gives.
+#   make run    find or start Postgres (and RabbitMQ), migrate, run a worker with demo jobs
+#   make test   gofmt + go vet + go test -race against real Postgres and RabbitMQ
+#   make bench  benchmarks (figures go to docs/BENCHMARKS.md)
+#   make chaos  long fault-injection runs (docs/RELIABILITY.md)
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/tributary
+TEST_TIMEOUT ?= 9m
+
+.PHONY: build run test lint bench chaos clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tributary
+
+run: build
+	@scripts/run.sh
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; \
+	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
+
+test: build
+	@eval "$$(scripts/services.sh env test)" && \
+	unformatted=$$(gofmt -l $$(git ls-files '*.go')) && \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
+	$(GO) vet ./... && \
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
+	scripts/test-private-cluster.sh
+
+bench: build
+	@eval "$$(scripts/services.sh env run)" && scripts/bench.sh
+
+chaos: build
+	@eval "$$(scripts/services.sh env test)" && scripts/chaos.sh
+
+clean:
+	rm -rf bin

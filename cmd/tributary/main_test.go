@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+// binPath is the tributary binary built once for every test in this
+// package: the CLI contract (exit codes, stderr, signals) is about a real
+// process.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tributary-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "tributary")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building tributary:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// cliResult is one finished CLI run.
+type cliResult struct {
+	code   int
+	stdout string
+	stderr string
+}
+
+// cli runs the binary with args against the test's schema. env entries
+// ("K=V") override the inherited environment.
+func cli(t *testing.T, db *pgtest.DB, env []string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = baseEnv(db, env)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running tributary %v: %v", args, err)
+	}
+	return cliResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// baseEnv is the process environment for a CLI run: the inherited one
+// without tributary's variables, then the test's database and schema, then
+// the overrides.
+func baseEnv(db *pgtest.DB, overrides []string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "DATABASE_URL", "TRIBUTARY_SCHEMA", "LOG_LEVEL", "LOG_FORMAT", "TRIBUTARY_SHUTDOWN_TIMEOUT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	if db != nil {
+		env = append(env, "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema)
+	}
+	return append(env, overrides...)
+}
+
+func randomSuffix() string {
+	return strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 36)
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startWorker starts `tributary worker` as a real process on the test's
+// schema.
+func startWorker(t *testing.T, db *pgtest.DB, env ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(binPath, "worker", "--queues", "default=20")
+	cmd.Env = baseEnv(db, env)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, logs
+}
+
+// stopWorker sends SIGTERM and returns how long the process took to exit
+// and its exit code.
+func stopWorker(t *testing.T, cmd *exec.Cmd, limit time.Duration) (time.Duration, int) {
+	t.Helper()
+	start := time.Now()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if exitErr, ok := err.(*exec.ExitError); ok {
+			code = exitErr.ExitCode()
+		}
+		return time.Since(start), code
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		t.Fatalf("worker did not exit within %s of SIGTERM", limit)
+		return 0, -1
+	}
+}
+
+func TestWorkerShutdownAndRestart(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	client := db.Client(t)
+	ctx := context.Background()
+
+	const shutdownTimeout = 2 * time.Second
+	// Short jobs finish inside the shutdown timeout; long ones do not and are
+	// cancelled, to run again after the restart.
+	var items []queue.EnqueueItem
+	for range 3 {
+		items = append(items, queue.EnqueueItem{Args: demo.SleepArgs{MS: 1200}})
+	}
+	for range 4 {
+		items = append(items, queue.EnqueueItem{Args: demo.SleepArgs{MS: 4000}})
+	}
+	_, err := client.EnqueueMany(ctx, items)
+	require.NoError(t, err)
+
+	worker, logs := startWorker(t, db, "TRIBUTARY_SHUTDOWN_TIMEOUT="+shutdownTimeout.String())
+	pgtest.WaitFor(t, 30*time.Second, "all seven jobs running", func() (bool, error) {
+		return db.CountJobs(t, rivertype.JobStateRunning) == len(items), nil
+	})
+
+	took, code := stopWorker(t, worker, shutdownTimeout+queue.HardStopGraceDefault+10*time.Second)
+	require.Equal(t, 0, code, "worker logs:\n%s", logs.String())
+	require.Less(t, took, shutdownTimeout+queue.HardStopGraceDefault, "worker logs:\n%s", logs.String())
+
+	// The short jobs finished during the soft stop; the long ones were
+	// interrupted and are waiting to run again. None is stuck as running.
+	require.Equal(t, 3, db.CountJobs(t, rivertype.JobStateCompleted))
+	require.Equal(t, 0, db.CountJobs(t, rivertype.JobStateRunning), "worker logs:\n%s", logs.String())
+	require.Equal(t, 4, db.CountJobs(t, rivertype.JobStateAvailable, rivertype.JobStateScheduled, rivertype.JobStateRetryable))
+
+	worker, logs = startWorker(t, db)
+	pgtest.WaitFor(t, 60*time.Second, "every job completed after the restart", func() (bool, error) {
+		return db.CountJobs(t, rivertype.JobStateCompleted) == len(items), nil
+	})
+	require.Equal(t, len(items), db.CountJobs(t))
+	_, code = stopWorker(t, worker, 40*time.Second)
+	require.Equal(t, 0, code, "worker logs:\n%s", logs.String())
+}
