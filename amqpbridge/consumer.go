@@ -5,11 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -53,14 +51,10 @@ type ConsumerConfig struct {
 // generation, so a late ack after a reconnect is dropped, never applied to
 // another message.
 type Consumer struct {
-	cfg    Config
-	cc     ConsumerConfig
-	topo   Topology
-	logger *slog.Logger
-	pub    *Publisher
-	name   string
+	settlement
+	cc   ConsumerConfig
+	name string
 
-	gen      atomic.Uint64
 	declared bool
 
 	work       chan *Delivery
@@ -74,7 +68,6 @@ type Consumer struct {
 	mu   sync.Mutex
 	sess *consumerSession
 
-	stats consumerCounters
 }
 
 type consumerSession struct {
@@ -133,14 +126,16 @@ func NewConsumer(cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	pubCfg := cfg
 	pubCfg.MaxMessageBytes = math.MaxInt
 	return &Consumer{
-		cfg:    cfg,
-		cc:     cc,
-		topo:   topo,
-		logger: cfg.Logger.With("queue", topo.Main),
-		pub:    newPublisher(pubCfg, name+".publisher"),
-		name:   name,
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		settlement: settlement{
+			cfg:    cfg,
+			topo:   topo,
+			logger: cfg.Logger.With("queue", topo.Main),
+			pub:    newPublisher(pubCfg, name+".publisher"),
+		},
+		cc:   cc,
+		name: name,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
 	}, nil
 }
 
@@ -171,6 +166,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return fmt.Errorf("error starting consumer for %q: %w", c.topo.Main, err)
 	}
 	c.baseCtx, c.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.settlement.ctx = c.baseCtx
 	c.work = make(chan *Delivery)
 	for range c.cc.Concurrency {
 		c.workers.Add(1)
@@ -345,57 +341,3 @@ func (c *Consumer) settle(ctx context.Context, d *Delivery, result error) {
 	}
 }
 
-func (c *Consumer) ackDelivery(d *Delivery) error {
-	if d.Generation != c.gen.Load() {
-		c.stats.stale.Add(1)
-		return ErrStaleDelivery
-	}
-	if err := d.raw.Acknowledger.Ack(d.Tag, false); err != nil {
-		return fmt.Errorf("error acking delivery: %w", err)
-	}
-	c.stats.acked.Add(1)
-	return nil
-}
-
-// nackDelivery routes a failed delivery: to the next retry tier while retries
-// remain and the failure is not permanent, else to .failed. The original is
-// acked only after the broker confirmed the republish; if the republish
-// fails it is requeued instead.
-func (c *Consumer) nackDelivery(d *Delivery, reason error) error {
-	if d.Generation != c.gen.Load() {
-		c.stats.stale.Add(1)
-		return ErrStaleDelivery
-	}
-	ctx := c.baseCtx
-	headers := copyHeaders(d.Headers)
-	var target string
-	switch {
-	case IsPermanent(reason) || d.RetryCount >= c.cfg.MaxMessageRetries:
-		if !IsPermanent(reason) {
-			reason = fmt.Errorf("retries exhausted after %d retries: %w", d.RetryCount, reason)
-		}
-		target = c.topo.Failed
-		headers[HeaderFailureReason] = truncate(reason.Error(), 2048)
-		headers[HeaderFailedAt] = time.Now().UTC().Format(time.RFC3339Nano)
-		headers[HeaderOriginalQueue] = c.topo.Main
-		c.logger.ErrorContext(ctx, "message dead-lettered", "message_id", d.MessageID, "retry_count", d.RetryCount, "reason", reason)
-	default:
-		delay := c.cfg.RetryDelay(d.RetryCount)
-		target = c.topo.tierFor(delay).Queue
-		headers[HeaderRetryCount] = int32(d.RetryCount + 1)
-		headers[HeaderLastError] = truncate(reason.Error(), 1024)
-		c.logger.WarnContext(ctx, "message will be retried", "message_id", d.MessageID, "retry_count", d.RetryCount+1, "delay", delay, "error", reason)
-	}
-	if err := c.pub.Publish(ctx, "", target, republishing(d.raw, headers)); err != nil {
-		if nerr := d.raw.Acknowledger.Nack(d.Tag, false, true); nerr != nil {
-			return fmt.Errorf("error republishing to %q (%w) and requeueing: %w", target, err, nerr)
-		}
-		return fmt.Errorf("error republishing to %q, requeued: %w", target, err)
-	}
-	if target == c.topo.Failed {
-		c.stats.failed.Add(1)
-	} else {
-		c.stats.retried.Add(1)
-	}
-	return c.ackDelivery(d)
-}

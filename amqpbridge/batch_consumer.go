@@ -1,0 +1,377 @@
+package amqpbridge
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// HandOffFunc takes a batch durably (stages it in Postgres, writes it to a
+// sink, inserts jobs). It returns nil only when the batch is safe: the bridge
+// then acks every message of the batch at once. On error the whole batch is
+// nacked and redelivered after a backoff. A hand-off may settle single
+// deliveries itself with Delivery.Nack (a poison message to .failed); the
+// rest of the batch is still acked together.
+type HandOffFunc func(ctx context.Context, batch []*Delivery) error
+
+// BatchConsumerConfig configures a BatchConsumer.
+type BatchConsumerConfig struct {
+	// Queue is the logical queue name. Required.
+	Queue string
+	// HandOff receives each batch. Required.
+	HandOff HandOffFunc
+	// MaxEvents flushes a batch at this many messages; it is also the
+	// prefetch, so the broker never delivers more than one batch ahead of an
+	// ack. Defaults to Config.BatchMaxEvents.
+	MaxEvents int
+	// MaxBytes flushes a batch at this many body bytes. Defaults to
+	// Config.BatchMaxBytes.
+	MaxBytes int
+	// MaxAge flushes a batch whose oldest message waited this long, checked
+	// every TimerInterval. Default to Config.BatchMaxAge and
+	// Config.BatchTimerInterval.
+	MaxAge        time.Duration
+	TimerInterval time.Duration
+	// FlushWhenIdle flushes as soon as no further delivery is waiting,
+	// instead of waiting for a threshold. The inbound bridge uses it: low
+	// latency at low rates, full batches under load.
+	FlushWhenIdle bool
+	// Name overrides the service name in logs. Defaults to "amqp batch
+	// consumer {queue}".
+	Name string
+}
+
+// BatchConsumer is the batch-ACK consumer: manual acks with prefetch equal to
+// the batch size, a buffer flushed on count, bytes or age, one multiple-ack
+// after a successful hand-off, and a nack of the whole batch on failure. Its
+// channel carries nothing else, so a multiple-ack covers exactly the buffered
+// messages. On Stop the buffer is handed off and acked before the channel
+// and connection close.
+type BatchConsumer struct {
+	settlement
+	bc   BatchConsumerConfig
+	name string
+
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+	baseCancel context.CancelFunc
+
+	mu   sync.Mutex
+	sess *consumerSession
+
+	flushes, flushFailures, handedOff uint64
+	statsMu                           sync.Mutex
+}
+
+// NewBatchConsumer validates the configuration and returns a consumer.
+func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if bc.Queue == "" {
+		return nil, errors.New("batch consumer needs a queue name")
+	}
+	if bc.HandOff == nil {
+		return nil, fmt.Errorf("batch consumer for queue %q needs a hand-off function", bc.Queue)
+	}
+	bc.MaxEvents = cmp.Or(bc.MaxEvents, cfg.BatchMaxEvents)
+	bc.MaxBytes = cmp.Or(bc.MaxBytes, cfg.BatchMaxBytes)
+	bc.MaxAge = cmp.Or(bc.MaxAge, cfg.BatchMaxAge)
+	bc.TimerInterval = cmp.Or(bc.TimerInterval, cfg.BatchTimerInterval)
+	if bc.MaxEvents < 1 || bc.MaxEvents > 65535 {
+		return nil, fmt.Errorf("invalid batch max events %d for queue %q: want 1..65535 (it is the prefetch)", bc.MaxEvents, bc.Queue)
+	}
+	topo := cfg.Topology(bc.Queue)
+	name := cfg.ConnectionName + ".batch." + topo.Main
+	pubCfg := cfg
+	pubCfg.MaxMessageBytes = math.MaxInt
+	bc.Name = cmp.Or(bc.Name, "amqp batch consumer "+topo.Main)
+	return &BatchConsumer{
+		settlement: settlement{
+			cfg:    cfg,
+			topo:   topo,
+			logger: cfg.Logger.With("queue", topo.Main),
+			pub:    newPublisher(pubCfg, name+".publisher"),
+		},
+		bc:   bc,
+		name: name,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}, nil
+}
+
+// Name implements queue.Service.
+func (c *BatchConsumer) Name() string { return c.bc.Name }
+
+// Topology returns the consumer's queue names.
+func (c *BatchConsumer) Topology() Topology { return c.topo }
+
+// BatchStats are cumulative counters of a batch consumer.
+type BatchStats struct {
+	ConsumerStats
+	Flushes       uint64 // successful hand-offs
+	FlushFailures uint64 // failed hand-offs (batch nacked)
+	HandedOff     uint64 // messages acked after a hand-off
+}
+
+// Stats returns the consumer's counters.
+func (c *BatchConsumer) Stats() BatchStats {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return BatchStats{
+		ConsumerStats: ConsumerStats{
+			Delivered: c.stats.delivered.Load(), Acked: c.stats.acked.Load(), Retried: c.stats.retried.Load(),
+			Failed: c.stats.failed.Load(), Stale: c.stats.stale.Load(), Reconnects: c.stats.reconnects.Load(),
+			Generation: c.gen.Load(),
+		},
+		Flushes: c.flushes, FlushFailures: c.flushFailures, HandedOff: c.handedOff,
+	}
+}
+
+// Start declares the topology, subscribes and returns.
+func (c *BatchConsumer) Start(ctx context.Context) error {
+	c.ctx, c.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
+	declared := false
+	sess, err := c.connect(ctx, &declared)
+	if err != nil {
+		c.baseCancel()
+		return fmt.Errorf("error starting batch consumer for %q: %w", c.topo.Main, err)
+	}
+	go c.run(sess, declared)
+	c.logger.InfoContext(ctx, "amqp batch consumer started", "max_events", c.bc.MaxEvents, "max_bytes", c.bc.MaxBytes, "max_age", c.bc.MaxAge)
+	return nil
+}
+
+// Stop stops consuming, hands off and acks what is buffered (and what the
+// broker had already delivered), then closes the channel and connections.
+// When ctx ends first, the hand-off is cancelled and the connection closed:
+// the unacked messages are redelivered later.
+func (c *BatchConsumer) Stop(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	if c.baseCancel == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.baseCancel()
+		c.mu.Lock()
+		if c.sess != nil {
+			_ = c.sess.conn.Close()
+		}
+		c.mu.Unlock()
+		<-c.done
+		return fmt.Errorf("batch consumer %q stopped before its buffer was handed off: %w", c.topo.Main, ctx.Err())
+	}
+}
+
+func (c *BatchConsumer) connect(ctx context.Context, declared *bool) (*consumerSession, error) {
+	conn, err := dial(c.cfg, c.name)
+	if err != nil {
+		return nil, err
+	}
+	if !*declared {
+		if _, err := declareTopology(ctx, c.logger, conn.Channel, c.topo); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		*declared = true
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error opening batch consumer channel: %w", err)
+	}
+	if err := ch.Qos(c.bc.MaxEvents, 0, false); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error setting prefetch %d: %w", c.bc.MaxEvents, err)
+	}
+	gen := c.gen.Add(1)
+	tag := fmt.Sprintf("%s#%d", c.name, gen)
+	deliveries, err := ch.Consume(c.topo.Main, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error subscribing to %q: %w", c.topo.Main, err)
+	}
+	sess := &consumerSession{conn: conn, ch: ch, gen: gen, tag: tag, deliveries: deliveries}
+	c.mu.Lock()
+	c.sess = sess
+	c.mu.Unlock()
+	return sess, nil
+}
+
+func (c *BatchConsumer) run(sess *consumerSession, declared bool) {
+	defer close(c.done)
+	b := newBackoff(c.cfg)
+	for sess != nil {
+		if stopping := c.consume(sess); stopping {
+			break
+		}
+		c.logger.Warn("amqp batch consumer lost its channel; reconnecting", "generation", sess.gen)
+		sess.close()
+		sess = nil
+		for sess == nil && b.wait(c.ctx, c.stop) {
+			var err error
+			if sess, err = c.connect(c.ctx, &declared); err != nil {
+				c.logger.Warn("amqp batch consumer reconnect failed", "error", err)
+				sess = nil
+				continue
+			}
+			c.stats.reconnects.Add(1)
+			b.reset()
+			c.logger.Info("amqp batch consumer reconnected", "generation", sess.gen)
+		}
+	}
+	if sess != nil {
+		sess.close()
+	}
+	_ = c.pub.Stop(context.Background())
+	c.baseCancel()
+	c.logger.Info("amqp batch consumer stopped")
+}
+
+// batch is the buffer of one session.
+type batch struct {
+	items  []*Delivery
+	bytes  int
+	oldest time.Time
+}
+
+// consume runs one session until it is lost (false) or Stop was called
+// (true). All buffering, hand-offs and acks happen on this goroutine.
+func (c *BatchConsumer) consume(sess *consumerSession) bool {
+	var buf batch
+	ticker := time.NewTicker(c.bc.TimerInterval)
+	defer ticker.Stop()
+
+	add := func(raw amqp.Delivery) {
+		c.stats.delivered.Add(1)
+		d := newDelivery(c.topo.Main, sess.gen, raw, c)
+		if len(d.Body) > c.cfg.MaxMessageBytes {
+			_ = d.Nack(Permanent(fmt.Errorf("%w: %d bytes > limit %d", ErrMessageTooLarge, len(d.Body), c.cfg.MaxMessageBytes)))
+			return
+		}
+		if len(buf.items) == 0 {
+			buf.oldest = time.Now()
+		}
+		buf.items = append(buf.items, d)
+		buf.bytes += len(d.Body)
+	}
+	full := func() bool { return len(buf.items) >= c.bc.MaxEvents || buf.bytes >= c.bc.MaxBytes }
+
+	stop := c.stop
+	for {
+		select {
+		case <-stop:
+			// Stop consuming; what the broker already sent still arrives and
+			// is handed off below, before the channel closes.
+			_ = sess.ch.Cancel(sess.tag, false)
+			stop = nil
+		case raw, ok := <-sess.deliveries:
+			if !ok {
+				if stop == nil { // cancelled by Stop: flush the rest, ack, done
+					c.flush(sess, &buf, true)
+					return true
+				}
+				if len(buf.items) > 0 {
+					c.logger.Warn("channel lost with a buffered batch; the broker redelivers it", "messages", len(buf.items))
+				}
+				return false
+			}
+			add(raw)
+			if c.bc.FlushWhenIdle {
+				// Take what is already waiting, up to a full batch.
+			more:
+				for !full() {
+					select {
+					case raw, ok := <-sess.deliveries:
+						if !ok {
+							break more
+						}
+						add(raw)
+					default:
+						break more
+					}
+				}
+				c.flush(sess, &buf, stop == nil)
+			} else if full() {
+				c.flush(sess, &buf, stop == nil)
+			}
+		case <-ticker.C:
+			if len(buf.items) > 0 && time.Since(buf.oldest) >= c.bc.MaxAge {
+				c.flush(sess, &buf, stop == nil)
+			}
+		case <-c.ctx.Done():
+			return true
+		}
+	}
+}
+
+// flush hands the buffer off and settles it: one multiple-ack on success,
+// one multiple-nack with requeue (after a backoff) on failure.
+func (c *BatchConsumer) flush(sess *consumerSession, buf *batch, stopping bool) {
+	if len(buf.items) == 0 {
+		return
+	}
+	items := buf.items
+	*buf = batch{}
+	start := time.Now()
+	err := c.bc.HandOff(c.ctx, items)
+
+	// The last delivery nobody settled individually carries the
+	// multiple-ack: a tag that was acked already would make the broker
+	// close the channel.
+	var last *Delivery
+	n := 0
+	for _, d := range items {
+		if d.settled.CompareAndSwap(false, true) {
+			last = d
+			n++
+		}
+	}
+	if last == nil {
+		return
+	}
+	if err != nil {
+		c.statsMu.Lock()
+		c.flushFailures++
+		c.statsMu.Unlock()
+		c.logger.Error("batch hand-off failed; nacking the batch for redelivery", "messages", n, "error", err)
+		if !stopping {
+			t := time.NewTimer(c.cfg.RetryDelay(0))
+			select {
+			case <-t.C:
+			case <-c.stop:
+			case <-c.ctx.Done():
+			}
+			t.Stop()
+		}
+		if nerr := sess.ch.Nack(last.Tag, true, true); nerr != nil {
+			c.logger.Warn("error nacking batch", "error", nerr)
+		}
+		return
+	}
+	if last.Generation != c.gen.Load() {
+		c.stats.stale.Add(1)
+		return
+	}
+	if aerr := sess.ch.Ack(last.Tag, true); aerr != nil {
+		c.logger.Warn("batch handed off but the ack failed; the broker redelivers it", "messages", n, "error", aerr)
+		return
+	}
+	c.stats.acked.Add(uint64(n))
+	c.statsMu.Lock()
+	c.flushes++
+	c.handedOff += uint64(n)
+	c.statsMu.Unlock()
+	c.logger.Debug("batch handed off and acked", "messages", n, "duration", time.Since(start))
+}
