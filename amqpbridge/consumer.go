@@ -67,7 +67,6 @@ type Consumer struct {
 
 	mu   sync.Mutex
 	sess *consumerSession
-
 }
 
 type consumerSession struct {
@@ -340,4 +339,3 @@ func (c *Consumer) settle(ctx context.Context, d *Delivery, result error) {
 		c.logger.WarnContext(ctx, "error settling delivery", "message_id", d.MessageID, "error", err)
 	}
 }
-
