@@ -302,3 +302,22 @@ func (s *pubSession) takeReturn(id string) (string, bool) {
 	}
 	return reason, ok
 }
+
+// withChannel runs fn on a short-lived channel of the publisher's connection
+// (declarations), so a channel-level error does not close the publish
+// channel.
+func (p *Publisher) withChannel(fn func(ch *amqp.Channel) error) error {
+	p.mu.Lock()
+	sess, err := p.session()
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	ch, err := sess.conn.Channel()
+	if err != nil {
+		p.invalidate(sess)
+		return fmt.Errorf("error opening channel: %w", err)
+	}
+	defer func() { _ = ch.Close() }()
+	return fn(ch)
+}

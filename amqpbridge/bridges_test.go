@@ -1,0 +1,202 @@
+package amqpbridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/queue"
+)
+
+func TestInbound(t *testing.T) {
+	t.Parallel()
+
+	setup := func(t *testing.T, insert func(client *queue.Client) InsertBatchFunc) (*Inbound, *testBundle, *pgtest.DB) {
+		t.Helper()
+		cfg, b := testConfig(t, amqptest.UniqueName("inbound"))
+		db := pgtest.New(t)
+		in, err := NewInbound(cfg, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: insert(db.Client(t))})
+		require.NoError(t, err)
+		cleanupTopology(t, b.conn, in.Topology())
+		require.NoError(t, in.Start(context.Background()))
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = in.Stop(ctx)
+		})
+		return in, b, db
+	}
+	countJobs := func(t *testing.T, db *pgtest.DB, kind string) int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q("SELECT count(*) FROM /*schema*/river_job WHERE kind = $1"), kind).Scan(&n))
+		return n
+	}
+
+	t.Run("MessagesBecomeJobsAndBadOnesFail", func(t *testing.T) {
+		t.Parallel()
+		in, b, db := setup(t, func(client *queue.Client) InsertBatchFunc {
+			return JobInserter(client, "amqp.order", nil)
+		})
+		for i := range 50 {
+			publishRaw(t, b.ch, in.Topology().Main, []byte(fmt.Sprintf(`{"order_id":%d}`, i)), nil)
+			if i == 25 {
+				publishRaw(t, b.ch, in.Topology().Main, []byte("not json"), nil)
+			}
+		}
+		failed := amqptest.Get(t, b.ch, in.Topology().Failed, 10*time.Second)
+		require.Equal(t, "not json", string(failed.Body))
+		require.Contains(t, headerString(failed.Headers, HeaderFailureReason), "not valid JSON")
+		amqptest.Eventually(t, 10*time.Second, "50 jobs", func() bool { return countJobs(t, db, "amqp.order") == 50 })
+		amqptest.Eventually(t, 5*time.Second, "all acked", func() bool { return in.Stats().HandedOff == 50 })
+		require.Equal(t, 0, amqptest.Depth(t, b.ch, in.Topology().Main))
+
+		var args json.RawMessage
+		require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q("SELECT args FROM /*schema*/river_job WHERE kind = 'amqp.order' ORDER BY id LIMIT 1")).Scan(&args))
+		require.JSONEq(t, `{"order_id":0}`, string(args))
+	})
+
+	t.Run("AckOnlyAfterCommit", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int32
+		in, b, db := setup(t, func(client *queue.Client) InsertBatchFunc {
+			jobs := JobInserter(client, "amqp.flaky", nil)
+			return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
+				if err := jobs(ctx, tx, batch); err != nil {
+					return err
+				}
+				if calls.Add(1) == 1 {
+					// Inserted, then the transaction fails: rolled back, not acked.
+					return errors.New("database hiccup")
+				}
+				return nil
+			}
+		})
+		publishRaw(t, b.ch, in.Topology().Main, []byte(`{"n":1}`), nil)
+		amqptest.Eventually(t, 10*time.Second, "inserted after the redelivery", func() bool { return in.Stats().HandedOff == 1 })
+		require.Equal(t, 1, countJobs(t, db, "amqp.flaky"), "the rolled-back insert left nothing")
+		require.Equal(t, uint64(1), in.Stats().FlushFailures)
+		require.Equal(t, int32(2), calls.Load())
+	})
+}
+
+func TestOutbound(t *testing.T) {
+	t.Parallel()
+	cfg, b := testConfig(t, amqptest.UniqueName("outbound"))
+	exchange := amqptest.UniqueName("tributary-events")
+	t.Cleanup(func() {
+		ch, err := amqptest.Conn(t).Channel()
+		if err == nil {
+			_ = ch.ExchangeDelete(exchange, false, false)
+		}
+	})
+	pub, err := NewPublisher(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+	out, err := NewOutbound(pub, OutboundConfig{Exchange: exchange})
+	require.NoError(t, err)
+
+	ev := func(id, typ string) queue.OutboxEvent {
+		return queue.OutboxEvent{ID: id, EventType: typ, EventVersion: 2, EventKind: "integration", AggregateID: "order-9",
+			Payload: json.RawMessage(`{"total":42}`), Metadata: queue.EventMetadata{CorrelationID: "corr-1", Actor: "alice"},
+			SourceService: "shop", CreatedAt: time.Now()}
+	}
+	// No queue bound yet: the broker returns the event, so it is not sent.
+	err = out.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e0", "order.created")})
+	var unroutable *UnroutableError
+	require.ErrorAs(t, err, &unroutable)
+	require.Equal(t, "order.created", unroutable.RoutingKey)
+
+	q, err := b.ch.QueueDeclare(b.queue, false, true, false, false, nil)
+	require.NoError(t, err)
+	amqptest.DeleteQueuesOnCleanup(t, b.conn, q.Name)
+	require.NoError(t, b.ch.QueueBind(q.Name, "order.*", exchange, false, nil))
+
+	require.NoError(t, out.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e1", "order.created"), ev("e2", "order.paid")}))
+	got := []amqp.Delivery{amqptest.Get(t, b.ch, q.Name, 5*time.Second), amqptest.Get(t, b.ch, q.Name, 5*time.Second)}
+	require.Equal(t, "e1", got[0].MessageId)
+	require.Equal(t, "order.created", got[0].RoutingKey)
+	require.Equal(t, "order.paid", got[1].RoutingKey)
+	require.Equal(t, "corr-1", got[0].CorrelationId)
+	require.Equal(t, "order-9", got[0].Headers[HeaderAggregateID])
+	require.Equal(t, int32(2), got[0].Headers[HeaderEventVersion])
+	require.JSONEq(t, `{"total":42}`, string(got[0].Body))
+	require.Equal(t, uint8(amqp.Persistent), got[0].DeliveryMode)
+
+	lenient, err := NewOutbound(pub, OutboundConfig{Exchange: exchange, AllowUnroutable: true})
+	require.NoError(t, err)
+	require.NoError(t, lenient.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e3", "invoice.sent")}))
+}
+
+func TestDLQ(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ListAndReplayWithRetryCountReset", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("dlq"))
+		cfg.QueuePrefix = "svc"
+		cfg.MaxMessageRetries = 1
+		var fail atomic.Bool
+		fail.Store(true)
+		handled := make(chan *Delivery, 10)
+		c := startConsumer(t, cfg, ConsumerConfig{Queue: b.queue, Handler: func(ctx context.Context, d *Delivery) error {
+			if fail.Load() {
+				return errors.New("downstream down")
+			}
+			handled <- d
+			return nil
+		}})
+		for i := range 3 {
+			publishRaw(t, b.ch, c.Topology().Main, []byte(fmt.Sprintf(`{"i":%d}`, i)), nil)
+		}
+		amqptest.Eventually(t, 10*time.Second, "3 in .failed", func() bool { return amqptest.Depth(t, b.ch, c.Topology().Failed) == 3 })
+
+		dlq, err := NewDLQ(cfg)
+		require.NoError(t, err)
+		msgs, depth, err := dlq.List(context.Background(), b.queue, 0)
+		require.NoError(t, err)
+		require.Equal(t, 3, depth)
+		require.Len(t, msgs, 3)
+		require.Equal(t, 1, msgs[0].RetryCount)
+		require.Contains(t, msgs[0].Reason, "downstream down")
+		require.Equal(t, c.Topology().Main, msgs[0].OriginalQueue)
+		amqptest.Eventually(t, 5*time.Second, "listing left them in place", func() bool { return amqptest.Depth(t, b.ch, c.Topology().Failed) == 3 })
+
+		fail.Store(false)
+		n, err := dlq.Replay(context.Background(), b.queue+".failed", 2)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		for range 2 {
+			d := <-handled
+			require.Equal(t, 0, d.RetryCount)
+			require.NotContains(t, d.Headers, HeaderFailureReason)
+		}
+		require.Equal(t, 1, amqptest.Depth(t, b.ch, c.Topology().Failed))
+		n, err = dlq.Replay(context.Background(), b.queue, 0)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		<-handled
+	})
+
+	t.Run("UnknownQueueIsAClearError", func(t *testing.T) {
+		t.Parallel()
+		cfg, _ := testConfig(t, "")
+		dlq, err := NewDLQ(cfg)
+		require.NoError(t, err)
+		name := amqptest.UniqueName("no-such-queue")
+		_, err = dlq.Replay(context.Background(), name, 5)
+		require.ErrorIs(t, err, ErrQueueNotFound)
+		require.Contains(t, err.Error(), fmt.Sprintf(`%q has no failed-message queue "%s.failed"`, name, name))
+		_, _, err = dlq.List(context.Background(), name, 5)
+		require.ErrorIs(t, err, ErrQueueNotFound)
+	})
+}

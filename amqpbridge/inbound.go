@@ -1,0 +1,153 @@
+package amqpbridge
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// TxBeginner starts a transaction; *pgxpool.Pool is one.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// InsertBatchFunc inserts what a batch of deliveries becomes (jobs, staged
+// items) in tx. A Permanent error means a delivery can never be inserted.
+type InsertBatchFunc func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error
+
+// InsertFunc inserts what one delivery becomes in tx.
+type InsertFunc func(ctx context.Context, tx pgx.Tx, d *Delivery) error
+
+// PerDelivery adapts an InsertFunc to an InsertBatchFunc.
+func PerDelivery(fn InsertFunc) InsertBatchFunc {
+	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
+		for _, d := range batch {
+			if err := fn(ctx, tx, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// InboundPrefetchDefault is the inbound bridge's prefetch and largest batch.
+const InboundPrefetchDefault = 300
+
+// InboundConfig configures an Inbound bridge.
+type InboundConfig struct {
+	// Queue is the logical queue to read. Required.
+	Queue string
+	// DB starts the inserting transactions. Required.
+	DB TxBeginner
+	// Insert inserts a batch in the transaction. Required; see JobInserter.
+	Insert InsertBatchFunc
+	// Prefetch is both the prefetch and the largest batch per transaction.
+	// Defaults to 300.
+	Prefetch int
+}
+
+// Inbound is the inbound bridge: it turns a queue's messages into rows (River
+// jobs, staged batch items) and acks them only after the inserting
+// transaction committed. Deliveries are inserted in batches of what is
+// waiting (one transaction, one multiple-ack); a delivery whose insert fails
+// permanently goes to "{name}.failed" with the reason and the rest of its
+// batch is inserted without it. Any other failure rolls back and redelivers
+// the batch after a backoff. Delivery is at-least-once: a crash between
+// commit and ack inserts again, so jobs should use the message id for
+// uniqueness where duplicates matter.
+type Inbound struct {
+	*BatchConsumer
+}
+
+// NewInbound returns an inbound bridge.
+func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
+	if ic.DB == nil || ic.Insert == nil {
+		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and an insert function", ic.Queue)
+	}
+	prefetch := cmp.Or(ic.Prefetch, InboundPrefetchDefault)
+	in := &Inbound{}
+	bc, err := NewBatchConsumer(cfg, BatchConsumerConfig{
+		Queue:         ic.Queue,
+		MaxEvents:     prefetch,
+		MaxBytes:      1 << 62,
+		FlushWhenIdle: true,
+		Name:          "amqp inbound " + cfg.QueueName(ic.Queue),
+		HandOff: func(ctx context.Context, batch []*Delivery) error {
+			return insertBatch(ctx, ic.DB, ic.Insert, batch)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	in.BatchConsumer = bc
+	return in, nil
+}
+
+// insertBatch inserts batch in one transaction; when a permanent failure
+// spoils it, each delivery is tried alone so only the bad ones are failed.
+func insertBatch(ctx context.Context, db TxBeginner, insert InsertBatchFunc, batch []*Delivery) error {
+	err := insertTx(ctx, db, insert, batch)
+	if err == nil || !IsPermanent(err) {
+		return err
+	}
+	if len(batch) == 1 {
+		return batch[0].Nack(err)
+	}
+	for _, d := range batch {
+		err := insertTx(ctx, db, insert, []*Delivery{d})
+		switch {
+		case err == nil:
+		case IsPermanent(err):
+			if nerr := d.Nack(err); nerr != nil {
+				return nerr
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+func insertTx(ctx context.Context, db TxBeginner, insert InsertBatchFunc, batch []*Delivery) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("error beginning insert transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := insert(ctx, tx, batch); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("error committing inserted deliveries: %w", err)
+	}
+	return nil
+}
+
+// JobEnqueuer is the part of queue.Client the job inserter needs.
+type JobEnqueuer interface {
+	EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []queue.EnqueueItem) (int, error)
+}
+
+// JobInserter returns an InsertBatchFunc that turns each delivery's JSON body
+// into the arguments of a job of kind, inserted with River's batch insert. A
+// body that is not JSON is a permanent failure.
+func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) InsertBatchFunc {
+	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
+		items := make([]queue.EnqueueItem, len(batch))
+		for i, d := range batch {
+			if !json.Valid(d.Body) {
+				return Permanent(fmt.Errorf("message %q is not valid JSON for job kind %q", d.MessageID, kind))
+			}
+			items[i] = queue.EnqueueItem{Args: queue.RawArgs{KindName: kind, JSON: d.Body}, Opts: opts}
+		}
+		if _, err := client.EnqueueManyTx(ctx, tx, items); err != nil {
+			return fmt.Errorf("error inserting %d %q jobs: %w", len(items), kind, err)
+		}
+		return nil
+	}
+}
