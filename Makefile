@@ -29,7 +29,8 @@ test: build
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
-	scripts/test-private-cluster.sh
+	scripts/test-private-cluster.sh && \
+	scripts/test-run.sh
 
 bench: build
 	@eval "$$(scripts/services.sh env run)" && scripts/bench.sh
