@@ -98,6 +98,21 @@ type Config struct {
 	// Defaults to 30 seconds.
 	ShutdownTimeout time.Duration
 
+	// CompletedJobRetention, CancelledJobRetention and DiscardedJobRetention
+	// are how long River keeps finalized jobs before its cleaner deletes
+	// them (TRIBUTARY_JOB_RETENTION_COMPLETED, _CANCELLED, _DISCARDED: a Go
+	// duration, or "forever"). Zero means River's defaults (24 h, 24 h,
+	// 7 days); -1 keeps them forever.
+	CompletedJobRetention time.Duration
+	CancelledJobRetention time.Duration
+	DiscardedJobRetention time.Duration
+
+	// RescueStuckJobsAfter is how long a job may stay running before River
+	// assumes its process died and makes it available again
+	// (TRIBUTARY_RESCUE_STUCK_AFTER, a Go duration). Zero means River's
+	// default (1 hour).
+	RescueStuckJobsAfter time.Duration
+
 	// LogLevel is debug, info, warn or error (LOG_LEVEL). Defaults to info.
 	LogLevel string
 
@@ -176,13 +191,31 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg.BatchMaxBytes = int64(maxBytes)
 	msVar("S3_BATCH_MAX_AGE_MS", &cfg.BatchMaxAge)
 	msVar("S3_BATCH_TIMER_INTERVAL_MS", &cfg.BatchTimerInterval)
-	if raw := get("TRIBUTARY_SHUTDOWN_TIMEOUT"); raw != "" && err == nil {
+	durationVar := func(name string, dst *time.Duration, allowForever bool) {
+		raw := get(name)
+		if raw == "" || err != nil {
+			return
+		}
+		if allowForever && (raw == "forever" || raw == "-1") {
+			*dst = -1
+			return
+		}
 		d, perr := time.ParseDuration(raw)
 		if perr != nil || d <= 0 {
-			err = &ConfigError{Name: "TRIBUTARY_SHUTDOWN_TIMEOUT", Value: raw, Reason: "want a positive Go duration such as 30s"}
+			reason := "want a positive Go duration such as 72h"
+			if allowForever {
+				reason += ", or forever"
+			}
+			err = &ConfigError{Name: name, Value: raw, Reason: reason}
+			return
 		}
-		cfg.ShutdownTimeout = d
+		*dst = d
 	}
+	durationVar("TRIBUTARY_JOB_RETENTION_COMPLETED", &cfg.CompletedJobRetention, true)
+	durationVar("TRIBUTARY_JOB_RETENTION_CANCELLED", &cfg.CancelledJobRetention, true)
+	durationVar("TRIBUTARY_JOB_RETENTION_DISCARDED", &cfg.DiscardedJobRetention, true)
+	durationVar("TRIBUTARY_RESCUE_STUCK_AFTER", &cfg.RescueStuckJobsAfter, false)
+	durationVar("TRIBUTARY_SHUTDOWN_TIMEOUT", &cfg.ShutdownTimeout, false)
 	if err != nil {
 		return Config{}, err
 	}

@@ -39,20 +39,23 @@ func TestConfigFromLookup(t *testing.T) {
 	t.Run("Values", func(t *testing.T) {
 		t.Parallel()
 		cfg, err := ConfigFromLookup(lookupFrom(map[string]string{
-			"DATABASE_URL":               "postgres://u:p@db:6543/app",
-			"TRIBUTARY_SCHEMA":           "jobs",
-			"AMQP_URL":                   "amqp://guest:guest@127.0.0.1:5672/",
-			"QUEUE_PREFIX":               "mike",
-			"MAX_MESSAGE_RETRIES":        "0",
-			"RETRY_BASE_MS":              "100",
-			"RETRY_MAX_MS":               "800",
-			"S3_BATCH_MAX_EVENTS":        "5",
-			"S3_BATCH_MAX_BYTES":         "1024",
-			"S3_BATCH_MAX_AGE_MS":        "1000",
-			"S3_BATCH_TIMER_INTERVAL_MS": "250",
-			"TRIBUTARY_SHUTDOWN_TIMEOUT": "3s",
-			"LOG_LEVEL":                  "debug",
-			"LOG_FORMAT":                 "json",
+			"DATABASE_URL":                      "postgres://u:p@db:6543/app",
+			"TRIBUTARY_SCHEMA":                  "jobs",
+			"AMQP_URL":                          "amqp://guest:guest@127.0.0.1:5672/",
+			"QUEUE_PREFIX":                      "mike",
+			"MAX_MESSAGE_RETRIES":               "0",
+			"RETRY_BASE_MS":                     "100",
+			"RETRY_MAX_MS":                      "800",
+			"S3_BATCH_MAX_EVENTS":               "5",
+			"S3_BATCH_MAX_BYTES":                "1024",
+			"S3_BATCH_MAX_AGE_MS":               "1000",
+			"S3_BATCH_TIMER_INTERVAL_MS":        "250",
+			"TRIBUTARY_SHUTDOWN_TIMEOUT":        "3s",
+			"LOG_LEVEL":                         "debug",
+			"LOG_FORMAT":                        "json",
+			"TRIBUTARY_JOB_RETENTION_COMPLETED": "2h",
+			"TRIBUTARY_JOB_RETENTION_DISCARDED": "forever",
+			"TRIBUTARY_RESCUE_STUCK_AFTER":      "10m",
 		}))
 		require.NoError(t, err)
 		require.Equal(t, "jobs", cfg.Schema)
@@ -64,6 +67,10 @@ func TestConfigFromLookup(t *testing.T) {
 		require.Equal(t, 250*time.Millisecond, cfg.BatchTimerInterval)
 		require.Equal(t, 3*time.Second, cfg.ShutdownTimeout)
 		require.Equal(t, "db:6543", cfg.DatabaseHost())
+		require.Equal(t, 2*time.Hour, cfg.CompletedJobRetention)
+		require.Equal(t, time.Duration(0), cfg.CancelledJobRetention)
+		require.Equal(t, time.Duration(-1), cfg.DiscardedJobRetention)
+		require.Equal(t, 10*time.Minute, cfg.RescueStuckJobsAfter)
 	})
 
 	t.Run("InvalidValuesNameVariableAndValue", func(t *testing.T) {
@@ -80,6 +87,8 @@ func TestConfigFromLookup(t *testing.T) {
 			{"LOG_LEVEL", "loud"},
 			{"LOG_FORMAT", "xml"},
 			{"TRIBUTARY_SHUTDOWN_TIMEOUT", "forever"},
+			{"TRIBUTARY_JOB_RETENTION_CANCELLED", "a while"},
+			{"TRIBUTARY_RESCUE_STUCK_AFTER", "-5m"},
 		} {
 			_, err := ConfigFromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
 			var ce *ConfigError

@@ -105,6 +105,20 @@ type Runtime struct {
 	hardStopping atomic.Bool
 }
 
+// RuntimeConfigFrom fills the runtime settings that come from the
+// environment; the caller adds queues and anything else.
+func RuntimeConfigFrom(cfg Config, logger *slog.Logger) RuntimeConfig {
+	return RuntimeConfig{
+		Schema:                cfg.Schema,
+		Logger:                logger,
+		ShutdownTimeout:       cfg.ShutdownTimeout,
+		RescueStuckJobsAfter:  cfg.RescueStuckJobsAfter,
+		CompletedJobRetention: cfg.CompletedJobRetention,
+		CancelledJobRetention: cfg.CancelledJobRetention,
+		DiscardedJobRetention: cfg.DiscardedJobRetention,
+	}
+}
+
 // NewRuntime builds a runtime on pool. Register workers and add services,
 // then call Start (or Run).
 func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {

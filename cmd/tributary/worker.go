@@ -82,12 +82,9 @@ they run again later, and exits 0.`,
 			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
 				return err
 			}
-			rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
-				Schema:          a.cfg.Schema,
-				Logger:          a.logger,
-				Queues:          queues,
-				ShutdownTimeout: a.cfg.ShutdownTimeout,
-			})
+			rcfg := queue.RuntimeConfigFrom(a.cfg, a.logger)
+			rcfg.Queues = queues
+			rt, err := queue.NewRuntime(pool, rcfg)
 			if err != nil {
 				return usagef("%v", err)
 			}
