@@ -168,7 +168,9 @@ func (m *Migrator) withLock(ctx context.Context, fn func(conn *pgxpool.Conn) err
 }
 
 func (m *Migrator) riverMigrator() (*rivermigrate.Migrator[pgx.Tx], error) {
-	rm, err := rivermigrate.New(riverpgxv5.New(m.pool), &rivermigrate.Config{Schema: m.schema, Logger: m.logger})
+	// River's migrator logs every step at info; the Migrator reports River's
+	// steps itself, in the same shape as its own.
+	rm, err := rivermigrate.New(riverpgxv5.New(m.pool), &rivermigrate.Config{Schema: m.schema, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, fmt.Errorf("error creating River migrator: %w", err)
 	}
@@ -193,6 +195,7 @@ func (m *Migrator) Up(ctx context.Context) (*Result, error) {
 		}
 		for _, v := range riverRes.Versions {
 			res.Steps = append(res.Steps, Step{Line: "river", Version: v.Version, Name: v.Name})
+			m.logger.InfoContext(ctx, "applied River migration", "schema", m.schema, "version", v.Version, "name", v.Name, "duration", v.Duration)
 		}
 		applied, err := m.applied(ctx, conn)
 		if err != nil {
