@@ -1,0 +1,246 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Clean-up targets: what the tributary.cleanup job deletes.
+const (
+	// TargetOutboxSent is SENT outbox rows whose sent_at is past retention.
+	TargetOutboxSent = "outbox_sent"
+	// TargetOutboxFailed is FAILED outbox rows whose created_at is past
+	// retention.
+	TargetOutboxFailed = "outbox_failed"
+	// TargetBatchObjects is batch object records whose written_at is past
+	// retention. The objects in the sink are not touched: expire those with
+	// the bucket's lifecycle rules.
+	TargetBatchObjects = "batch_objects"
+)
+
+// cleanupTarget is a table and the condition that makes a row deletable;
+// $1 is the cut-off time.
+type cleanupTarget struct {
+	table string
+	where string
+}
+
+func lookupTarget(name string) (cleanupTarget, bool) {
+	switch name {
+	case TargetOutboxSent:
+		return cleanupTarget{table: "tributary_outbox", where: "status = 'SENT' AND sent_at < $1"}, true
+	case TargetOutboxFailed:
+		return cleanupTarget{table: "tributary_outbox", where: "status = 'FAILED' AND created_at < $1"}, true
+	case TargetBatchObjects:
+		return cleanupTarget{table: "tributary_batch_object", where: "written_at < $1"}, true
+	}
+	return cleanupTarget{}, false
+}
+
+// Targets lists the clean-up targets.
+func Targets() []string {
+	return []string{TargetOutboxSent, TargetOutboxFailed, TargetBatchObjects}
+}
+
+// deleteSQL deletes at most $2 matching rows in one statement. ctid keeps
+// it independent of the table's key and lets Postgres fetch the rows it just
+// selected by address; SKIP LOCKED leaves rows another transaction holds
+// (a replay, say) for the next run instead of waiting for them.
+func (t cleanupTarget) deleteSQL() string {
+	return `DELETE FROM /*schema*/` + t.table + ` WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM /*schema*/` + t.table + ` WHERE ` + t.where + `
+    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+}
+
+// CleanupBatchSizeDefault is how many rows one delete statement removes.
+const CleanupBatchSizeDefault = 5000
+
+// CleanupArgs is the tributary.cleanup job: delete the target's rows older
+// than the retention, in batches.
+type CleanupArgs struct {
+	Target           string `json:"target"`
+	RetentionSeconds int64  `json:"retention_seconds"`
+	BatchSize        int    `json:"batch_size,omitempty"`
+}
+
+// Kind returns "tributary.cleanup".
+func (CleanupArgs) Kind() string { return "tributary.cleanup" }
+
+// CleanupResult is what one clean-up run removed.
+type CleanupResult struct {
+	Target   string        `json:"target"`
+	Cutoff   time.Time     `json:"cutoff"`
+	Deleted  int64         `json:"deleted"`
+	Batches  int           `json:"batches"`
+	MaxBatch time.Duration `json:"max_batch"` // the longest delete statement, an upper bound on how long it held its row locks
+	Duration time.Duration `json:"duration"`
+	Skipped  string        `json:"skipped,omitempty"` // why nothing ran (table missing)
+}
+
+// CleanerConfig configures a Cleaner.
+type CleanerConfig struct {
+	// Logger for each run's summary.
+	//
+	// Defaults to the client's logger.
+	Logger *slog.Logger
+
+	// BatchPause is slept between two delete statements, to leave room to
+	// other writers on a busy table.
+	//
+	// Defaults to 0: no pause.
+	BatchPause time.Duration
+
+	// NowFunc returns the current time, from which cut-offs are computed.
+	//
+	// Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// Cleaner deletes rows past retention in bounded batches, each batch its
+// own statement and transaction, so no batch holds row locks for long and
+// a cancelled run keeps what it already deleted.
+type Cleaner struct {
+	client *queue.Client
+	cfg    CleanerConfig
+	logger *slog.Logger
+
+	mu    sync.Mutex
+	stats map[string]CleanupStats
+}
+
+// CleanupStats are a target's totals since the Cleaner was created.
+type CleanupStats struct {
+	Runs    int64 `json:"runs"`
+	Deleted int64 `json:"deleted"`
+	Errors  int64 `json:"errors"`
+}
+
+// NewCleaner returns a Cleaner working on client's schema.
+func NewCleaner(client *queue.Client, cfg CleanerConfig) *Cleaner {
+	cfg.Logger = cmp.Or(cfg.Logger, client.Logger())
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	return &Cleaner{client: client, cfg: cfg, logger: cfg.Logger.With("component", "cleanup"), stats: map[string]CleanupStats{}}
+}
+
+// Clean deletes the target's rows older than retention, batchSize rows per
+// statement, until none are left or ctx ends. A target whose table does not
+// exist (its feature's migration is absent) is skipped, not an error.
+func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Duration, batchSize int) (res CleanupResult, err error) {
+	t, ok := lookupTarget(target)
+	if !ok {
+		return res, fmt.Errorf("unknown clean-up target %q: want one of %v", target, Targets())
+	}
+	if retention <= 0 {
+		return res, fmt.Errorf("invalid retention %s for clean-up target %q: must be positive", retention, target)
+	}
+	batchSize = cmp.Or(batchSize, CleanupBatchSizeDefault)
+	if batchSize < 1 {
+		return res, fmt.Errorf("invalid batch size %d for clean-up target %q: must be at least 1", batchSize, target)
+	}
+	start := time.Now()
+	res = CleanupResult{Target: target, Cutoff: c.cfg.NowFunc().UTC().Add(-retention)}
+	defer func() {
+		res.Duration = time.Since(start)
+		c.record(target, res, err)
+	}()
+
+	schema := c.client.Schema()
+	pool := c.client.Pool()
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, t.table}.Sanitize()).Scan(&exists); err != nil {
+		return res, fmt.Errorf("error checking for table %s: %w", t.table, err)
+	}
+	if !exists {
+		res.Skipped = "table " + t.table + " does not exist"
+		c.logger.DebugContext(ctx, "clean-up skipped: table missing", "target", target, "table", t.table)
+		return res, nil
+	}
+
+	sql := queue.Qualify(schema, t.deleteSQL())
+	for {
+		batchStart := time.Now()
+		tag, err := pool.Exec(ctx, sql, res.Cutoff, batchSize)
+		if err != nil {
+			return res, fmt.Errorf("error deleting %s rows from %s (after %d deleted): %w", target, t.table, res.Deleted, err)
+		}
+		res.MaxBatch = max(res.MaxBatch, time.Since(batchStart))
+		res.Batches++
+		res.Deleted += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batchSize) {
+			break
+		}
+		if c.cfg.BatchPause > 0 {
+			timer := time.NewTimer(c.cfg.BatchPause)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return res, ctx.Err()
+			case <-timer.C:
+			}
+		}
+	}
+	c.logger.InfoContext(ctx, "cleaned up", "target", target, "table", t.table, "deleted", res.Deleted,
+		"batches", res.Batches, "cutoff", res.Cutoff, "max_batch", res.MaxBatch, "duration", time.Since(start))
+	return res, nil
+}
+
+func (c *Cleaner) record(target string, res CleanupResult, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats[target]
+	st.Runs++
+	st.Deleted += res.Deleted
+	if err != nil && !errors.Is(err, context.Canceled) {
+		st.Errors++
+	}
+	c.stats[target] = st
+}
+
+// Stats returns per-target totals.
+func (c *Cleaner) Stats() map[string]CleanupStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.stats)
+}
+
+// CleanupWorker works tributary.cleanup jobs with a Cleaner.
+type CleanupWorker struct {
+	river.WorkerDefaults[CleanupArgs]
+	Cleaner *Cleaner
+}
+
+// Timeout lets a large first clean-up (a backlog of millions of rows) run
+// past River's default job timeout; batches keep each statement short.
+func (w *CleanupWorker) Timeout(*river.Job[CleanupArgs]) time.Duration { return time.Hour }
+
+// Work runs one clean-up. An unknown target or a bad retention is a
+// permanent failure: retrying would not fix the args.
+func (w *CleanupWorker) Work(ctx context.Context, job *river.Job[CleanupArgs]) error {
+	if _, ok := lookupTarget(job.Args.Target); !ok || job.Args.RetentionSeconds <= 0 || job.Args.BatchSize < 0 {
+		return river.JobCancel(fmt.Errorf("invalid clean-up args: target %q, retention %ds, batch size %d",
+			job.Args.Target, job.Args.RetentionSeconds, job.Args.BatchSize))
+	}
+	_, err := w.Cleaner.Clean(ctx, job.Args.Target, time.Duration(job.Args.RetentionSeconds)*time.Second, job.Args.BatchSize)
+	return err
+}
+
+// RegisterCleanup registers the tributary.cleanup worker on rt and returns
+// its Cleaner (for Stats).
+func RegisterCleanup(rt *queue.Runtime, cfg CleanerConfig) *Cleaner {
+	cleaner := NewCleaner(rt.Client, cfg)
+	queue.AddWorker(rt, &CleanupWorker{Cleaner: cleaner})
+	return cleaner
+}
