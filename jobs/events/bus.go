@@ -1,0 +1,200 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// BusConfig configures a Bus.
+type BusConfig struct {
+	// Logger for the bus. Defaults to the client's logger.
+	Logger *slog.Logger
+}
+
+// Bus is the in-database event bus: an OutboxPublisher that turns each
+// event into one dispatch job per subscribed consumer (the consumers
+// recorded in tributary_event_consumer by every running Dispatcher). It is
+// a TxPublisher, so with the Forwarder the dispatch jobs commit together
+// with the SENT mark: forwarding to the bus is exactly-once.
+type Bus struct {
+	client *queue.Client
+	logger *slog.Logger
+
+	consumersSQL, laneSQL string
+}
+
+// NewBus returns a bus that inserts dispatch jobs through client (a
+// Runtime's client in a worker process).
+func NewBus(client *queue.Client, cfg BusConfig) (*Bus, error) {
+	if client == nil {
+		return nil, errors.New("events: NewBus needs a client")
+	}
+	return &Bus{
+		client:       client,
+		logger:       cmp.Or(cfg.Logger, client.Logger()),
+		consumersSQL: queue.Qualify(client.Schema(), busConsumersSQL),
+		laneSQL:      queue.Qualify(client.Schema(), laneReserveSQL),
+	}, nil
+}
+
+// Name implements queue.OutboxPublisher.
+func (b *Bus) Name() string { return "bus" }
+
+// PublishOutbox fans events out in a transaction of its own.
+func (b *Bus) PublishOutbox(ctx context.Context, events []queue.OutboxEvent) error {
+	return pgx.BeginFunc(ctx, b.client.Pool(), func(tx pgx.Tx) error {
+		return b.PublishOutboxTx(ctx, tx, events)
+	})
+}
+
+type busConsumer struct {
+	name         string
+	patterns     []string
+	queue        string
+	maxAttempts  int
+	source       string
+	skipOwnKinds []string
+}
+
+func (c *busConsumer) wants(ev *queue.OutboxEvent) bool {
+	if c.source != "" && ev.SourceService == c.source {
+		for _, k := range c.skipOwnKinds {
+			if k == ev.EventKind {
+				return false
+			}
+		}
+	}
+	for _, p := range c.patterns {
+		if MatchPattern(p, ev.EventType) {
+			return true
+		}
+	}
+	return false
+}
+
+type laneKey struct{ consumer, aggregate string }
+
+// PublishOutboxTx inserts the dispatch jobs in tx. events must be in emit
+// order: within a (consumer, aggregate) lane they get increasing sequence
+// numbers, and only a lane's head is available at once.
+func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error {
+	rows, err := tx.Query(ctx, b.consumersSQL)
+	if err != nil {
+		return fmt.Errorf("error reading event consumers: %w", err)
+	}
+	consumers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*busConsumer, error) {
+		var c busConsumer
+		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds)
+		return &c, err
+	})
+	if err != nil {
+		return fmt.Errorf("error reading event consumers: %w", err)
+	}
+
+	type delivery struct {
+		c    *busConsumer
+		ev   *queue.OutboxEvent
+		lane laneKey
+	}
+	var deliveries []delivery
+	laneCount := map[laneKey]int64{}
+	for i := range events {
+		ev := &events[i]
+		for _, c := range consumers {
+			if !c.wants(ev) {
+				continue
+			}
+			d := delivery{c: c, ev: ev}
+			if ev.AggregateID != "" {
+				d.lane = laneKey{c.name, ev.AggregateID}
+				laneCount[d.lane]++
+			}
+			deliveries = append(deliveries, d)
+		}
+	}
+	if len(deliveries) == 0 {
+		return nil
+	}
+
+	// Reserve sequence numbers, locking lanes in a fixed order.
+	type laneState struct{ next, head int64 }
+	lanes := map[laneKey]*laneState{}
+	if len(laneCount) > 0 {
+		keys := make([]laneKey, 0, len(laneCount))
+		for k := range laneCount {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].consumer != keys[j].consumer {
+				return keys[i].consumer < keys[j].consumer
+			}
+			return keys[i].aggregate < keys[j].aggregate
+		})
+		cs, as, ns := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			cs[i], as[i], ns[i] = k.consumer, k.aggregate, laneCount[k]
+		}
+		rows, err := tx.Query(ctx, b.laneSQL, cs, as, ns, time.Now().UTC())
+		if err != nil {
+			return fmt.Errorf("error reserving lane sequence numbers: %w", err)
+		}
+		for rows.Next() {
+			var k laneKey
+			var head, last int64
+			if err := rows.Scan(&k.consumer, &k.aggregate, &head, &last); err != nil {
+				rows.Close()
+				return fmt.Errorf("error reading lane: %w", err)
+			}
+			lanes[k] = &laneState{next: last - laneCount[k] + 1, head: head}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("error reserving lane sequence numbers: %w", err)
+		}
+	}
+
+	params := make([]river.InsertManyParams, len(deliveries))
+	for i, d := range deliveries {
+		args := DispatchArgs{Consumer: d.c.name, Event: *d.ev}
+		opts := &river.InsertOpts{Queue: d.c.queue, MaxAttempts: d.c.maxAttempts}
+		if d.ev.AggregateID != "" {
+			ls := lanes[d.lane]
+			if ls == nil {
+				return fmt.Errorf("lane %s/%s was not reserved", d.lane.consumer, d.lane.aggregate)
+			}
+			args.AggregateID, args.Seq = d.ev.AggregateID, ls.next
+			opts.Pending = ls.next > ls.head
+			ls.next++
+		}
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
+	}
+	if _, err := b.client.River().InsertManyFastTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+	}
+	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))
+	return nil
+}
+
+const busConsumersSQL = `
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds
+FROM /*schema*/tributary_event_consumer ORDER BY name`
+
+// laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at
+// head 1) and returns the lane's head and new last sequence number.
+const laneReserveSQL = `
+INSERT INTO /*schema*/tributary_event_lane AS l (consumer, aggregate_id, head_seq, last_seq, updated_at)
+SELECT u.c, u.a, 1, u.n, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, n, ord)
+ORDER BY u.ord
+ON CONFLICT (consumer, aggregate_id) DO UPDATE
+SET last_seq = l.last_seq + excluded.last_seq, updated_at = excluded.updated_at
+RETURNING consumer, aggregate_id, head_seq, last_seq`

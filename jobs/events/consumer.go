@@ -1,0 +1,300 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Ordering is what a consumer does with the events of an aggregate queued
+// behind one whose dispatch failed for good (retries used up, or a
+// validation failure).
+type Ordering string
+
+const (
+	// OrderingBlock holds the rest of the aggregate's events until the
+	// failed dispatch is retried (`tributary jobs retry ID`) and succeeds.
+	// No event of the aggregate is ever handled before an earlier one. The
+	// default.
+	OrderingBlock Ordering = "block"
+	// OrderingSkip lets the next event of the aggregate run as soon as the
+	// failed one is given up; the failed dispatch stays replayable, but a
+	// replay then runs out of order.
+	OrderingSkip Ordering = "skip"
+)
+
+// RetryDelaysDefault are a consumer's delays between attempts when it sets
+// none: three retries, then the dispatch is discarded.
+var retryDelaysDefault = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+
+// RetryDelaysDefault returns the default retry delays (1 s, 5 s, 15 s).
+func RetryDelaysDefault() []time.Duration { return slices.Clone(retryDelaysDefault) }
+
+// ConsumerConfig configures a Consumer.
+type ConsumerConfig struct {
+	// Name identifies the consumer across processes and services. Every
+	// consumer gets its own copy of each event it subscribes to. Required.
+	Name string
+
+	// Queue is the River queue its dispatch jobs go to. Defaults to
+	// "default".
+	Queue string
+
+	// RetryDelays are the waits before each retry of a failing handler; when
+	// they are used up the dispatch is discarded (replayable with
+	// `tributary jobs retry`).
+	//
+	// Defaults to 1 s, 5 s, 15 s.
+	RetryDelays []time.Duration
+
+	// Ordering is the failure policy for the events of an aggregate behind
+	// a failed one. Defaults to OrderingBlock.
+	Ordering Ordering
+
+	// SourceService names the service the consumer runs in. With
+	// SkipOwnEventKinds, events that service emitted with those kinds are
+	// not delivered to this consumer.
+	SourceService string
+
+	// SkipOwnEventKinds are the kinds of its own service's events the
+	// consumer does not want (e.g. KindIntegration: it published them for
+	// others). Defaults to none.
+	SkipOwnEventKinds []Kind
+
+	// OnProcessedFunc, when set, is called after every dispatch attempt with
+	// its outcome. It must not block for long.
+	OnProcessedFunc func(ctx context.Context, p Processed)
+}
+
+// Processed is the outcome of one dispatch attempt, for OnProcessedFunc.
+type Processed struct {
+	Consumer    string
+	EventID     string
+	EventType   string
+	AggregateID string
+	Attempt     int
+	Duration    time.Duration
+	// Err is nil when every handler succeeded.
+	Err error
+	// Terminal is true when the dispatch will not be retried (validation
+	// failure, or the last attempt failed).
+	Terminal bool
+}
+
+// Message is what a handler receives: the event with its payload decoded.
+type Message[T any] struct {
+	ID            string              `json:"id"`
+	Type          string              `json:"type"`
+	Version       int                 `json:"version"`
+	Kind          Kind                `json:"kind"`
+	AggregateID   string              `json:"aggregate_id,omitempty"`
+	Payload       T                   `json:"payload"`
+	Metadata      queue.EventMetadata `json:"metadata"`
+	SourceService string              `json:"source_service,omitempty"`
+	CreatedAt     time.Time           `json:"created_at"`
+	// Consumer is the consumer the handler runs for.
+	Consumer string `json:"consumer"`
+	// Attempt is 1 on the first delivery to this consumer.
+	Attempt int `json:"attempt"`
+}
+
+// HandlerFunc handles one event. A returned error retries the dispatch on
+// the consumer's delays; river.JobCancel(err) gives up at once.
+type HandlerFunc[T any] func(ctx context.Context, msg Message[T]) error
+
+// Subscription pairs an event type (or pattern) with a handler. Build one
+// with Handle or HandleRaw; modules can return lists of them for the
+// composition root to pass to Consumer.Subscribe.
+type Subscription struct {
+	pattern string
+	def     Definition // nil for raw handlers
+	call    func(ctx context.Context, ev *queue.OutboxEvent, payload any, consumer string, attempt int) error
+	err     error
+}
+
+// Handle subscribes fn to one typed event: its payload is decoded strictly
+// into T and validated before fn runs.
+func Handle[T any](def Event[T], fn HandlerFunc[T]) Subscription {
+	return Subscription{
+		pattern: def.Name(),
+		def:     def,
+		call: func(ctx context.Context, ev *queue.OutboxEvent, payload any, consumer string, attempt int) error {
+			return fn(ctx, message(ev, payload.(T), consumer, attempt))
+		},
+	}
+}
+
+// HandleRaw subscribes fn to every event type matching pattern ("a.b",
+// "a.*" or "*") with the payload as raw JSON. It is for generic consumers
+// (logging, bridging); typed handlers should use Handle.
+func HandleRaw(pattern string, fn HandlerFunc[json.RawMessage]) Subscription {
+	return Subscription{
+		pattern: pattern,
+		call: func(ctx context.Context, ev *queue.OutboxEvent, _ any, consumer string, attempt int) error {
+			return fn(ctx, message(ev, ev.Payload, consumer, attempt))
+		},
+		err: ValidatePattern(pattern),
+	}
+}
+
+func message[T any](ev *queue.OutboxEvent, payload T, consumer string, attempt int) Message[T] {
+	return Message[T]{
+		ID: ev.ID, Type: ev.EventType, Version: ev.EventVersion, Kind: Kind(ev.EventKind), AggregateID: ev.AggregateID,
+		Payload: payload, Metadata: ev.Metadata, SourceService: ev.SourceService, CreatedAt: ev.CreatedAt,
+		Consumer: consumer, Attempt: attempt,
+	}
+}
+
+// Consumer is a named set of handlers. Give it to a Dispatcher (or
+// Install) to run it.
+type Consumer struct {
+	cfg ConsumerConfig
+
+	mu     sync.RWMutex
+	subs   []Subscription
+	frozen bool
+}
+
+// NewConsumer returns a consumer for cfg.
+func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	if err := ValidateEventName(cfg.Name); err != nil {
+		return nil, fmt.Errorf("invalid consumer name %q: use letters, digits and . _ : -", cfg.Name)
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = river.QueueDefault
+	}
+	if len(cfg.RetryDelays) == 0 {
+		cfg.RetryDelays = RetryDelaysDefault()
+	}
+	for _, d := range cfg.RetryDelays {
+		if d < 0 {
+			return nil, fmt.Errorf("consumer %s: negative retry delay %s", cfg.Name, d)
+		}
+	}
+	switch cfg.Ordering {
+	case "":
+		cfg.Ordering = OrderingBlock
+	case OrderingBlock, OrderingSkip:
+	default:
+		return nil, fmt.Errorf("consumer %s: invalid ordering %q: want block or skip", cfg.Name, cfg.Ordering)
+	}
+	for _, k := range cfg.SkipOwnEventKinds {
+		if k != KindDomain && k != KindIntegration {
+			return nil, fmt.Errorf("consumer %s: invalid event kind %q in SkipOwnEventKinds", cfg.Name, k)
+		}
+	}
+	return &Consumer{cfg: cfg}, nil
+}
+
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Config returns the consumer's configuration with defaults filled in.
+func (c *Consumer) Config() ConsumerConfig { return c.cfg }
+
+// Subscribe adds subscriptions. Several handlers of one event type run in
+// the order they were subscribed. Subscribe before the dispatcher starts.
+func (c *Consumer) Subscribe(subs ...Subscription) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen {
+		return fmt.Errorf("consumer %s: cannot subscribe after the dispatcher started", c.cfg.Name)
+	}
+	for _, s := range subs {
+		if s.err != nil {
+			return fmt.Errorf("consumer %s: %w", c.cfg.Name, s.err)
+		}
+		if s.call == nil {
+			return fmt.Errorf("consumer %s: empty subscription", c.cfg.Name)
+		}
+	}
+	c.subs = append(c.subs, subs...)
+	return nil
+}
+
+// On subscribes fn to def; it is Subscribe(Handle(def, fn)) and panics
+// where Subscribe would return an error (subscribing after start).
+func On[T any](c *Consumer, def Event[T], fn HandlerFunc[T]) {
+	if err := c.Subscribe(Handle(def, fn)); err != nil {
+		panic(err)
+	}
+}
+
+// RegisteredEventTypes lists the event types and patterns the consumer
+// subscribes to, sorted, once each (for health checks and dashboards).
+func (c *Consumer) RegisteredEventTypes() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	out := []string{}
+	for _, s := range c.subs {
+		if !seen[s.pattern] {
+			seen[s.pattern] = true
+			out = append(out, s.pattern)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// handlersFor returns the subscriptions matching eventType in
+// registration order.
+func (c *Consumer) handlersFor(eventType string) []Subscription {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []Subscription
+	for _, s := range c.subs {
+		if MatchPattern(s.pattern, eventType) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (c *Consumer) freeze() {
+	c.mu.Lock()
+	c.frozen = true
+	c.mu.Unlock()
+}
+
+// retryDelay returns the wait after the given failed attempt.
+func (c *Consumer) retryDelay(attempt int) time.Duration {
+	i := min(max(attempt-1, 0), len(c.cfg.RetryDelays)-1)
+	return c.cfg.RetryDelays[i]
+}
+
+// maxAttempts is one first try plus one per retry delay.
+func (c *Consumer) maxAttempts() int { return len(c.cfg.RetryDelays) + 1 }
+
+// ValidationError is a payload that does not decode into the handler's
+// type or fails its Validate. It is terminal: the dispatch is cancelled,
+// not retried.
+type ValidationError struct {
+	EventID   string
+	EventType string
+	Err       error
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("event %s (%s) failed validation: %v", e.EventID, e.EventType, e.Err)
+}
+
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// PanicError is a handler panic, recovered and treated as a failed attempt.
+type PanicError struct {
+	Value any
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+var errNoConsumer = errors.New("consumer is not registered in this worker")

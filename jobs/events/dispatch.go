@@ -1,0 +1,353 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// DispatchKind is the River job kind of a dispatch: one event for one
+// consumer.
+const DispatchKind = "tributary.event.dispatch"
+
+// DispatchArgs are a dispatch job's arguments. The event travels whole, so
+// a dispatch can be retried or replayed after its outbox row was cleaned up.
+type DispatchArgs struct {
+	Consumer string `json:"consumer"`
+	// AggregateID and Seq place the dispatch in its (consumer, aggregate)
+	// lane; empty and 0 for events without an aggregate.
+	AggregateID string            `json:"aggregate_id,omitempty"`
+	Seq         int64             `json:"seq,omitempty"`
+	Event       queue.OutboxEvent `json:"event"`
+}
+
+// Kind implements river.JobArgs.
+func (DispatchArgs) Kind() string { return DispatchKind }
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	// Schema holds tributary's and River's tables. Defaults to "public".
+	Schema string
+
+	// Logger for the dispatcher and, enriched, for handlers.
+	//
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Consumers run by this worker process. Every process that works the
+	// consumers' queues must run the same consumers.
+	Consumers []*Consumer
+}
+
+// DispatcherStats are a dispatcher's counters since it was created.
+type DispatcherStats struct {
+	Handled            int64 `json:"handled"`
+	Failed             int64 `json:"failed"`
+	Panics             int64 `json:"panics"`
+	ValidationFailures int64 `json:"validation_failures"`
+	GivenUp            int64 `json:"given_up"`
+}
+
+// Dispatcher is the River worker of dispatch jobs, running each consumer's
+// handlers, and the service that records the consumers in the database so
+// every forwarder fans events out to them. Register it with Register.
+type Dispatcher struct {
+	river.WorkerDefaults[DispatchArgs]
+
+	pool      *pgxpool.Pool
+	cfg       DispatcherConfig
+	logger    *slog.Logger
+	consumers map[string]*Consumer
+
+	advanceSQL, promoteSQL, upsertConsumerSQL string
+	riverInsertChannel                        string
+
+	handled, failed, panics, validation, givenUp atomic.Int64
+}
+
+// NewDispatcher returns a dispatcher for cfg's consumers.
+func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error) {
+	cfg.Schema = cmp.Or(cfg.Schema, queue.SchemaDefault)
+	if err := migrations.ValidateSchemaName(cfg.Schema); err != nil {
+		return nil, err
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	d := &Dispatcher{
+		pool:               pool,
+		cfg:                cfg,
+		logger:             cfg.Logger.With("component", "dispatcher"),
+		consumers:          map[string]*Consumer{},
+		advanceSQL:         queue.Qualify(cfg.Schema, laneAdvanceSQL),
+		promoteSQL:         queue.Qualify(cfg.Schema, lanePromoteSQL),
+		upsertConsumerSQL:  queue.Qualify(cfg.Schema, upsertConsumerSQL),
+		riverInsertChannel: cfg.Schema + ".river_insert",
+	}
+	for _, c := range cfg.Consumers {
+		if _, dup := d.consumers[c.Name()]; dup {
+			return nil, fmt.Errorf("consumer %q is given twice", c.Name())
+		}
+		d.consumers[c.Name()] = c
+	}
+	return d, nil
+}
+
+// Register adds the dispatch worker to rt and the dispatcher as a service.
+func (d *Dispatcher) Register(rt *queue.Runtime) error {
+	queue.AddWorker(rt, d)
+	return rt.AddService(d)
+}
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() DispatcherStats {
+	return DispatcherStats{Handled: d.handled.Load(), Failed: d.failed.Load(), Panics: d.panics.Load(),
+		ValidationFailures: d.validation.Load(), GivenUp: d.givenUp.Load()}
+}
+
+// Consumers returns the dispatcher's consumers sorted by name.
+func (d *Dispatcher) Consumers() []*Consumer {
+	out := make([]*Consumer, 0, len(d.consumers))
+	for _, c := range d.consumers {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
+}
+
+// Name implements queue.Service.
+func (d *Dispatcher) Name() string { return "event dispatcher" }
+
+// Start records the consumers and their subscriptions in the database;
+// from then on every forwarder fans events out to them.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	now := time.Now().UTC()
+	for _, c := range d.Consumers() {
+		c.freeze()
+		kinds := make([]string, len(c.cfg.SkipOwnEventKinds))
+		for i, k := range c.cfg.SkipOwnEventKinds {
+			kinds[i] = string(k)
+		}
+		types := c.RegisteredEventTypes()
+		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now); err != nil {
+			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
+		}
+		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
+		d.logger.DebugContext(ctx, "consumer event types", "consumer", c.Name(), "event_types", types)
+	}
+	return nil
+}
+
+// Stop implements queue.Service; dispatch jobs stop with River.
+func (d *Dispatcher) Stop(ctx context.Context) error { return nil }
+
+// NextRetry follows the consumer's retry delays.
+func (d *Dispatcher) NextRetry(job *river.Job[DispatchArgs]) time.Time {
+	if c := d.consumers[job.Args.Consumer]; c != nil {
+		return time.Now().Add(c.retryDelay(job.Attempt))
+	}
+	return time.Now().Add(5 * time.Second)
+}
+
+// Work runs the consumer's handlers for the event, in registration order.
+func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	args := job.Args
+	ev := &args.Event
+	c := d.consumers[args.Consumer]
+	if c == nil {
+		return fmt.Errorf("%w: %q (registered here: %v)", errNoConsumer, args.Consumer, d.consumerNames())
+	}
+	logger := d.cfg.Logger.With("consumer", c.Name(), "event_id", ev.ID, "event_type", ev.EventType,
+		"correlation_id", ev.Metadata.CorrelationID, "job_id", job.ID, "attempt", job.Attempt)
+	if ev.AggregateID != "" {
+		logger = logger.With("aggregate_id", ev.AggregateID, "seq", args.Seq)
+	}
+	hctx := withHandlerContext(ctx, ev.Metadata.CorrelationID, logger)
+	start := time.Now()
+	lastAttempt := job.Attempt >= job.MaxAttempts
+
+	err := d.runHandlers(hctx, c, ev, job.Attempt)
+	var verr *ValidationError
+	terminal := errors.As(err, &verr) || isCancel(err) || (err != nil && lastAttempt)
+	d.processed(hctx, c, ev, job.Attempt, time.Since(start), err, terminal)
+
+	switch {
+	case err == nil:
+		d.handled.Add(1)
+		if args.AggregateID == "" {
+			return nil
+		}
+		return d.completeInLane(ctx, job)
+	case verr != nil:
+		d.validation.Add(1)
+		d.givenUp.Add(1)
+		logger.ErrorContext(ctx, "event failed validation, not retrying", "error", verr.Err)
+		d.onGiveUp(ctx, c, job, logger)
+		return river.JobCancel(err)
+	case terminal:
+		d.failed.Add(1)
+		d.givenUp.Add(1)
+		logger.ErrorContext(ctx, "event handler failed for good, dispatch discarded", "error", err)
+		d.onGiveUp(ctx, c, job, logger)
+		return err
+	default:
+		d.failed.Add(1)
+		logger.WarnContext(ctx, "event handler failed, will retry", "error", err, "retry_in", c.retryDelay(job.Attempt))
+		return err
+	}
+}
+
+func isCancel(err error) bool {
+	var jc *river.JobCancelError
+	return errors.As(err, &jc)
+}
+
+func (d *Dispatcher) consumerNames() []string {
+	names := make([]string, 0, len(d.consumers))
+	for n := range d.consumers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// runHandlers decodes the payload once per definition and runs every
+// matching handler; a panic is recovered into a PanicError.
+func (d *Dispatcher) runHandlers(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, attempt int) error {
+	decoded := map[Definition]any{}
+	for _, s := range c.handlersFor(ev.EventType) {
+		var payload any
+		if s.def != nil {
+			p, ok := decoded[s.def]
+			if !ok {
+				var err error
+				if p, err = s.def.decode(ev.Payload); err != nil {
+					return &ValidationError{EventID: ev.ID, EventType: ev.EventType, Err: err}
+				}
+				decoded[s.def] = p
+			}
+			payload = p
+		}
+		if err := d.call(ctx, s, ev, payload, c.Name(), attempt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Dispatcher) call(ctx context.Context, s Subscription, ev *queue.OutboxEvent, payload any, consumer string, attempt int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			d.panics.Add(1)
+			Logger(ctx).ErrorContext(ctx, "event handler panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = &PanicError{Value: r}
+		}
+	}()
+	return s.call(ctx, ev, payload, consumer, attempt)
+}
+
+func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, attempt int, dur time.Duration, err error, terminal bool) {
+	if c.cfg.OnProcessedFunc == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			Logger(ctx).ErrorContext(ctx, "OnProcessedFunc panicked", "panic", fmt.Sprint(r))
+		}
+	}()
+	c.cfg.OnProcessedFunc(ctx, Processed{Consumer: c.Name(), EventID: ev.ID, EventType: ev.EventType, AggregateID: ev.AggregateID,
+		Attempt: attempt, Duration: dur, Err: err, Terminal: terminal})
+}
+
+// completeInLane completes the job and hands its lane to the next event, in
+// one transaction, so the next event cannot start before this one is done
+// and cannot be forgotten if this process dies.
+func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[DispatchArgs]) error {
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if err := d.advanceLane(ctx, tx, job.Args); err != nil {
+			return err
+		}
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("error completing dispatch in its lane: %w", err)
+	}
+	return nil
+}
+
+// onGiveUp applies the consumer's ordering policy to a dispatch that will
+// not be retried: with OrderingSkip the lane moves on to the next event.
+func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[DispatchArgs], logger *slog.Logger) {
+	if job.Args.AggregateID == "" {
+		return
+	}
+	if c.cfg.Ordering != OrderingSkip {
+		logger.WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried", "policy", OrderingBlock)
+		return
+	}
+	err := pgx.BeginFunc(context.WithoutCancel(ctx), d.pool, func(tx pgx.Tx) error {
+		return d.advanceLane(ctx, tx, job.Args)
+	})
+	if err != nil {
+		// The job stays at the lane's head; a retry of it moves the lane on.
+		logger.ErrorContext(ctx, "error skipping past a failed dispatch", "error", err)
+	}
+}
+
+// advanceLane moves the lane's head past args.Seq and makes the next
+// dispatch of the lane available. Two statements: the second needs a
+// snapshot taken after the lane row lock was granted, so that it sees a
+// dispatch a forwarder inserted while this transaction waited for the lock.
+func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchArgs) error {
+	var head int64
+	err := tx.QueryRow(ctx, d.advanceSQL, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not the head: a replay of a skipped dispatch, or a re-run after a
+		// crash between the lane update and River's bookkeeping.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("error advancing lane %s/%s: %w", args.Consumer, args.AggregateID, err)
+	}
+	if _, err := tx.Exec(ctx, d.promoteSQL, args.Consumer, args.AggregateID, head, time.Now().UTC(), d.riverInsertChannel); err != nil {
+		return fmt.Errorf("error promoting the next dispatch of lane %s/%s: %w", args.Consumer, args.AggregateID, err)
+	}
+	return nil
+}
+
+const laneAdvanceSQL = `
+UPDATE /*schema*/tributary_event_lane
+SET head_seq = head_seq + 1, updated_at = $4
+WHERE consumer = $1 AND aggregate_id = $2 AND head_seq = $3
+RETURNING head_seq`
+
+// lanePromoteSQL makes the lane's next dispatch available and wakes River's
+// producers for its queue, as River's own insert does.
+const lanePromoteSQL = `
+WITH promoted AS (
+    UPDATE /*schema*/river_job
+    SET state = 'available', scheduled_at = $4
+    WHERE state = 'pending' AND kind = 'tributary.event.dispatch'
+      AND (args ->> 'consumer') = $1 AND (args ->> 'aggregate_id') = $2 AND ((args ->> 'seq')::bigint) = $3
+    RETURNING queue
+)
+SELECT pg_notify($5, json_build_object('queue', queue)::text) FROM promoted`
+
+const upsertConsumerSQL = `
+INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
+    source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at`

@@ -1,0 +1,280 @@
+package events
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// MaxPayloadBytesDefault is the payload size limit when EmitterConfig sets
+// none: 1 MiB of JSON.
+const MaxPayloadBytesDefault = 1 << 20
+
+// EmitterConfig configures an Emitter.
+type EmitterConfig struct {
+	// Schema holds tributary's tables. Defaults to "public".
+	Schema string
+
+	// Registry is the set of event types the emitter accepts. Required.
+	Registry *Registry
+
+	// MaxPayloadBytes bounds the JSON size of one payload; bigger payloads
+	// fail at emit time. Defaults to 1 MiB.
+	MaxPayloadBytes int
+
+	// SourceService names the emitting service; it travels with every event
+	// (consumers can skip their own service's events by kind).
+	//
+	// Defaults to empty.
+	SourceService string
+
+	// NowFunc returns the time written as created_at. Defaults to time.Now.
+	NowFunc func() time.Time
+}
+
+// Meta is what travels with an event besides its payload.
+type Meta struct {
+	// AggregateID is the entity the event is about. Events with the same
+	// aggregate id are handled by each consumer one at a time, in emit
+	// order. Empty: no ordering.
+	AggregateID string
+	// CorrelationID ties together everything caused by one request.
+	CorrelationID string
+	// CausationID is the id of the message that caused this event.
+	CausationID string
+	// Actor is who or what caused the event.
+	Actor string
+	// Extra carries application-defined attributes.
+	Extra map[string]string
+}
+
+// Emission is one event of an EmitManyTx call.
+type Emission struct {
+	Def     Definition
+	Payload any
+	Meta    Meta
+}
+
+// PayloadTooLargeError is an event payload over the emitter's limit.
+type PayloadTooLargeError struct {
+	EventType string
+	Size      int
+	Limit     int
+}
+
+func (e *PayloadTooLargeError) Error() string {
+	return fmt.Sprintf("payload of event %s is %d bytes, over the limit of %d bytes", e.EventType, e.Size, e.Limit)
+}
+
+// Emitter writes events into the outbox in the caller's transaction. It is
+// safe for concurrent use.
+type Emitter struct {
+	cfg       EmitterConfig
+	insertSQL string
+	channel   string
+}
+
+// NewEmitter returns an emitter for cfg.
+func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
+	cfg.Schema = cmp.Or(cfg.Schema, queue.SchemaDefault)
+	if err := migrations.ValidateSchemaName(cfg.Schema); err != nil {
+		return nil, err
+	}
+	if cfg.Registry == nil {
+		return nil, errors.New("events: EmitterConfig.Registry is required")
+	}
+	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, MaxPayloadBytesDefault)
+	if cfg.NowFunc == nil {
+		cfg.NowFunc = time.Now
+	}
+	return &Emitter{cfg: cfg, insertSQL: queue.Qualify(cfg.Schema, outboxInsertSQL), channel: NotifyChannel(cfg.Schema)}, nil
+}
+
+// Registry returns the emitter's registry.
+func (e *Emitter) Registry() *Registry { return e.cfg.Registry }
+
+// EmitTx writes one event in tx (any queue.DBTX: on a pool it commits at
+// once) and returns its id. The forwarder is woken when tx commits; if tx
+// rolls back, the event never existed.
+func (e *Emitter) EmitTx(ctx context.Context, tx queue.DBTX, def Definition, payload any, meta Meta) (string, error) {
+	ids, err := e.EmitManyTx(ctx, tx, []Emission{{Def: def, Payload: payload, Meta: meta}})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// EmitJSONTx writes one event whose payload is raw JSON, for callers that
+// only know the event type by name (the CLI, bridges). The JSON must decode
+// strictly into the registered payload type and pass its Validate.
+func (e *Emitter) EmitJSONTx(ctx context.Context, tx queue.DBTX, eventType string, payload json.RawMessage, meta Meta) (string, error) {
+	def, err := e.cfg.Registry.Lookup(eventType)
+	if err != nil {
+		return "", err
+	}
+	if !json.Valid(payload) {
+		return "", fmt.Errorf("payload of event %s is not valid JSON", eventType)
+	}
+	if _, err := def.decode(payload); err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, payload); err != nil {
+		return "", fmt.Errorf("payload of event %s: %w", eventType, err)
+	}
+	row, err := e.row(def, buf.Bytes(), meta)
+	if err != nil {
+		return "", err
+	}
+	ids, err := e.insert(ctx, tx, []outboxRow{row})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// EmitManyTx writes several events in tx with one statement, in order, and
+// returns their ids. Either all are written or none.
+func (e *Emitter) EmitManyTx(ctx context.Context, tx queue.DBTX, items []Emission) ([]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	rows := make([]outboxRow, len(items))
+	for i, it := range items {
+		raw, err := e.encode(it.Def, it.Payload)
+		if err == nil {
+			rows[i], err = e.row(it.Def, raw, it.Meta)
+		}
+		if err != nil {
+			if len(items) > 1 {
+				return nil, fmt.Errorf("event %d: %w", i, err)
+			}
+			return nil, err
+		}
+	}
+	return e.insert(ctx, tx, rows)
+}
+
+// encode checks def against the registry and payload against def, then
+// marshals and size-checks the payload.
+func (e *Emitter) encode(def Definition, payload any) ([]byte, error) {
+	if def == nil {
+		return nil, errors.New("event definition is nil")
+	}
+	reg, err := e.cfg.Registry.Lookup(def.Name())
+	if err != nil {
+		return nil, err
+	}
+	if reg.Version() != def.Version() || reg.payloadType() != def.payloadType() {
+		return nil, fmt.Errorf("%w %q version %d with payload %s (the registry holds version %d with payload %s)",
+			ErrUnknownEventType, def.Name(), def.Version(), def.payloadType(), reg.Version(), reg.payloadType())
+	}
+	want := def.payloadType()
+	pv := reflect.ValueOf(payload)
+	switch {
+	case !pv.IsValid():
+		return nil, fmt.Errorf("payload of event %s is nil", def.Name())
+	case pv.Type() == want:
+	case pv.Kind() == reflect.Pointer && pv.Type().Elem() == want && !pv.IsNil():
+		payload = pv.Elem().Interface()
+	default:
+		return nil, fmt.Errorf("payload of event %s has type %s, want %s", def.Name(), pv.Type(), want)
+	}
+	ptr := reflect.New(want)
+	ptr.Elem().Set(reflect.ValueOf(payload))
+	if err := validate(ptr.Interface()); err != nil {
+		return nil, fmt.Errorf("payload of event %s is invalid: %w", def.Name(), err)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("error encoding payload of event %s: %w", def.Name(), err)
+	}
+	return raw, nil
+}
+
+func (e *Emitter) row(def Definition, raw []byte, meta Meta) (outboxRow, error) {
+	if len(raw) > e.cfg.MaxPayloadBytes {
+		return outboxRow{}, &PayloadTooLargeError{EventType: def.Name(), Size: len(raw), Limit: e.cfg.MaxPayloadBytes}
+	}
+	md, err := json.Marshal(queue.EventMetadata{
+		CorrelationID: meta.CorrelationID,
+		CausationID:   meta.CausationID,
+		Actor:         meta.Actor,
+		Extra:         meta.Extra,
+	})
+	if err != nil {
+		return outboxRow{}, fmt.Errorf("error encoding metadata of event %s: %w", def.Name(), err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return outboxRow{}, fmt.Errorf("error generating event id: %w", err)
+	}
+	r := outboxRow{
+		id:        id.String(),
+		eventType: def.Name(),
+		version:   int32(def.Version()),
+		kind:      string(def.Kind()),
+		payload:   string(raw),
+		metadata:  string(md),
+	}
+	if meta.AggregateID != "" {
+		agg := meta.AggregateID
+		r.aggregateID = &agg
+	}
+	return r, nil
+}
+
+type outboxRow struct {
+	id          string
+	eventType   string
+	version     int32
+	kind        string
+	aggregateID *string
+	payload     string
+	metadata    string
+}
+
+func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) ([]string, error) {
+	n := len(rows)
+	ids := make([]string, n)
+	types := make([]string, n)
+	versions := make([]int32, n)
+	kinds := make([]string, n)
+	aggs := make([]*string, n)
+	payloads := make([]string, n)
+	metas := make([]string, n)
+	for i, r := range rows {
+		ids[i], types[i], versions[i], kinds[i], aggs[i], payloads[i], metas[i] = r.id, r.eventType, r.version, r.kind, r.aggregateID, r.payload, r.metadata
+	}
+	now := e.cfg.NowFunc().UTC()
+	if _, err := tx.Exec(ctx, e.insertSQL, ids, types, versions, kinds, aggs, payloads, metas, e.cfg.SourceService, now, e.channel); err != nil {
+		return nil, fmt.Errorf("error writing %d event(s) to the outbox: %w", n, err)
+	}
+	return ids, nil
+}
+
+// outboxInsertSQL inserts rows in emit order and queues one notification,
+// which Postgres delivers when the transaction commits.
+const outboxInsertSQL = `
+WITH ins AS (
+    INSERT INTO /*schema*/tributary_outbox
+        (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
+         source_service, status, retry_count, created_at)
+    SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payload::jsonb, u.metadata::jsonb,
+           $8, 'PENDING', 0, $9
+    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
+        WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
+    ORDER BY u.ord
+    RETURNING 1
+)
+SELECT pg_notify($10, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one`

@@ -1,0 +1,157 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+)
+
+func TestEmitAtomicity(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		db  *pgtest.DB
+		em  *events.Emitter
+		rec *recorder
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		db := pgtest.New(t)
+		rec := &recorder{}
+		var consumers []*events.Consumer
+		for _, name := range []string{"billing", "shipping"} {
+			c := fastConsumer(t, name, nil)
+			events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+				rec.add(call{consumer: m.Consumer, eventID: m.ID, correlation: events.CorrelationID(ctx), payload: m.Payload})
+				return nil
+			})
+			consumers = append(consumers, c)
+		}
+		startEvents(t, db, events.ForwarderConfig{}, consumers...)
+		return &testBundle{db: db, em: newEmitter(t, db), rec: rec}
+	}
+
+	t.Run("RolledBackNeverForwardedCommittedRunsOncePerConsumer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		ctx := context.Background()
+
+		tx, err := b.db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		rolledBack, err := b.em.EmitTx(ctx, tx, orderPlacedEvent, orderPlaced{OrderID: "rb", Amount: 1}, events.Meta{})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+
+		var committed string
+		require.NoError(t, pgx.BeginFunc(ctx, b.db.Pool, func(tx pgx.Tx) error {
+			committed, err = b.em.EmitTx(ctx, tx, orderPlacedEvent, orderPlaced{OrderID: "ok", Amount: 2}, events.Meta{CorrelationID: "corr-1"})
+			return err
+		}))
+
+		pgtest.WaitFor(t, 15*time.Second, "both consumers to handle the committed event", func() (bool, error) {
+			return b.rec.count(nil) >= 2, nil
+		})
+		require.Equal(t, events.StatusSent, outboxStatus(t, b.db, committed))
+		require.Empty(t, outboxStatus(t, b.db, rolledBack), "a rolled-back event must not exist")
+		require.Equal(t, 1, countOutbox(t, b.db))
+
+		// Quiesce: every dispatch job is finished, then count again.
+		pgtest.WaitFor(t, 10*time.Second, "dispatch jobs to finish", func() (bool, error) {
+			return b.db.CountJobs(t, "available", "running", "retryable", "pending") == 0, nil
+		})
+		calls := b.rec.snapshot()
+		require.Len(t, calls, 2, "exactly once per consumer")
+		got := map[string]bool{}
+		for _, c := range calls {
+			require.Equal(t, committed, c.eventID)
+			require.Equal(t, "corr-1", c.correlation)
+			require.Equal(t, orderPlaced{OrderID: "ok", Amount: 2}, c.payload)
+			got[c.consumer] = true
+		}
+		require.Equal(t, map[string]bool{"billing": true, "shipping": true}, got)
+	})
+}
+
+func TestEmitBadInput(t *testing.T) {
+	t.Parallel()
+
+	setup := func(t *testing.T) (*events.Emitter, *pgtest.DB) {
+		t.Helper()
+		db := pgtest.New(t)
+		reg, err := events.NewRegistry(orderPlacedEvent)
+		require.NoError(t, err)
+		em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg, MaxPayloadBytes: 100})
+		require.NoError(t, err)
+		return em, db
+	}
+
+	t.Run("UnknownEventType", func(t *testing.T) {
+		t.Parallel()
+		em, db := setup(t)
+		_, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+		require.ErrorIs(t, err, events.ErrUnknownEventType)
+		require.Contains(t, err.Error(), `"test.note"`)
+		_, err = em.EmitJSONTx(context.Background(), db.Pool, "no.such", json.RawMessage(`{}`), events.Meta{})
+		require.ErrorIs(t, err, events.ErrUnknownEventType)
+		require.Contains(t, err.Error(), `"no.such"`)
+		require.Zero(t, countOutbox(t, db))
+	})
+
+	t.Run("PayloadOverLimit", func(t *testing.T) {
+		t.Parallel()
+		em, db := setup(t)
+		_, err := em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{OrderID: strings.Repeat("x", 200)}, events.Meta{})
+		var tooLarge *events.PayloadTooLargeError
+		require.True(t, errors.As(err, &tooLarge), "got %v", err)
+		require.Equal(t, 100, tooLarge.Limit)
+		require.Contains(t, err.Error(), "test.order_placed")
+		require.Zero(t, countOutbox(t, db))
+	})
+
+	t.Run("DefaultLimitIsOneMiB", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		em := newEmitter(t, db)
+		_, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: strings.Repeat("y", 1<<20)}, events.Meta{})
+		var tooLarge *events.PayloadTooLargeError
+		require.ErrorAs(t, err, &tooLarge)
+		require.Equal(t, 1<<20, tooLarge.Limit)
+		require.Zero(t, countOutbox(t, db))
+	})
+
+	t.Run("WrongPayloadTypeAndInvalidPayload", func(t *testing.T) {
+		t.Parallel()
+		em, db := setup(t)
+		_, err := em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, noteV1{}, events.Meta{})
+		require.ErrorContains(t, err, "has type events_test.noteV1")
+		_, err = em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{Amount: -1}, events.Meta{})
+		require.ErrorContains(t, err, "amount must not be negative")
+		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": 5}`), events.Meta{})
+		require.ErrorContains(t, err, "does not fit")
+		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": "a", "bogus": 1}`), events.Meta{})
+		require.ErrorContains(t, err, `unknown field "bogus"`)
+		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{not json`), events.Meta{})
+		require.ErrorContains(t, err, "not valid JSON")
+		require.Zero(t, countOutbox(t, db))
+	})
+
+	t.Run("ManyIsAllOrNothing", func(t *testing.T) {
+		t.Parallel()
+		em, db := setup(t)
+		_, err := em.EmitManyTx(context.Background(), db.Pool, []events.Emission{
+			{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: "a"}},
+			{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: strings.Repeat("x", 200)}},
+		})
+		require.ErrorContains(t, err, "event 1")
+		require.Zero(t, countOutbox(t, db))
+	})
+}

@@ -1,0 +1,525 @@
+package events
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Forwarder defaults.
+const (
+	ForwardBatchSizeDefault     = 500
+	ForwardSweepIntervalDefault = time.Second
+	StaleClaimAfterDefault      = 5 * time.Minute
+	ForwardMaxRetriesDefault    = 10
+)
+
+// TxPublisher is an OutboxPublisher that accepts events inside the
+// transaction that marks them SENT. The forwarder prefers it: what the
+// publisher writes commits together with the SENT mark, so forwarding to it
+// is exactly-once (the in-database Bus is one).
+type TxPublisher interface {
+	queue.OutboxPublisher
+	PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error
+}
+
+// ForwarderConfig configures a Forwarder.
+type ForwarderConfig struct {
+	// Schema holds tributary's tables. Defaults to "public".
+	Schema string
+
+	// Logger for the forwarder. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Publishers receive every claimed batch; a row is SENT only when all
+	// of them accepted it. Required. Publishers that implement TxPublisher
+	// are called inside the transaction that marks the rows SENT, after
+	// every other publisher accepted the batch.
+	Publishers []queue.OutboxPublisher
+
+	// ID names this forwarder in claimed_by. Defaults to host-pid-random.
+	ID string
+
+	// BatchSize is the most rows one claim takes. Defaults to 500.
+	BatchSize int
+
+	// SweepInterval is how often the forwarder looks for rows without being
+	// notified, and resets stale claims. A lost notification delays events
+	// by at most this much; so does a failed batch before its retry.
+	//
+	// Defaults to 1 second.
+	SweepInterval time.Duration
+
+	// StaleClaimAfter is how long a row may stay CLAIMED before the sweep
+	// assumes its forwarder died and returns it to PENDING. It must be
+	// longer than a publish can take.
+	//
+	// Defaults to 5 minutes.
+	StaleClaimAfter time.Duration
+
+	// MaxRetries is how many failed forwarding attempts turn a row FAILED.
+	//
+	// Defaults to 10.
+	MaxRetries int
+
+	// AfterClaimFunc, when set, runs after each claim commits and before
+	// the batch is published. Tests use it to stop a forwarder between the
+	// two, as a crash would.
+	AfterClaimFunc func(ctx context.Context, events []queue.OutboxEvent) error
+}
+
+// ForwarderStats are a forwarder's counters since it was created.
+type ForwarderStats struct {
+	Batches     int64 `json:"batches"`
+	Forwarded   int64 `json:"forwarded"`
+	Failures    int64 `json:"failures"`
+	StaleResets int64 `json:"stale_resets"`
+}
+
+// Forwarder moves outbox rows to publishers: PENDING -> CLAIMED -> SENT
+// (or back to PENDING, and FAILED after MaxRetries). Run one per worker
+// process; any number of forwarders share an outbox safely. It is a
+// queue.Service.
+type Forwarder struct {
+	pool   *pgxpool.Pool
+	cfg    ForwarderConfig
+	logger *slog.Logger
+	lockNS string
+
+	claimSelectSQL, claimUpdateSQL, sentSQL, failSQL, staleSQL string
+	channel                                                    string
+
+	batches, forwarded, failures, staleResets atomic.Int64
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewForwarder returns a forwarder on pool.
+func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
+	cfg.Schema = cmp.Or(cfg.Schema, queue.SchemaDefault)
+	if err := migrations.ValidateSchemaName(cfg.Schema); err != nil {
+		return nil, err
+	}
+	if len(cfg.Publishers) == 0 {
+		return nil, errors.New("events: a forwarder needs at least one publisher")
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	cfg.ID = cmp.Or(cfg.ID, defaultForwarderID())
+	cfg.BatchSize = cmp.Or(cfg.BatchSize, ForwardBatchSizeDefault)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, ForwardSweepIntervalDefault)
+	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
+	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
+	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
+	return &Forwarder{
+		pool:           pool,
+		cfg:            cfg,
+		logger:         cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
+		lockNS:         "tributary.outbox." + cfg.Schema + ":",
+		claimSelectSQL: q(claimSelectSQL),
+		claimUpdateSQL: q(claimUpdateSQL),
+		sentSQL:        q(sentSQL),
+		failSQL:        q(failSQL),
+		staleSQL:       q(staleSQL),
+		channel:        NotifyChannel(cfg.Schema),
+	}, nil
+}
+
+func defaultForwarderID() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), hex.EncodeToString(b))
+}
+
+// Name implements queue.Service.
+func (f *Forwarder) Name() string { return "outbox forwarder" }
+
+// ID returns the forwarder's claimed_by name.
+func (f *Forwarder) ID() string { return f.cfg.ID }
+
+// Stats returns the forwarder's counters.
+func (f *Forwarder) Stats() ForwarderStats {
+	return ForwarderStats{Batches: f.batches.Load(), Forwarded: f.forwarded.Load(), Failures: f.failures.Load(), StaleResets: f.staleResets.Load()}
+}
+
+// Start opens the LISTEN connection and starts forwarding. It returns once
+// the forwarder listens, so no notification after Start is missed.
+func (f *Forwarder) Start(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cancel != nil {
+		return errors.New("forwarder already started")
+	}
+	conn, err := f.listen(ctx)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.cancel = cancel
+	f.done = make(chan struct{})
+	wake := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); f.listenLoop(runCtx, conn, wake) }()
+	go func() { defer wg.Done(); f.forwardLoop(runCtx, wake) }()
+	go func() { wg.Wait(); close(f.done) }()
+	f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
+	return nil
+}
+
+// Stop stops forwarding and waits for the current batch, or until ctx is
+// done: then the batch is abandoned and its rows return to PENDING after
+// StaleClaimAfter.
+func (f *Forwarder) Stop(ctx context.Context) error {
+	f.mu.Lock()
+	cancel, done := f.cancel, f.done
+	f.cancel = nil
+	f.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		f.logger.InfoContext(ctx, "forwarder stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("forwarder did not stop in time: %w", ctx.Err())
+	}
+}
+
+// listen opens a dedicated connection (not from the pool, which would lose
+// it to other users) and subscribes to the outbox channel.
+func (f *Forwarder) listen(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("error opening the forwarder's LISTEN connection: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize()); err != nil {
+		conn.Close(ctx)
+		return nil, fmt.Errorf("error listening on %s: %w", f.channel, err)
+	}
+	return conn, nil
+}
+
+func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- struct{}) {
+	defer func() {
+		if conn != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			conn.Close(closeCtx)
+		}
+	}()
+	for {
+		if conn == nil {
+			var err error
+			if conn, err = f.listen(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				f.logger.WarnContext(ctx, "forwarder cannot listen, relying on the sweep", "error", err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(f.cfg.SweepInterval):
+				}
+				continue
+			}
+			signal(wake) // notifications may have been missed while down
+		}
+		_, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			f.logger.WarnContext(ctx, "forwarder lost its LISTEN connection, reconnecting", "error", err)
+			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			conn.Close(closeCtx)
+			cancel()
+			conn = nil
+			continue
+		}
+		signal(wake)
+	}
+}
+
+func signal(ch chan<- struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}) {
+	ticker := time.NewTicker(f.cfg.SweepInterval)
+	defer ticker.Stop()
+	f.resetStale(ctx)
+	for {
+		more, err := f.ForwardOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			f.logger.WarnContext(ctx, "forwarding failed, will retry", "error", err)
+		}
+		if more && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-ticker.C:
+			f.resetStale(ctx)
+		}
+	}
+}
+
+// resetStale returns rows claimed longer than StaleClaimAfter to PENDING.
+func (f *Forwarder) resetStale(ctx context.Context) {
+	cutoff := time.Now().Add(-f.cfg.StaleClaimAfter)
+	tag, err := f.pool.Exec(ctx, f.staleSQL, cutoff)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
+		}
+		return
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		f.staleResets.Add(n)
+		f.logger.WarnContext(ctx, "reset stale outbox claims", "count", n, "claimed_before", cutoff)
+	}
+}
+
+// claim is one committed claim: the rows now CLAIMED by this forwarder.
+type claim struct {
+	events    []queue.OutboxEvent
+	claimedAt time.Time
+	selected  int
+}
+
+// ForwardOnce claims one batch, publishes it and marks it SENT (or failed).
+// more reports that a full batch was found, so another may be waiting.
+func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
+	c, err := f.claim(ctx)
+	if err != nil {
+		return false, err
+	}
+	if len(c.events) == 0 {
+		return c.selected >= f.cfg.BatchSize, nil
+	}
+	f.batches.Add(1)
+	if f.cfg.AfterClaimFunc != nil {
+		if err := f.cfg.AfterClaimFunc(ctx, c.events); err != nil {
+			return false, err
+		}
+	}
+	if err := f.publish(ctx, c); err != nil {
+		f.failures.Add(int64(len(c.events)))
+		if ferr := f.fail(context.WithoutCancel(ctx), c, err); ferr != nil {
+			return false, errors.Join(err, ferr)
+		}
+		return false, err
+	}
+	return c.selected >= f.cfg.BatchSize, nil
+}
+
+func (f *Forwarder) claim(ctx context.Context) (claim, error) {
+	c := claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	var claimed []positionedEvent
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, f.claimSelectSQL, f.cfg.BatchSize, f.lockNS)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		c.selected = len(ids)
+		if len(ids) == 0 {
+			return nil
+		}
+		// A second statement, so a fresh snapshot sees claims that other
+		// forwarders committed while this one waited for the locks.
+		rows, err = tx.Query(ctx, f.claimUpdateSQL, ids, f.cfg.ID, c.claimedAt)
+		if err != nil {
+			return err
+		}
+		claimed, err = pgx.CollectRows(rows, scanEvent)
+		return err
+	})
+	if err != nil {
+		return claim{}, fmt.Errorf("error claiming outbox rows: %w", err)
+	}
+	sort.Slice(claimed, func(i, j int) bool { return claimed[i].position < claimed[j].position })
+	c.events = make([]queue.OutboxEvent, len(claimed))
+	for i, e := range claimed {
+		c.events[i] = e.OutboxEvent
+	}
+	return c, nil
+}
+
+type positionedEvent struct {
+	queue.OutboxEvent
+	position int64
+}
+
+func scanEvent(row pgx.CollectableRow) (positionedEvent, error) {
+	var e positionedEvent
+	var metadata []byte
+	var payload []byte
+	err := row.Scan(&e.ID, &e.position, &e.EventType, &e.EventVersion, &e.EventKind, &e.AggregateID, &payload, &metadata, &e.SourceService, &e.CreatedAt)
+	if err != nil {
+		return e, err
+	}
+	e.Payload = payload
+	if err := json.Unmarshal(metadata, &e.Metadata); err != nil {
+		return e, fmt.Errorf("error decoding metadata of event %s: %w", e.ID, err)
+	}
+	return e, nil
+}
+
+// publish hands the batch to every plain publisher, then marks it SENT and
+// calls the transactional publishers in one transaction.
+func (f *Forwarder) publish(ctx context.Context, c claim) error {
+	var txPubs []TxPublisher
+	for _, p := range f.cfg.Publishers {
+		if tp, ok := p.(TxPublisher); ok {
+			txPubs = append(txPubs, tp)
+			continue
+		}
+		if err := p.PublishOutbox(ctx, c.events); err != nil {
+			return fmt.Errorf("publisher %s: %w", p.Name(), err)
+		}
+	}
+	ids := eventIDs(c.events)
+	return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, f.sentSQL, ids, f.cfg.ID, c.claimedAt, time.Now().UTC(), f.channel)
+		if err != nil {
+			return fmt.Errorf("error marking outbox rows sent: %w", err)
+		}
+		sent, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("error marking outbox rows sent: %w", err)
+		}
+		events := c.events
+		if len(sent) != len(c.events) {
+			// The sweep gave some rows to another forwarder (this one was
+			// too slow); only the rows still ours go to the transactional
+			// publishers, so they see each row once.
+			f.logger.WarnContext(ctx, "outbox claim lost to the stale-claim sweep", "claimed", len(c.events), "still_ours", len(sent))
+			keep := make(map[string]bool, len(sent))
+			for _, id := range sent {
+				keep[id] = true
+			}
+			events = events[:0:0]
+			for _, e := range c.events {
+				if keep[e.ID] {
+					events = append(events, e)
+				}
+			}
+		}
+		if len(events) > 0 {
+			for _, p := range txPubs {
+				if err := p.PublishOutboxTx(ctx, tx, events); err != nil {
+					return fmt.Errorf("publisher %s: %w", p.Name(), err)
+				}
+			}
+		}
+		f.forwarded.Add(int64(len(events)))
+		f.logger.DebugContext(ctx, "forwarded events", "count", len(events))
+		return nil
+	})
+}
+
+func (f *Forwarder) fail(ctx context.Context, c claim, cause error) error {
+	tag, err := f.pool.Exec(ctx, f.failSQL, eventIDs(c.events), f.cfg.ID, c.claimedAt, cause.Error(), f.cfg.MaxRetries, time.Now().UTC())
+	if err != nil {
+		return fmt.Errorf("error recording the forwarding failure: %w", err)
+	}
+	f.logger.WarnContext(ctx, "forwarding batch failed", "count", tag.RowsAffected(), "error", cause)
+	return nil
+}
+
+func eventIDs(events []queue.OutboxEvent) []string {
+	ids := make([]string, len(events))
+	for i, e := range events {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+// claimSelectSQL locks up to $1 PENDING rows in emit order. A row with an
+// aggregate is taken only when this transaction also gets the aggregate's
+// advisory lock, so two forwarders never claim events of one aggregate at
+// the same time (which would let them be sent out of order).
+const claimSelectSQL = `
+SELECT id::text FROM /*schema*/tributary_outbox
+WHERE status = 'PENDING'
+  AND (aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0)))
+ORDER BY position
+LIMIT $1
+FOR UPDATE SKIP LOCKED`
+
+// claimUpdateSQL claims the locked rows, leaving out any row that has an
+// earlier unfinished row of its aggregate outside this batch (claimed by
+// another forwarder, or skipped because it was locked).
+const claimUpdateSQL = `
+UPDATE /*schema*/tributary_outbox o
+SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3
+WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
+  AND (o.aggregate_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM /*schema*/tributary_outbox e
+        WHERE e.aggregate_id = o.aggregate_id
+          AND e.status IN ('PENDING', 'CLAIMED')
+          AND e.position < o.position
+          AND e.id <> ALL($1::uuid[])))
+RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
+          o.payload, o.metadata, o.source_service, o.created_at`
+
+// sentSQL marks the rows still claimed by this claim SENT. When one had an
+// aggregate it wakes the other forwarders, whose next rows of that
+// aggregate may have waited for this batch.
+const sentSQL = `
+WITH upd AS (
+    UPDATE /*schema*/tributary_outbox
+    SET status = 'SENT', sent_at = $4, last_error = NULL
+    WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3
+    RETURNING id, aggregate_id
+), wake AS (
+    SELECT pg_notify($5, '') FROM (SELECT 1 FROM upd WHERE aggregate_id IS NOT NULL LIMIT 1) AS one
+)
+SELECT upd.id::text FROM upd LEFT JOIN wake ON true`
+
+const failSQL = `
+UPDATE /*schema*/tributary_outbox
+SET retry_count = retry_count + 1,
+    last_error = $4,
+    status = CASE WHEN retry_count + 1 >= $5 THEN 'FAILED' ELSE 'PENDING' END,
+    failed_at = CASE WHEN retry_count + 1 >= $5 THEN $6::timestamptz ELSE NULL END,
+    claimed_by = NULL, claimed_at = NULL
+WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3`
+
+const staleSQL = `
+UPDATE /*schema*/tributary_outbox
+SET status = 'PENDING', claimed_by = NULL, claimed_at = NULL
+WHERE status = 'CLAIMED' AND claimed_at < $1`

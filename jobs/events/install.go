@@ -1,0 +1,62 @@
+package events
+
+import (
+	"cmp"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// InstallConfig configures Install.
+type InstallConfig struct {
+	// Consumers to run in this process. May be empty: the process then only
+	// forwards.
+	Consumers []*Consumer
+
+	// Forwarder configures the forwarder; Schema and Logger default to the
+	// runtime's, and the bus is always its first publisher.
+	Forwarder ForwarderConfig
+
+	// NoForwarder leaves the forwarder out (a process that only consumes).
+	NoForwarder bool
+}
+
+// Installation is what Install added to a runtime.
+type Installation struct {
+	Dispatcher *Dispatcher
+	Bus        *Bus
+	Forwarder  *Forwarder // nil with NoForwarder
+}
+
+// Install wires the events machinery into a worker runtime: the dispatch
+// worker and consumer registration (Dispatcher), the in-database Bus, and a
+// Forwarder publishing to the bus and to cfg.Forwarder.Publishers.
+func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
+	d, err := NewDispatcher(rt.Pool(), DispatcherConfig{Schema: rt.Schema(), Logger: rt.Logger(), Consumers: cfg.Consumers})
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Register(rt); err != nil {
+		return nil, err
+	}
+	bus, err := NewBus(rt.Client, BusConfig{})
+	if err != nil {
+		return nil, err
+	}
+	inst := &Installation{Dispatcher: d, Bus: bus}
+	if cfg.NoForwarder {
+		return inst, nil
+	}
+	fcfg := cfg.Forwarder
+	fcfg.Schema = cmp.Or(fcfg.Schema, rt.Schema())
+	fcfg.Logger = cmp.Or(fcfg.Logger, rt.Logger())
+	fcfg.Publishers = append([]queue.OutboxPublisher{bus}, fcfg.Publishers...)
+	f, err := NewForwarder(rt.Pool(), fcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.AddService(f); err != nil {
+		return nil, err
+	}
+	inst.Forwarder = f
+	return inst, nil
+}

@@ -1,0 +1,197 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Outbox row statuses.
+const (
+	StatusPending = "PENDING"
+	StatusClaimed = "CLAIMED"
+	StatusSent    = "SENT"
+	StatusFailed  = "FAILED"
+)
+
+// Statuses lists the outbox row statuses.
+func Statuses() []string { return []string{StatusPending, StatusClaimed, StatusSent, StatusFailed} }
+
+// OutboxRow is one tributary_outbox row, for listings.
+type OutboxRow struct {
+	queue.OutboxEvent
+	Position   int64      `json:"position"`
+	Status     string     `json:"status"`
+	RetryCount int        `json:"retry_count"`
+	LastError  string     `json:"last_error,omitempty"`
+	ClaimedBy  string     `json:"claimed_by,omitempty"`
+	ClaimedAt  *time.Time `json:"claimed_at,omitempty"`
+	SentAt     *time.Time `json:"sent_at,omitempty"`
+	FailedAt   *time.Time `json:"failed_at,omitempty"`
+}
+
+const outboxColumns = `id::text, position, event_type, event_version, event_kind, coalesce(aggregate_id, ''), payload, metadata,
+    source_service, created_at, status, retry_count, coalesce(last_error, ''), coalesce(claimed_by, ''), claimed_at, sent_at, failed_at`
+
+func scanOutboxRow(rows pgx.Rows) (OutboxRow, error) {
+	var r OutboxRow
+	var payload, metadata []byte
+	err := rows.Scan(&r.ID, &r.Position, &r.EventType, &r.EventVersion, &r.EventKind, &r.AggregateID, &payload, &metadata,
+		&r.SourceService, &r.CreatedAt, &r.Status, &r.RetryCount, &r.LastError, &r.ClaimedBy, &r.ClaimedAt, &r.SentAt, &r.FailedAt)
+	if err != nil {
+		return r, err
+	}
+	r.Payload = json.RawMessage(payload)
+	if err := json.Unmarshal(metadata, &r.Metadata); err != nil {
+		return r, fmt.Errorf("error decoding metadata of outbox row %s: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// ListParams filters an outbox listing.
+type ListParams struct {
+	// Status keeps only rows in this status. Empty: all.
+	Status string
+	// Limit bounds the number of rows, newest first. Defaults to 100.
+	Limit int
+}
+
+// ListOutbox returns outbox rows, newest first.
+func ListOutbox(ctx context.Context, db queue.DBTX, schema string, p ListParams) ([]OutboxRow, error) {
+	if p.Status != "" && !validStatus(p.Status) {
+		return nil, fmt.Errorf("invalid outbox status %q: want one of %v", p.Status, Statuses())
+	}
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	sql := `SELECT ` + outboxColumns + ` FROM /*schema*/tributary_outbox
+        WHERE ($1 = '' OR status = $1) ORDER BY position DESC LIMIT $2`
+	rows, err := db.Query(ctx, queue.Qualify(schema, sql), p.Status, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("error listing outbox rows: %w", err)
+	}
+	defer rows.Close()
+	out := []OutboxRow{}
+	for rows.Next() {
+		r, err := scanOutboxRow(rows)
+		if err != nil {
+			return nil, fmt.Errorf("error reading outbox row: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+func validStatus(s string) bool {
+	for _, v := range Statuses() {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotReplayable is returned (wrapped, with the ids) when a replay names
+// rows that do not exist or are still waiting to be forwarded.
+var ErrNotReplayable = errors.New("outbox rows cannot be replayed")
+
+// ReplayOutbox puts the given SENT or FAILED rows back to PENDING (retry
+// count reset) so the forwarders send them again, and wakes the
+// forwarders. All or nothing: an id that does not exist or is PENDING or
+// CLAIMED fails the whole call. A replayed SENT row reaches every consumer
+// again (a new dispatch each), at the end of its aggregate's lane.
+func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []string) (int, error) {
+	for _, id := range ids {
+		if _, err := uuid.Parse(id); err != nil {
+			return 0, fmt.Errorf("invalid outbox id %q: want a UUID", id)
+		}
+	}
+	var n int
+	err := inTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, queue.Qualify(schema, `
+            SELECT u.id::text, o.status FROM unnest($1::uuid[]) AS u(id)
+            LEFT JOIN /*schema*/tributary_outbox o ON o.id = u.id
+            FOR UPDATE OF o`), ids)
+		if err != nil {
+			return fmt.Errorf("error reading outbox rows to replay: %w", err)
+		}
+		var bad []string
+		for rows.Next() {
+			var id string
+			var status *string
+			if err := rows.Scan(&id, &status); err != nil {
+				rows.Close()
+				return err
+			}
+			switch {
+			case status == nil:
+				bad = append(bad, id+" (not found)")
+			case *status == StatusPending || *status == StatusClaimed:
+				bad = append(bad, id+" (still "+*status+")")
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(bad) > 0 {
+			sort.Strings(bad)
+			return fmt.Errorf("%w: %v", ErrNotReplayable, bad)
+		}
+		tag, err := tx.Exec(ctx, queue.Qualify(schema, replaySQL), ids, NotifyChannel(schema))
+		if err != nil {
+			return fmt.Errorf("error replaying outbox rows: %w", err)
+		}
+		n = int(tag.RowsAffected())
+		return nil
+	})
+	return n, err
+}
+
+// ReplayFailed puts every FAILED row back to PENDING and returns how many.
+func ReplayFailed(ctx context.Context, db queue.DBTX, schema string) (int, error) {
+	var ids []string
+	rows, err := db.Query(ctx, queue.Qualify(schema, `SELECT id::text FROM /*schema*/tributary_outbox WHERE status = 'FAILED' ORDER BY position`))
+	if err != nil {
+		return 0, fmt.Errorf("error listing failed outbox rows: %w", err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("error listing failed outbox rows: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return ReplayOutbox(ctx, db, schema, ids)
+}
+
+const replaySQL = `
+WITH upd AS (
+    UPDATE /*schema*/tributary_outbox
+    SET status = 'PENDING', retry_count = 0, last_error = NULL, claimed_by = NULL, claimed_at = NULL,
+        sent_at = NULL, failed_at = NULL
+    WHERE id = ANY($1::uuid[]) AND status IN ('SENT', 'FAILED')
+    RETURNING 1
+)
+SELECT pg_notify($2, '') FROM (SELECT 1 FROM upd LIMIT 1) AS one`
+
+// inTx runs fn in a transaction on db: a new one on a pool or connection, a
+// nested one (savepoint) when db already is a transaction.
+func inTx(ctx context.Context, db queue.DBTX, fn func(tx pgx.Tx) error) error {
+	type beginner interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+	b, ok := db.(beginner)
+	if !ok {
+		return errors.New("events: the database handle cannot begin a transaction")
+	}
+	return pgx.BeginFunc(ctx, b, fn)
+}
