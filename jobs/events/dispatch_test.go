@@ -1,0 +1,238 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// dispatchJob finds the dispatch job of an event for a consumer.
+func dispatchJob(t *testing.T, db *pgtest.DB, consumer, eventID string) (id int64, state string, errs string) {
+	t.Helper()
+	err := db.Pool.QueryRow(context.Background(), db.Q(`
+        SELECT id, state::text, coalesce(errors::text, '') FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND args->'event'->>'id' = $2`),
+		consumer, eventID).Scan(&id, &state, &errs)
+	if err != nil {
+		return 0, "", ""
+	}
+	return id, state, errs
+}
+
+func TestDispatchValidationFailure(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		db    *pgtest.DB
+		loose *events.Emitter
+		rec   *recorder
+	}
+	setup := func(t *testing.T, ordering events.Ordering) *testBundle {
+		t.Helper()
+		db := pgtest.New(t)
+		rec := &recorder{}
+		c := fastConsumer(t, "strict", func(cfg *events.ConsumerConfig) { cfg.Ordering = ordering })
+		events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+			rec.add(call{consumer: m.Consumer, eventID: m.ID, aggregateID: m.AggregateID, attempt: m.Attempt, payload: m.Payload})
+			return nil
+		})
+		startEvents(t, db, events.ForwarderConfig{}, c)
+		return &testBundle{db: db, loose: newEmitter(t, db, looseOrderEvent), rec: rec}
+	}
+	emit := func(t *testing.T, b *testBundle, agg string, p looseOrder) string {
+		t.Helper()
+		id, err := b.loose.EmitTx(context.Background(), b.db.Pool, looseOrderEvent, p, events.Meta{AggregateID: agg})
+		require.NoError(t, err)
+		return id
+	}
+
+	t.Run("BlockPolicyHoldsTheAggregate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, events.OrderingBlock)
+		bad := emit(t, b, "A", looseOrder{OrderID: "a1", Amount: -5})
+		behind := emit(t, b, "A", looseOrder{OrderID: "a2", Amount: 1})
+		other := emit(t, b, "B", looseOrder{OrderID: "b1", Amount: 1})
+
+		pgtest.WaitFor(t, 15*time.Second, "the invalid dispatch to be cancelled", func() (bool, error) {
+			_, state, _ := dispatchJob(t, b.db, "strict", bad)
+			return state == string(rivertype.JobStateCancelled), nil
+		})
+		pgtest.WaitFor(t, 10*time.Second, "the other aggregate's event", func() (bool, error) {
+			return b.rec.count(func(c call) bool { return c.eventID == other }) == 1, nil
+		})
+		_, _, errs := dispatchJob(t, b.db, "strict", bad)
+		require.Contains(t, errs, "amount must not be negative", "the reason is recorded on the job")
+		_, state, _ := dispatchJob(t, b.db, "strict", behind)
+		require.Equal(t, string(rivertype.JobStatePending), state, "the rest of the aggregate waits")
+		require.Zero(t, b.rec.count(func(c call) bool { return c.aggregateID == "A" }), "no handler ran for the blocked aggregate")
+	})
+
+	t.Run("SkipPolicyMovesOn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, events.OrderingSkip)
+		bad := emit(t, b, "A", looseOrder{OrderID: "a1", Extra: "unknown to the consumer"})
+		behind := emit(t, b, "A", looseOrder{OrderID: "a2", Amount: 1})
+
+		pgtest.WaitFor(t, 15*time.Second, "the event behind the invalid one", func() (bool, error) {
+			return b.rec.count(func(c call) bool { return c.eventID == behind }) == 1, nil
+		})
+		pgtest.WaitFor(t, 10*time.Second, "the invalid dispatch to be recorded as cancelled", func() (bool, error) {
+			_, state, _ := dispatchJob(t, b.db, "strict", bad)
+			return state == string(rivertype.JobStateCancelled), nil
+		})
+		_, _, errs := dispatchJob(t, b.db, "strict", bad)
+		require.Contains(t, errs, "unknown field")
+		require.Contains(t, errs, "extra")
+		require.Equal(t, 1, b.rec.count(nil), "the invalid event never reached the handler, and was not retried")
+	})
+}
+
+func TestDispatchFailures(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PanicIsRecoveredAndRetried", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		var calls atomic.Int64
+		c := fastConsumer(t, "panicky", nil)
+		events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+			calls.Add(1)
+			if m.Payload.Text == "boom" && m.Attempt == 1 {
+				panic("kaboom")
+			}
+			return nil
+		})
+		_, inst := startEvents(t, db, events.ForwarderConfig{}, c)
+		em := newEmitter(t, db)
+		ctx := context.Background()
+		boom, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "boom"}, events.Meta{AggregateID: "n"})
+		require.NoError(t, err)
+		after, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "after"}, events.Meta{AggregateID: "n"})
+		require.NoError(t, err)
+
+		pgtest.WaitFor(t, 15*time.Second, "both events handled", func() (bool, error) {
+			_, s1, _ := dispatchJob(t, db, "panicky", boom)
+			_, s2, _ := dispatchJob(t, db, "panicky", after)
+			return s1 == "completed" && s2 == "completed", nil
+		})
+		_, _, errs := dispatchJob(t, db, "panicky", boom)
+		require.Contains(t, errs, "handler panicked: kaboom")
+		require.Equal(t, int64(3), calls.Load())
+		st := inst.Dispatcher.Stats()
+		require.Equal(t, int64(1), st.Panics)
+		require.Equal(t, int64(1), st.Failed)
+		require.Equal(t, int64(2), st.Handled)
+	})
+
+	t.Run("ExhaustedRetriesBlockUntilJobRetry", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		var healthy atomic.Bool
+		rec := &recorder{}
+		var processed atomic.Int64
+		c := fastConsumer(t, "flaky", func(cfg *events.ConsumerConfig) {
+			cfg.OnProcessedFunc = func(ctx context.Context, p events.Processed) { processed.Add(1) }
+		})
+		events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+			if m.Payload.Text == "first" && !healthy.Load() {
+				return errors.New("downstream unavailable")
+			}
+			rec.add(call{eventID: m.ID, attempt: m.Attempt})
+			return nil
+		})
+		rt, _ := startEvents(t, db, events.ForwarderConfig{}, c)
+		em := newEmitter(t, db)
+		ctx := context.Background()
+		first, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "first"}, events.Meta{AggregateID: "x"})
+		require.NoError(t, err)
+		second, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "second"}, events.Meta{AggregateID: "x"})
+		require.NoError(t, err)
+
+		var jobID int64
+		pgtest.WaitFor(t, 15*time.Second, "the failing dispatch to be discarded", func() (bool, error) {
+			id, state, _ := dispatchJob(t, db, "flaky", first)
+			jobID = id
+			return state == "discarded", nil
+		})
+		_, _, errs := dispatchJob(t, db, "flaky", first)
+		require.Contains(t, errs, "downstream unavailable")
+		require.Equal(t, int64(4), processed.Load(), "first try plus three retries")
+		_, state, _ := dispatchJob(t, db, "flaky", second)
+		require.Equal(t, "pending", state)
+
+		healthy.Store(true)
+		_, err = rt.River().JobRetry(ctx, jobID)
+		require.NoError(t, err)
+		pgtest.WaitFor(t, 15*time.Second, "the replayed and the held event", func() (bool, error) {
+			return rec.count(nil) == 2, nil
+		})
+		calls := rec.snapshot()
+		require.Equal(t, first, calls[0].eventID)
+		require.Equal(t, second, calls[1].eventID)
+	})
+
+	t.Run("SkipOwnEventKindsAndRegisteredTypes", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		rec := &recorder{}
+		own := fastConsumer(t, "own", func(cfg *events.ConsumerConfig) {
+			cfg.SourceService = "test"
+			cfg.SkipOwnEventKinds = []events.Kind{events.KindIntegration}
+		})
+		other := fastConsumer(t, "other", nil)
+		for _, c := range []*events.Consumer{own, other} {
+			require.NoError(t, c.Subscribe(
+				events.Handle(noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+					rec.add(call{consumer: m.Consumer + "/1", eventID: m.ID})
+					return nil
+				}),
+				events.Handle(noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+					rec.add(call{consumer: m.Consumer + "/2", eventID: m.ID})
+					return nil
+				}),
+				events.Handle(orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+					rec.add(call{consumer: m.Consumer + "/order", eventID: m.ID})
+					return nil
+				}),
+			))
+		}
+		require.Equal(t, []string{"test.note", "test.order_placed"}, own.RegisteredEventTypes())
+		startEvents(t, db, events.ForwarderConfig{}, own, other)
+		em := newEmitter(t, db)
+		ctx := context.Background()
+		_, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "integration from test"}, events.Meta{})
+		require.NoError(t, err)
+		_, err = em.EmitTx(ctx, db.Pool, orderPlacedEvent, orderPlaced{OrderID: "domain"}, events.Meta{})
+		require.NoError(t, err)
+
+		pgtest.WaitFor(t, 15*time.Second, "deliveries", func() (bool, error) {
+			return rec.count(nil) == 4, nil
+		})
+		pgtest.WaitFor(t, 10*time.Second, "dispatch jobs to finish", func() (bool, error) {
+			return db.CountJobs(t, "available", "running", "retryable", "pending") == 0, nil
+		})
+		got := map[string]int{}
+		var order []string
+		for _, c := range rec.snapshot() {
+			got[c.consumer]++
+			if c.consumer == "other/1" || c.consumer == "other/2" {
+				order = append(order, c.consumer)
+			}
+		}
+		require.Equal(t, map[string]int{"other/1": 1, "other/2": 1, "other/order": 1, "own/order": 1}, map[string]int{
+			"other/1": got["other/1"], "other/2": got["other/2"], "other/order": got["other/order"], "own/order": got["own/order"]})
+		require.Zero(t, got["own/1"]+got["own/2"], "own integration events are skipped")
+		require.Equal(t, []string{"other/1", "other/2"}, order, "handlers run in registration order")
+	})
+}
+
+var _ = queue.OutboxEvent{}
