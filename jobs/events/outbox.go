@@ -117,30 +117,32 @@ func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []strin
 	var n int
 	err := inTx(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, queue.Qualify(schema, `
-            SELECT u.id::text, o.status FROM unnest($1::uuid[]) AS u(id)
-            LEFT JOIN /*schema*/tributary_outbox o ON o.id = u.id
-            FOR UPDATE OF o`), ids)
+            SELECT id::text, status FROM /*schema*/tributary_outbox WHERE id = ANY($1::uuid[]) FOR UPDATE`), ids)
 		if err != nil {
 			return fmt.Errorf("error reading outbox rows to replay: %w", err)
 		}
-		var bad []string
+		found := map[string]string{}
 		for rows.Next() {
-			var id string
-			var status *string
+			var id, status string
 			if err := rows.Scan(&id, &status); err != nil {
 				rows.Close()
 				return err
 			}
-			switch {
-			case status == nil:
-				bad = append(bad, id+" (not found)")
-			case *status == StatusPending || *status == StatusClaimed:
-				bad = append(bad, id+" (still "+*status+")")
-			}
+			found[id] = status
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		var bad []string
+		for _, id := range ids {
+			norm := uuid.MustParse(id).String()
+			switch status, ok := found[norm]; {
+			case !ok:
+				bad = append(bad, id+" (not found)")
+			case status == StatusPending || status == StatusClaimed:
+				bad = append(bad, id+" (still "+status+")")
+			}
 		}
 		if len(bad) > 0 {
 			sort.Strings(bad)

@@ -1,0 +1,231 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// watchPublisher records every publish and notes when one event is in two
+// publishes at the same time.
+type watchPublisher struct {
+	mu       sync.Mutex
+	inFlight map[string]bool
+	counts   map[string]int
+	byAgg    map[string][]string // aggregate -> event ids in publish order
+	overlaps []string
+	failures atomic.Int64 // fail this many publishes first
+}
+
+func newWatchPublisher() *watchPublisher {
+	return &watchPublisher{inFlight: map[string]bool{}, counts: map[string]int{}, byAgg: map[string][]string{}}
+}
+
+func (p *watchPublisher) Name() string { return "watch" }
+
+func (p *watchPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+	if p.failures.Add(-1) >= 0 {
+		return errors.New("broker unavailable")
+	}
+	p.mu.Lock()
+	for _, e := range evs {
+		if p.inFlight[e.ID] {
+			p.overlaps = append(p.overlaps, e.ID)
+		}
+		p.inFlight[e.ID] = true
+	}
+	p.mu.Unlock()
+	time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // widen the window for overlaps
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range evs {
+		delete(p.inFlight, e.ID)
+		p.counts[e.ID]++
+		if e.AggregateID != "" {
+			p.byAgg[e.AggregateID] = append(p.byAgg[e.AggregateID], e.ID)
+		}
+	}
+	return nil
+}
+
+// emitPositions returns, per aggregate, the event ids in emit order.
+func emitOrder(t *testing.T, db *pgtest.DB) map[string][]string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), db.Q(`
+        SELECT aggregate_id, id::text FROM /*schema*/tributary_outbox WHERE aggregate_id IS NOT NULL ORDER BY position`))
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string][]string{}
+	for rows.Next() {
+		var agg, id string
+		require.NoError(t, rows.Scan(&agg, &id))
+		out[agg] = append(out[agg], id)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func emitNotes(t *testing.T, em *events.Emitter, db *pgtest.DB, n, aggregates, perTx int) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for i := 0; i < n; i += perTx {
+		batch := make([]events.Emission, 0, perTx)
+		for j := i; j < min(n, i+perTx); j++ {
+			meta := events.Meta{}
+			if j%10 != 9 { // every tenth event has no aggregate
+				meta.AggregateID = fmt.Sprintf("agg-%d", j%aggregates)
+			}
+			batch = append(batch, events.Emission{Def: noteEvent, Payload: noteV1{Text: fmt.Sprint(j)}, Meta: meta})
+		}
+		got, err := em.EmitManyTx(ctx, db.Pool, batch)
+		require.NoError(t, err)
+		ids = append(ids, got...)
+	}
+	return ids
+}
+
+func TestForwarderConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	em := newEmitter(t, db)
+	pub := newWatchPublisher()
+	const n = 1500
+	ids := emitNotes(t, em, db, n, 40, 50)
+
+	var forwarders []*events.Forwarder
+	for i := range 4 {
+		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
+			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{pub},
+			ID: fmt.Sprintf("fwd-%d", i), BatchSize: 25, SweepInterval: 50 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		forwarders = append(forwarders, f)
+	}
+	ctx := context.Background()
+	for _, f := range forwarders {
+		require.NoError(t, f.Start(ctx))
+		t.Cleanup(func() { _ = f.Stop(context.Background()) })
+	}
+	// More events while they run, so claims race with inserts too.
+	ids = append(ids, emitNotes(t, em, db, 500, 40, 7)...)
+
+	pgtest.WaitFor(t, 60*time.Second, "every row to be SENT", func() (bool, error) {
+		var left int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox WHERE status <> 'SENT'`)).Scan(&left)
+		return left == 0, err
+	})
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	require.Empty(t, pub.overlaps, "a row was claimed by two forwarders at once")
+	for _, id := range ids {
+		require.Equal(t, 1, pub.counts[id], "event %s published once", id)
+	}
+	var total int64
+	for _, f := range forwarders {
+		total += f.Stats().Forwarded
+	}
+	require.Equal(t, int64(len(ids)), total)
+	require.Equal(t, emitOrder(t, db), pub.byAgg, "each aggregate's events are published in emit order")
+}
+
+func TestForwarderFailures(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RetriesThenFailedThenReplay", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		em := newEmitter(t, db)
+		pub := newWatchPublisher()
+		pub.failures.Store(3)
+		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
+			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{pub},
+			MaxRetries: 2, SweepInterval: 20 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		ctx := context.Background()
+		id, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+		require.NoError(t, err)
+
+		_, err = f.ForwardOnce(ctx)
+		require.ErrorContains(t, err, "broker unavailable")
+		rows, err := events.ListOutbox(ctx, db.Pool, db.Schema, events.ListParams{})
+		require.NoError(t, err)
+		require.Equal(t, events.StatusPending, rows[0].Status)
+		require.Equal(t, 1, rows[0].RetryCount)
+		require.Contains(t, rows[0].LastError, "broker unavailable")
+
+		_, err = f.ForwardOnce(ctx)
+		require.Error(t, err)
+		rows, err = events.ListOutbox(ctx, db.Pool, db.Schema, events.ListParams{Status: events.StatusFailed})
+		require.NoError(t, err)
+		require.Len(t, rows, 1)
+		require.Equal(t, id, rows[0].ID)
+		require.NotNil(t, rows[0].FailedAt)
+
+		_, err = events.ReplayOutbox(ctx, db.Pool, db.Schema, []string{id, "00000000-0000-0000-0000-000000000000"})
+		require.ErrorIs(t, err, events.ErrNotReplayable, "an unknown id fails the whole replay")
+		require.Equal(t, events.StatusFailed, outboxStatus(t, db, id))
+		_, err = events.ReplayOutbox(ctx, db.Pool, db.Schema, []string{"nope"})
+		require.ErrorContains(t, err, `invalid outbox id "nope"`)
+
+		n, err := events.ReplayFailed(ctx, db.Pool, db.Schema)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, events.StatusPending, outboxStatus(t, db, id))
+		_, err = f.ForwardOnce(ctx) // the third publish fails again
+		require.Error(t, err)
+		_, err = f.ForwardOnce(ctx)
+		require.NoError(t, err)
+		require.Equal(t, events.StatusSent, outboxStatus(t, db, id))
+	})
+
+	t.Run("StaleClaimIsResetAndForwarded", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		em := newEmitter(t, db)
+		ctx := context.Background()
+		ids := emitNotes(t, em, db, 30, 5, 30)
+
+		// A forwarder that "dies" right after its claim committed: it never
+		// publishes, never marks anything.
+		errKilled := errors.New("killed")
+		dead, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
+			Schema: db.Schema, Publishers: []queue.OutboxPublisher{newWatchPublisher()}, ID: "dead",
+			AfterClaimFunc: func(ctx context.Context, evs []queue.OutboxEvent) error { return errKilled },
+		})
+		require.NoError(t, err)
+		_, err = dead.ForwardOnce(ctx)
+		require.ErrorIs(t, err, errKilled)
+		rows, err := events.ListOutbox(ctx, db.Pool, db.Schema, events.ListParams{Status: events.StatusClaimed})
+		require.NoError(t, err)
+		require.Len(t, rows, 30)
+		require.Equal(t, "dead", rows[0].ClaimedBy)
+
+		rec := &recorder{}
+		c := fastConsumer(t, "after-crash", nil)
+		events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+			rec.add(call{eventID: m.ID})
+			return nil
+		})
+		_, inst := startEvents(t, db, events.ForwarderConfig{StaleClaimAfter: 300 * time.Millisecond, SweepInterval: 50 * time.Millisecond}, c)
+		pgtest.WaitFor(t, 20*time.Second, "the stale rows to be forwarded and handled", func() (bool, error) {
+			return rec.count(nil) == len(ids), nil
+		})
+		for _, id := range ids {
+			require.Equal(t, events.StatusSent, outboxStatus(t, db, id))
+		}
+		require.Positive(t, inst.Forwarder.Stats().StaleResets)
+	})
+}
