@@ -155,7 +155,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		DiscardedJobRetentionPeriod: cfg.DiscardedJobRetention,
 		JobTimeout:                  cfg.JobTimeout,
 		ID:                          cfg.ID,
-		WorkerMiddleware:            []rivertype.WorkerMiddleware{river.WorkerMiddlewareFunc(rt.snoozeOnHardStop)},
+		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.snoozeOnHardStop)},
 	}
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
