@@ -7,6 +7,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/tributary
 TEST_TIMEOUT ?= 9m
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: build run test lint bench chaos clean
 
@@ -20,8 +21,7 @@ lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
-	@if command -v staticcheck >/dev/null 2>&1; then staticcheck ./...; \
-	else echo "staticcheck not installed (go install honnef.co/go/tools/cmd/staticcheck@latest); skipped"; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 test: build
 	@eval "$$(scripts/services.sh env test)" && \
