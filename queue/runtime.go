@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,8 @@ type Runtime struct {
 	started  []Service
 	running  bool
 
-	hardStopping atomic.Bool
+	hardStopping   atomic.Bool
+	softStopCancel context.CancelFunc // set while River's soft stop runs
 }
 
 // RuntimeConfigFrom fills the runtime settings that come from the
@@ -267,10 +269,39 @@ func (rt *Runtime) Run(ctx context.Context) error {
 		return err
 	}
 	<-sigCtx.Done()
-	rt.logger.InfoContext(ctx, "shutting down", "timeout", rt.cfg.ShutdownTimeout)
+	stop()
+	rt.logger.InfoContext(ctx, "shutting down; a second signal cancels running jobs at once", "timeout", rt.cfg.ShutdownTimeout)
+
+	// A second signal skips the rest of the soft stop.
+	second := make(chan os.Signal, 1)
+	signal.Notify(second, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(second)
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-second:
+			rt.logger.WarnContext(ctx, "second signal: cancelling running jobs now")
+			rt.HardStop()
+		case <-stopped:
+		}
+	}()
+
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ShutdownTimeout+HardStopGraceDefault+5*time.Second)
 	defer cancel()
 	return rt.Stop(stopCtx)
+}
+
+// HardStop ends the soft part of a stop in progress: running jobs are
+// cancelled now instead of after ShutdownTimeout. It does nothing when no
+// stop is in progress.
+func (rt *Runtime) HardStop() {
+	rt.mu.Lock()
+	cancel := rt.softStopCancel
+	rt.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 }
 
 // riverService adapts the River client to the Service lifecycle.
@@ -287,11 +318,14 @@ func (s *riverService) Start(ctx context.Context) error {
 func (s *riverService) Stop(ctx context.Context) error {
 	softCtx, cancel := context.WithTimeout(ctx, s.rt.cfg.ShutdownTimeout)
 	defer cancel()
+	s.rt.mu.Lock()
+	s.rt.softStopCancel = cancel
+	s.rt.mu.Unlock()
 	err := s.rt.river.Stop(softCtx)
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	s.rt.logger.WarnContext(ctx, "shutdown timeout reached, cancelling running jobs", "timeout", s.rt.cfg.ShutdownTimeout)

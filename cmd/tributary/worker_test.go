@@ -117,3 +117,31 @@ func TestWorkerShutdownAndRestart(t *testing.T) {
 	_, code = stopWorker(t, worker, 40*time.Second)
 	require.Equal(t, 0, code, "worker logs:\n%s", logs.String())
 }
+
+func TestWorkerSecondSignalCancelsAtOnce(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	client := db.Client(t)
+	ctx := context.Background()
+
+	res, err := client.Enqueue(ctx, demo.SleepArgs{MS: 60_000}, nil)
+	require.NoError(t, err)
+	worker, logs := startWorker(t, db, "TRIBUTARY_SHUTDOWN_TIMEOUT=2m")
+	db.WaitForJobState(t, res.Job.ID, rivertype.JobStateRunning, 30*time.Second)
+
+	require.NoError(t, worker.Process.Signal(syscall.SIGTERM))
+	pgtest.WaitFor(t, 10*time.Second, "the worker to log its shutdown", func() (bool, error) {
+		return bytes.Contains([]byte(logs.String()), []byte("shutting down")), nil
+	})
+	took, code := stopWorker(t, worker, 30*time.Second)
+	require.Equal(t, 0, code, "worker logs:\n%s", logs.String())
+	require.Less(t, took, queue.HardStopGraceDefault+5*time.Second, "the second signal skips the 2m soft stop")
+
+	// The interrupted job is available again, with no failed attempt recorded.
+	state, err := db.JobState(ctx, res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, state, "worker logs:\n%s", logs.String())
+	job, err := client.River().JobGet(ctx, res.Job.ID)
+	require.NoError(t, err)
+	require.Empty(t, job.Errors)
+}
