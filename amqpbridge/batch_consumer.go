@@ -42,6 +42,9 @@ type BatchConsumerConfig struct {
 	// instead of waiting for a threshold. The inbound bridge uses it: low
 	// latency at low rates, full batches under load.
 	FlushWhenIdle bool
+	// IdleWait is the pause that counts as idle for FlushWhenIdle. Defaults
+	// to 2ms.
+	IdleWait time.Duration
 	// Name overrides the service name in logs. Defaults to "amqp batch
 	// consumer {queue}".
 	Name string
@@ -86,6 +89,7 @@ func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error
 	bc.MaxBytes = cmp.Or(bc.MaxBytes, cfg.BatchMaxBytes)
 	bc.MaxAge = cmp.Or(bc.MaxAge, cfg.BatchMaxAge)
 	bc.TimerInterval = cmp.Or(bc.TimerInterval, cfg.BatchTimerInterval)
+	bc.IdleWait = cmp.Or(bc.IdleWait, 2*time.Millisecond)
 	if bc.MaxEvents < 1 || bc.MaxEvents > 65535 {
 		return nil, fmt.Errorf("invalid batch max events %d for queue %q: want 1..65535 (it is the prefetch)", bc.MaxEvents, bc.Queue)
 	}
@@ -252,6 +256,8 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 	var buf batch
 	ticker := time.NewTicker(c.bc.TimerInterval)
 	defer ticker.Stop()
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
 
 	add := func(raw amqp.Delivery) {
 		c.stats.delivered.Add(1)
@@ -289,7 +295,11 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 			}
 			add(raw)
 			if c.bc.FlushWhenIdle {
-				// Take what is already waiting, up to a full batch.
+				// Take what keeps arriving, up to a full batch; a pause of
+				// IdleWait ends the batch. (A non-blocking receive is not
+				// enough: amqp091-go hands deliveries over one at a time
+				// from its own goroutine, so it would often see none.)
+				idle.Reset(c.bc.IdleWait)
 			more:
 				for !full() {
 					select {
@@ -298,10 +308,12 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 							break more
 						}
 						add(raw)
-					default:
+						idle.Reset(c.bc.IdleWait)
+					case <-idle.C:
 						break more
 					}
 				}
+				idle.Stop()
 				c.flush(sess, &buf, stop == nil)
 			} else if full() {
 				c.flush(sess, &buf, stop == nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -52,6 +53,8 @@ type Publisher struct {
 	sess   *pubSession
 	closed bool
 
+	idPrefix   string
+	seq        atomic.Uint64
 	published  atomic.Uint64
 	confirmed  atomic.Uint64
 	reconnects atomic.Uint64
@@ -80,7 +83,13 @@ func NewPublisher(cfg Config) (*Publisher, error) {
 }
 
 func newPublisher(cfg Config, connectionName string) *Publisher {
-	return &Publisher{cfg: cfg, name: connectionName}
+	return &Publisher{cfg: cfg, name: connectionName, idPrefix: uuid.NewString() + "-"}
+}
+
+// nextID returns a unique message id: a random per-publisher prefix and a
+// sequence number (cheaper than a random UUID per message).
+func (p *Publisher) nextID() string {
+	return p.idPrefix + strconv.FormatUint(p.seq.Add(1), 10)
 }
 
 // Name implements queue.Service.
@@ -198,14 +207,14 @@ func (pd *Pending) Wait(ctx context.Context) error {
 
 // PublishDeferred publishes one message without waiting for its confirm; the
 // caller must call Wait on the result. A message without MessageId gets a
-// random one (consumers can use it as an idempotency key); a zero
-// DeliveryMode becomes persistent.
+// unique one (consumers can use it as an idempotency key; the publisher uses
+// it to match broker returns); a zero DeliveryMode becomes persistent.
 func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) (*Pending, error) {
 	if len(msg.Body) > p.cfg.MaxMessageBytes {
 		return nil, fmt.Errorf("%w: %d bytes > limit %d", ErrMessageTooLarge, len(msg.Body), p.cfg.MaxMessageBytes)
 	}
 	if msg.MessageId == "" {
-		msg.MessageId = uuid.NewString()
+		msg.MessageId = p.nextID()
 	}
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent

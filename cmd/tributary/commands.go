@@ -12,5 +12,6 @@ func commands(a *app) []*cobra.Command {
 		newJobsCmd(a),
 		newStatsCmd(a),
 		newBenchCmd(a),
+		newDLQCmd(a),
 	}
 }

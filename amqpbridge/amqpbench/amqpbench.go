@@ -1,0 +1,343 @@
+package amqpbench
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	// URL of the broker. Defaults to amqpbridge.URLDefault.
+	URL string
+	// Messages per measurement. Defaults to 50,000.
+	Messages int
+	// Rounds of every measurement; the report gives the medians. Defaults
+	// to 3.
+	Rounds int
+	// BodyBytes is the size of each JSON body. Defaults to 200.
+	BodyBytes int
+	// ConfirmWindow for both publish loops. Defaults to 512.
+	ConfirmWindow int
+	// Prefetch for both consume loops. Defaults to 300.
+	Prefetch int
+	// DB and Jobs enable the inbound measurement (AMQP -> River job); with
+	// either nil it is skipped.
+	DB   amqpbridge.TxBeginner
+	Jobs amqpbridge.JobEnqueuer
+	// JobKind of the inserted jobs. Defaults to "bench.amqp".
+	JobKind string
+	// Logger for the bridge. Defaults to a discarding logger.
+	Logger *slog.Logger
+}
+
+// Result holds the measured rates in messages per second.
+type Result struct {
+	PublishBare, PublishBridge float64
+	InboundBare, InboundBridge float64
+}
+
+// Run runs the benchmark and writes a small report to w.
+func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
+	opts.URL = cmp.Or(opts.URL, amqpbridge.URLDefault)
+	opts.Messages = cmp.Or(opts.Messages, 50000)
+	opts.Rounds = cmp.Or(opts.Rounds, 3)
+	opts.BodyBytes = cmp.Or(opts.BodyBytes, 200)
+	opts.ConfirmWindow = cmp.Or(opts.ConfirmWindow, 512)
+	opts.Prefetch = cmp.Or(opts.Prefetch, 300)
+	opts.JobKind = cmp.Or(opts.JobKind, "bench.amqp")
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	var res Result
+
+	conn, err := amqp.Dial(opts.URL)
+	if err != nil {
+		return res, fmt.Errorf("error connecting to %s: %w", amqpbridge.RedactURL(opts.URL), err)
+	}
+	defer conn.Close()
+	suffix := randomSuffix()
+	cfg := amqpbridge.Config{
+		URL: opts.URL, ConfirmWindow: opts.ConfirmWindow, ConnectionName: "tributary-bench-" + suffix,
+		MaxMessageBytes: max(amqpbridge.MaxMessageBytesDefault, opts.BodyBytes), Logger: opts.Logger,
+	}
+	body := makeBody(opts.BodyBytes)
+
+	fmt.Fprintf(w, "AMQP bench: %d messages of %d bytes, persistent, durable queues\n", opts.Messages, len(body))
+
+	// Publish with confirms.
+	bareQ, err := declareQueue(conn, "bench-publish-bare-"+suffix, nil)
+	if err != nil {
+		return res, err
+	}
+	defer deleteQueue(conn, bareQ)
+	// The bridge's queue is declared as the inbound bridge declares it
+	// (dead-lettering to .failed), with its retry and failed queues removed
+	// afterwards too.
+	topo := cfg.Topology("bench-publish-bridge-" + suffix)
+	bridgeQ, err := declareQueue(conn, topo.Main, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": topo.Failed})
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		deleteQueue(conn, topo.Main)
+		deleteQueue(conn, topo.Failed)
+		for _, r := range topo.Retry {
+			deleteQueue(conn, r.Queue)
+		}
+	}()
+
+	var pubBare, pubBridge, inBare, inBridge []float64
+	withDB := opts.DB != nil && opts.Jobs != nil
+	for round := range opts.Rounds {
+		// Alternate who goes first, so neither side always gets the warmer
+		// broker.
+		publishers := []func() error{
+			func() error {
+				d, err := barePublish(ctx, conn, bareQ, body, opts.Messages, opts.ConfirmWindow)
+				pubBare = append(pubBare, rate(opts.Messages, d))
+				return wrap("bare publish", err)
+			},
+			func() error {
+				d, err := bridgePublish(ctx, cfg, bridgeQ, body, opts.Messages)
+				pubBridge = append(pubBridge, rate(opts.Messages, d))
+				return wrap("bridge publish", err)
+			},
+		}
+		consumers := []func() error{
+			func() error {
+				d, err := bareConsume(ctx, conn, bareQ, opts.Messages, opts.Prefetch)
+				inBare = append(inBare, rate(opts.Messages, d))
+				return wrap("bare consume", err)
+			},
+			func() error {
+				d, err := bridgeInbound(ctx, cfg, bridgeQ, opts)
+				inBridge = append(inBridge, rate(opts.Messages, d))
+				return wrap("bridge inbound", err)
+			},
+		}
+		if round%2 == 1 {
+			publishers[0], publishers[1] = publishers[1], publishers[0]
+			consumers[0], consumers[1] = consumers[1], consumers[0]
+		}
+		steps := publishers
+		if withDB {
+			steps = append(steps, consumers...)
+		} else {
+			// Nothing consumes: empty the queues for the next round.
+			steps = append(steps, func() error { return purge(conn, bareQ, bridgeQ) })
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.PublishBare, res.PublishBridge = median(pubBare), median(pubBridge)
+	fmt.Fprintf(w, "publish with confirms (window %d): bare amqp091-go %.0f msg/s, tributary Publisher %.0f msg/s, ratio %.2f (goal >= 0.80)\n",
+		opts.ConfirmWindow, res.PublishBare, res.PublishBridge, res.PublishBridge/res.PublishBare)
+	if !withDB {
+		fmt.Fprintln(w, "inbound AMQP -> job: skipped (no database)")
+		return res, nil
+	}
+	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
+	fmt.Fprintf(w, "inbound (prefetch %d, multiple ack): bare amqp091-go consume+ack %.0f msg/s, tributary AMQP -> River job %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
+		opts.Prefetch, res.InboundBare, res.InboundBridge, res.InboundBridge/res.InboundBare)
+	fmt.Fprintf(w, "(median of %d rounds, alternating which side goes first)\n", opts.Rounds)
+	return res, nil
+}
+
+func wrap(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func purge(conn *amqp.Connection, queues ...string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for _, q := range queues {
+		if _, err := ch.QueuePurge(q, false); err != nil {
+			return fmt.Errorf("error purging %q: %w", q, err)
+		}
+	}
+	return nil
+}
+
+func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func makeBody(n int) []byte {
+	const prefix = `{"pad":"`
+	pad := max(0, n-len(prefix)-2)
+	b := make([]byte, 0, n)
+	b = append(b, prefix...)
+	for range pad {
+		b = append(b, 'x')
+	}
+	return append(b, `"}`...)
+}
+
+func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (string, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return "", err
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		return "", fmt.Errorf("error declaring %q: %w", name, err)
+	}
+	return name, nil
+}
+
+func deleteQueue(conn *amqp.Connection, name string) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer ch.Close()
+	_, _ = ch.QueueDelete(name, false, false, false)
+}
+
+// barePublish is the baseline: one confirm-mode channel, deferred confirms,
+// at most window outstanding.
+func barePublish(ctx context.Context, conn *amqp.Connection, q string, body []byte, n, window int) (time.Duration, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
+	pending := make([]*amqp.DeferredConfirmation, 0, n)
+	head := 0
+	start := time.Now()
+	for range n {
+		if len(pending)-head == window {
+			if ok, err := pending[head].WaitContext(ctx); err != nil || !ok {
+				return 0, cmp.Or(err, errors.New("nacked"))
+			}
+			head++
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{
+			DeliveryMode: amqp.Persistent, ContentType: "application/json", Body: body,
+		})
+		if err != nil {
+			return 0, err
+		}
+		pending = append(pending, dc)
+	}
+	for ; head < len(pending); head++ {
+		if ok, err := pending[head].WaitContext(ctx); err != nil || !ok {
+			return 0, cmp.Or(err, errors.New("nacked"))
+		}
+	}
+	return time.Since(start), nil
+}
+
+func bridgePublish(ctx context.Context, cfg amqpbridge.Config, q string, body []byte, n int) (time.Duration, error) {
+	pub, err := amqpbridge.NewPublisher(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = pub.Stop(context.Background()) }()
+	msgs := make([]amqpbridge.Message, n)
+	for i := range msgs {
+		msgs[i] = amqpbridge.Message{RoutingKey: q, Publishing: amqp.Publishing{ContentType: "application/json", Body: body}}
+	}
+	start := time.Now()
+	if err := pub.PublishMany(ctx, msgs); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// bareConsume is the baseline: prefetch, and a multiple ack every half
+// prefetch.
+func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefetch int) (time.Duration, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return 0, err
+	}
+	deliveries, err := ch.Consume(q, "", false, false, false, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	every := max(1, prefetch/2)
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return 0, errors.New("consumer channel closed")
+			}
+			if i%every == 0 || i == n {
+				if err := d.Ack(true); err != nil {
+					return 0, err
+				}
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return time.Since(start), nil
+}
+
+func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts Options) (time.Duration, error) {
+	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
+		Queue: q, DB: opts.DB, Prefetch: opts.Prefetch,
+		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),
+	})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := in.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer func() { _ = in.Stop(context.Background()) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for in.Stats().HandedOff < uint64(opts.Messages) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	st := in.Stats()
+	opts.Logger.Debug("inbound bench round done", "flushes", st.Flushes, "failures", st.FlushFailures, "handed_off", st.HandedOff)
+	return time.Since(start), nil
+}

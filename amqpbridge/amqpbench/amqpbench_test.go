@@ -1,0 +1,35 @@
+package amqpbench_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
+	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+// TestRun runs a small benchmark end to end: it checks that it completes and
+// reports both pairs of figures, not how fast they are.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	amqptest.Conn(t) // fails under CI=true without a broker
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	res, err := amqpbench.Run(ctx, amqpbench.Options{URL: amqptest.URL(), Messages: 1000, Rounds: 2, DB: db.Pool, Jobs: db.Client(t)}, &out)
+	require.NoError(t, err, out.String())
+	t.Log(out.String())
+	require.Contains(t, out.String(), "publish with confirms (window 512)")
+	require.Contains(t, out.String(), "inbound (prefetch 300, multiple ack)")
+	require.Positive(t, res.PublishBare)
+	require.Positive(t, res.PublishBridge)
+	require.Positive(t, res.InboundBare)
+	require.Positive(t, res.InboundBridge)
+	require.Equal(t, 2000, db.CountJobs(t), "two rounds of 1,000 jobs")
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
+	"github.com/tributary-run/tributary/internal/bench"
+	"github.com/tributary-run/tributary/queue"
+)
+
+func newBenchAMQPCmd(a *app) *cobra.Command {
+	var (
+		n, rounds, bodyBytes int
+		asJSON               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "amqp",
+		Short: "Publish-with-confirms and inbound AMQP -> job throughput beside bare amqp091-go loops",
+		Long: `Publish N persistent messages with confirms through tributary's Publisher and
+through a bare amqp091-go loop (confirm window 512), then turn them into River
+jobs with the inbound bridge beside a bare consumer (prefetch 300, multiple
+ack) that inserts nothing. Jobs go to a temporary schema that is dropped
+afterwards. Prints msgs/s for each side, the ratios and the goals (publish
+>= 0.8x, inbound >= 0.5x); with --rounds R, the medians of R alternating rounds.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 || rounds < 1 || bodyBytes < 2 {
+				return usagef("-n %d, --rounds %d and --body-bytes %d must be positive", n, rounds, bodyBytes)
+			}
+			ctx := cmd.Context()
+			pool, err := a.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			schema, drop, err := bench.TempSchema(ctx, pool, "bench_amqp")
+			if err != nil {
+				return err
+			}
+			defer drop()
+			client, err := queue.NewClient(pool, queue.ClientConfig{Schema: schema, Logger: a.logger})
+			if err != nil {
+				return err
+			}
+			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			opts := amqpbench.Options{
+				URL: amqpbridge.ConfigFromQueue(a.cfg, quiet).URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
+				DB: pool, Jobs: client, Logger: quiet,
+			}
+			out := a.stdout
+			if asJSON {
+				out = a.stderr
+			}
+			res, err := amqpbench.Run(ctx, opts, out)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(map[string]any{
+					"messages": n, "rounds": rounds, "body_bytes": bodyBytes,
+					"publish_bare_msgs_per_sec": res.PublishBare, "publish_tributary_msgs_per_sec": res.PublishBridge,
+					"publish_ratio":             res.PublishBridge / res.PublishBare,
+					"inbound_bare_msgs_per_sec": res.InboundBare, "inbound_tributary_msgs_per_sec": res.InboundBridge,
+					"inbound_ratio": res.InboundBridge / res.InboundBare,
+				})
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&n, "n", "n", 50000, "messages per measurement")
+	cmd.Flags().IntVar(&rounds, "rounds", 3, "alternate the two sides this many times; medians count")
+	cmd.Flags().IntVar(&bodyBytes, "body-bytes", 200, "size of each JSON body")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document (the report goes to stderr)")
+	return cmd
+}
