@@ -41,6 +41,7 @@ func workerInstallers() []installer {
 			}
 			return nil
 		}},
+		{name: "dashboard", install: installDashboard},
 	}
 }
 

@@ -1,0 +1,192 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/queue"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+const chromiumInstall = "apt-get update && apt-get install -y chromium"
+
+var chromiumOnce sync.Once
+
+// requireChromium finds Debian's chromium or installs it; under CI=true it
+// fails with the command to run instead.
+func requireChromium(t *testing.T) {
+	t.Helper()
+	chromiumOnce.Do(func() {
+		if _, err := os.Stat(chromiumPath); err == nil {
+			return
+		}
+		if os.Getenv("CI") == "true" {
+			return
+		}
+		t.Logf("installing chromium: %s", chromiumInstall)
+		out, err := exec.Command("sh", "-c", chromiumInstall).CombinedOutput()
+		if err != nil {
+			t.Logf("installing chromium failed: %v\n%s", err, out)
+		}
+	})
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("the browser test needs Debian's chromium at %s; install it with: %s", chromiumPath, chromiumInstall)
+	}
+}
+
+// newBrowser starts a headless chromium with a fresh profile.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	requireChromium(t)
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("password-store", "basic"),
+		chromedp.WindowSize(1280, 900),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// screenshot saves the whole page under testdata/screenshots (ignored by
+// git).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	dir := filepath.Join("testdata", "screenshots")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644))
+}
+
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var svc *Service
+	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		demo.Register(rt)
+		var err error
+		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Token: testToken, Logger: pgtest.Logger(t)})
+		require.NoError(t, err)
+	})
+	ctx := context.Background()
+	base := "http://" + svc.Addr()
+
+	// Some history: completed jobs, a job waiting an hour, and a job that
+	// fails its first attempt with max attempts 1, so it is discarded; a
+	// retry gives it a second attempt, which succeeds.
+	var noop int64
+	for range 5 {
+		res, err := rt.Enqueue(ctx, demo.NoopArgs{}, nil)
+		require.NoError(t, err)
+		noop = res.Job.ID
+	}
+	_, err := rt.Enqueue(ctx, demo.SleepArgs{MS: 10}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour), Queue: "reports"})
+	require.NoError(t, err)
+	res, err := rt.Enqueue(ctx, demo.FailArgs{Times: 1}, &queue.EnqueueOpts{MaxAttempts: 1})
+	require.NoError(t, err)
+	failed := res.Job.ID
+	db.WaitForJobState(t, noop, rivertype.JobStateCompleted, 10*time.Second)
+	db.WaitForJobState(t, failed, rivertype.JobStateDiscarded, 10*time.Second)
+
+	b := newBrowser(t)
+
+	// The overview.
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/"), chromedp.WaitVisible(".card.state-discarded")))
+	discarded, err := chromedp.Run(b, chromedp.Text(".card.state-discarded .value"))
+	require.NoError(t, err)
+	require.Equal(t, "1", strings.TrimSpace(discarded))
+	screenshot(t, b, "01-overview")
+
+	// Jobs, filtered by state through the form.
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Navigate(base+"/jobs"),
+		chromedp.WaitVisible("#filter-state"),
+	))
+	screenshot(t, b, "02-jobs")
+	require.NoError(t, chromedp.Do(b,
+		chromedp.SetValue("#filter-state", "discarded"),
+		chromedp.Click("#filter-apply"),
+		chromedp.WaitVisible(fmt.Sprintf(`a[href="/jobs/%d"]`, failed)),
+	))
+	loc, err := chromedp.Run(b, chromedp.Location())
+	require.NoError(t, err)
+	require.Contains(t, loc, "state=discarded")
+	rows, err := chromedp.Run(b, chromedp.Evaluate[int](`document.querySelectorAll("table.jobs tbody tr").length`))
+	require.NoError(t, err)
+	require.Equal(t, 1, rows, "only the discarded job is listed")
+	screenshot(t, b, "03-jobs-discarded")
+
+	// The failed job.
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Click(fmt.Sprintf(`a[href="/jobs/%d"]`, failed)),
+		chromedp.WaitVisible("#job-state"),
+	))
+	state, err := chromedp.Run(b, chromedp.Text("#job-state"))
+	require.NoError(t, err)
+	require.Equal(t, "discarded", state)
+	errText, err := chromedp.Run(b, chromedp.Text("pre.error"))
+	require.NoError(t, err)
+	require.Contains(t, errText, "failing on purpose")
+	screenshot(t, b, "04-job-discarded")
+
+	// Log in with the token through the form; it returns to the job.
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Click("#login-link"),
+		chromedp.WaitVisible("#token"),
+		chromedp.SendKeys("#token", testToken),
+	))
+	screenshot(t, b, "05-login")
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Click("#login-submit"),
+		chromedp.WaitVisible("#action-retry"),
+	))
+	screenshot(t, b, "06-job-logged-in")
+
+	// Retry; the second attempt succeeds and the page shows it.
+	require.NoError(t, chromedp.Do(b, chromedp.Click("#action-retry"), chromedp.WaitVisible("#job-state")))
+	db.WaitForJobState(t, failed, rivertype.JobStateCompleted, 10*time.Second)
+	require.NoError(t, chromedp.Do(b, chromedp.Reload(), chromedp.WaitVisible("#job-state")))
+	state, err = chromedp.Run(b, chromedp.Text("#job-state"))
+	require.NoError(t, err)
+	require.Equal(t, "completed", state)
+	screenshot(t, b, "07-job-retried")
+
+	// The other pages render.
+	for i, page := range []string{"outbox", "schedules", "batches", "amqp"} {
+		require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/"+page), chromedp.WaitVisible("main h1")))
+		screenshot(t, b, fmt.Sprintf("%02d-%s", 8+i, page))
+	}
+}

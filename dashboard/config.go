@@ -1,0 +1,90 @@
+package dashboard
+
+import (
+	"cmp"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config. Each is also documented on its field.
+const (
+	AddrDefault             = "127.0.0.1:8080"
+	CountCapDefault         = 10000
+	PageSizeDefault         = 50
+	PageSizeMax             = 500
+	ThroughputWindowDefault = 15 * time.Minute
+	QueryTimeoutDefault     = 5 * time.Second
+	SessionTTLDefault       = 12 * time.Hour
+)
+
+// Config configures a dashboard Server.
+type Config struct {
+	// Addr is where the HTTP service listens (InstallWorker, NewService).
+	//
+	// Defaults to 127.0.0.1:8080: loopback only.
+	Addr string
+
+	// Token enables actions: a request must carry it as
+	// `Authorization: Bearer TOKEN`, or log in with it through the form.
+	//
+	// Defaults to empty: the dashboard is read-only and every action answers
+	// 403.
+	Token string
+
+	// Logger for requests that fail and for the service lifecycle.
+	//
+	// Defaults to the client's logger.
+	Logger *slog.Logger
+
+	// CountCap bounds every count: a state or a queue is counted exactly up
+	// to CountCap jobs (an index scan that stops there); above it the
+	// planner's estimate is shown and marked approximate.
+	//
+	// Defaults to 10000.
+	CountCap int
+
+	// ThroughputWindow is how far back the overview's throughput chart goes,
+	// in whole minutes.
+	//
+	// Defaults to 15 minutes.
+	ThroughputWindow time.Duration
+
+	// QueryTimeout bounds the database work of one request or scrape.
+	//
+	// Defaults to 5 seconds.
+	QueryTimeout time.Duration
+
+	// SessionTTL is how long a login through the form lasts.
+	//
+	// Defaults to 12 hours.
+	SessionTTL time.Duration
+
+	// Registry receives the dashboard's collectors and is served on /metrics.
+	//
+	// Defaults to a new registry (never the global default one) with the Go
+	// runtime and process collectors.
+	Registry *prometheus.Registry
+
+	// Collectors are registered on Registry as well: the AMQP bridge's and the
+	// batch engine's counters, or an application's own.
+	Collectors []prometheus.Collector
+
+	// AMQPQueues, when set, lists AMQP queue depths for the AMQP page. Nil
+	// shows the page as not enabled.
+	AMQPQueues AMQPInspector
+}
+
+func (c Config) withDefaults(logger *slog.Logger) Config {
+	c.Addr = cmp.Or(c.Addr, AddrDefault)
+	c.Logger = cmp.Or(c.Logger, logger, slog.Default())
+	c.CountCap = cmp.Or(c.CountCap, CountCapDefault)
+	c.ThroughputWindow = cmp.Or(c.ThroughputWindow, ThroughputWindowDefault)
+	if c.ThroughputWindow < time.Minute {
+		c.ThroughputWindow = time.Minute
+	}
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
+	return c
+}

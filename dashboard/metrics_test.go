@@ -1,0 +1,116 @@
+package dashboard
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// metricValue finds one sample in Prometheus text output; ok is false when
+// the series is absent.
+func metricValue(t *testing.T, body, series string) (float64, bool) {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return v, true
+}
+
+func TestMetricsChangeWhenWorkHappens(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var svc *Service
+	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		demo.Register(rt)
+		var err error
+		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Logger: pgtest.Logger(t)})
+		require.NoError(t, err)
+	})
+	base := "http://" + svc.Addr()
+	ctx := context.Background()
+
+	scrape := func() string {
+		res := get(t, base, "/metrics")
+		require.Equal(t, 200, res.status)
+		return res.body
+	}
+	before := scrape()
+	_, ok := metricValue(t, before, `tributary_jobs_worked_total{kind="demo.noop",outcome="completed",queue="default"}`)
+	require.False(t, ok, "nothing worked yet")
+	v, ok := metricValue(t, before, `tributary_outbox_rows{status="PENDING"}`)
+	require.True(t, ok)
+	require.Zero(t, v)
+	v, _ = metricValue(t, before, `tributary_outbox_forward_lag_seconds`)
+	require.Zero(t, v)
+
+	var last int64
+	for range 3 {
+		res, err := rt.Enqueue(ctx, demo.NoopArgs{}, nil)
+		require.NoError(t, err)
+		last = res.Job.ID
+	}
+	var failIDs []int64
+	for range 2 {
+		res, err := rt.Enqueue(ctx, demo.FailArgs{Times: -1}, &queue.EnqueueOpts{MaxAttempts: 1})
+		require.NoError(t, err)
+		failIDs = append(failIDs, res.Job.ID)
+	}
+	_, err := rt.Enqueue(ctx, demo.SleepArgs{MS: 1}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	// A queue nobody works: its depth only grows.
+	for range 2 {
+		_, err := rt.Enqueue(ctx, demo.NoopArgs{}, &queue.EnqueueOpts{Queue: "idle"})
+		require.NoError(t, err)
+	}
+	// An outbox row waiting to be forwarded for 30 seconds.
+	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_outbox
+		(id, event_type, event_version, event_kind, payload, metadata, source_service, status, retry_count, created_at)
+		VALUES ($1, 'order.placed', 1, 'domain', '{}', '{}', 'test', 'PENDING', 0, now() - interval '30 seconds')`), uuid.New())
+	require.NoError(t, err)
+
+	db.WaitForJobState(t, last, rivertype.JobStateCompleted, 10*time.Second)
+	for _, id := range failIDs {
+		db.WaitForJobState(t, id, rivertype.JobStateDiscarded, 10*time.Second)
+	}
+	var body string
+	pgtest.WaitFor(t, 10*time.Second, "job counters to reach their values", func() (bool, error) {
+		body = scrape()
+		worked, _ := metricValue(t, body, `tributary_jobs_worked_total{kind="demo.noop",outcome="completed",queue="default"}`)
+		failed, _ := metricValue(t, body, `tributary_jobs_failed_total{kind="demo.fail",queue="default"}`)
+		return worked == 3 && failed == 2, nil
+	})
+	for series, want := range map[string]float64{
+		`tributary_jobs_worked_total{kind="demo.fail",outcome="failed",queue="default"}`: 2,
+		`tributary_job_duration_seconds_count{kind="demo.noop",queue="default"}`:         3,
+		`tributary_job_duration_seconds_count{kind="demo.fail",queue="default"}`:         2,
+		`tributary_queue_jobs{queue="idle",state="available"}`:                           2,
+		`tributary_queue_jobs{queue="default",state="scheduled"}`:                        1,
+		`tributary_jobs{state="completed"}`:                                              3,
+		`tributary_jobs{state="discarded"}`:                                              2,
+		`tributary_outbox_rows{status="PENDING"}`:                                        1,
+		`tributary_dashboard_scrape_error`:                                               0,
+	} {
+		got, ok := metricValue(t, body, series)
+		require.True(t, ok, "series %s missing from:\n%s", series, body)
+		require.Equal(t, want, got, series)
+	}
+	lag, _ := metricValue(t, body, `tributary_outbox_forward_lag_seconds`)
+	require.GreaterOrEqual(t, lag, 30.0)
+	age, ok := metricValue(t, body, `tributary_queue_oldest_available_age_seconds{queue="idle"}`)
+	require.True(t, ok)
+	require.Greater(t, age, 0.0)
+	require.Contains(t, body, "go_goroutines", "the Go collector is on the dashboard's own registry")
+}
