@@ -1,0 +1,454 @@
+package batch
+
+import (
+	"bufio"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"path"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Defaults for FlusherConfig.
+const (
+	FlushRetryBaseDefault        = time.Second
+	FlushRetryMaxDefault         = 5 * time.Minute
+	FlushMaxBatchesPerJobDefault = 20
+	FlushJobTimeoutDefault       = 10 * time.Minute
+)
+
+// FlusherConfig configures the flush worker.
+type FlusherConfig struct {
+	// Streams are the stream thresholds; give the stager the same.
+	Streams Config
+
+	// Sink receives the objects. Required.
+	Sink Sink
+
+	// Prefix is placed before the stream in every key:
+	// {Prefix}/{stream}/dt=YYYY-MM-DD/hour=HH/{batch-id}.jsonl.gz.
+	//
+	// Defaults to the sink's Prefix() when it has one, else none.
+	Prefix string
+
+	// Logger receives a line per written object (debug) and per failure.
+	//
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// RetryBase and RetryMax bound the backoff of a failed flush (a sink
+	// that is down): min(RetryBase * 2^(attempt-1), RetryMax), plus up to
+	// 10% jitter.
+	//
+	// Default to 1 second and 5 minutes.
+	RetryBase time.Duration
+	RetryMax  time.Duration
+
+	// MaxBatchesPerJob bounds how many objects one job writes before it
+	// completes and enqueues its successor, so a large backlog is drained by
+	// a chain of short jobs.
+	//
+	// Defaults to 20.
+	MaxBatchesPerJob int
+
+	// JobTimeout bounds one flush job.
+	//
+	// Defaults to 10 minutes.
+	JobTimeout time.Duration
+
+	// CompressionLevel is the gzip level.
+	//
+	// Defaults to gzip.DefaultCompression.
+	CompressionLevel int
+}
+
+// FlushWorker is the River worker of FlushArgs.
+type FlushWorker struct {
+	river.WorkerDefaults[FlushArgs]
+
+	client *queue.Client
+	cfg    FlusherConfig
+	logger *slog.Logger
+
+	objects atomic.Uint64
+	items   atomic.Uint64
+	bytes   atomic.Uint64
+	failed  atomic.Uint64
+}
+
+// NewFlushWorker returns the flush worker; client gives it the pool, the
+// schema and the enqueue of its successor jobs.
+func NewFlushWorker(client *queue.Client, cfg FlusherConfig) (*FlushWorker, error) {
+	if client == nil {
+		return nil, errors.New("batch flush worker needs a client")
+	}
+	if cfg.Sink == nil {
+		return nil, errors.New("batch flush worker needs a sink")
+	}
+	if err := cfg.Streams.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Prefix == "" {
+		if p, ok := cfg.Sink.(interface{ Prefix() string }); ok {
+			cfg.Prefix = p.Prefix()
+		}
+	}
+	cfg.RetryBase = cmp.Or(cfg.RetryBase, FlushRetryBaseDefault)
+	cfg.RetryMax = cmp.Or(cfg.RetryMax, FlushRetryMaxDefault)
+	if cfg.RetryMax < cfg.RetryBase {
+		return nil, fmt.Errorf("invalid flush retry max %s: smaller than retry base %s", cfg.RetryMax, cfg.RetryBase)
+	}
+	cfg.MaxBatchesPerJob = cmp.Or(cfg.MaxBatchesPerJob, FlushMaxBatchesPerJobDefault)
+	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, FlushJobTimeoutDefault)
+	if cfg.CompressionLevel == 0 {
+		cfg.CompressionLevel = gzip.DefaultCompression
+	}
+	if _, err := gzip.NewWriterLevel(io.Discard, cfg.CompressionLevel); err != nil {
+		return nil, fmt.Errorf("invalid gzip level %d: %w", cfg.CompressionLevel, err)
+	}
+	logger := cmp.Or(cfg.Logger, client.Logger())
+	return &FlushWorker{client: client, cfg: cfg, logger: logger}, nil
+}
+
+// Timeout bounds one flush job.
+func (w *FlushWorker) Timeout(*river.Job[FlushArgs]) time.Duration { return w.cfg.JobTimeout }
+
+// NextRetry backs off exponentially up to RetryMax, with jitter so many
+// streams waiting on one sink do not retry in lockstep.
+func (w *FlushWorker) NextRetry(job *river.Job[FlushArgs]) time.Time {
+	return time.Now().Add(backoff(job.Attempt, w.cfg.RetryBase, w.cfg.RetryMax))
+}
+
+func backoff(attempt int, base, limit time.Duration) time.Duration {
+	d := limit
+	if attempt < 1 {
+		attempt = 1
+	}
+	if attempt <= 32 {
+		if b := base << (attempt - 1); b > 0 && b < limit {
+			d = b
+		}
+	}
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+// Flushed returns how many objects, items and payload bytes this worker
+// wrote, and how many flush attempts failed.
+func (w *FlushWorker) Flushed() (objects, items, bytes, failures uint64) {
+	return w.objects.Load(), w.items.Load(), w.bytes.Load(), w.failed.Load()
+}
+
+// claim is a batch being written: a range of a stream's items under a fixed
+// key.
+type claim struct {
+	rowID   int64
+	batchID uuid.UUID
+	key     string
+	firstID int64
+	lastID  int64
+}
+
+// written is what an object turned out to contain.
+type written struct {
+	ids        []int64
+	bytes      int64
+	compressed int64
+	first      time.Time
+	last       time.Time
+}
+
+// Work writes every due batch of the stream, up to MaxBatchesPerJob; the
+// last batch is finished in the transaction that completes the job.
+func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error {
+	stream := job.Args.Stream
+	if err := ValidateStream(stream); err != nil {
+		return river.JobCancel(err)
+	}
+	sc := w.cfg.Streams.For(stream)
+	for n := 1; ; n++ {
+		c, err := w.nextClaim(ctx, job.ID, stream, sc)
+		if err != nil {
+			w.failed.Add(1)
+			return err
+		}
+		if c == nil {
+			return nil
+		}
+		wr, err := w.writeObject(ctx, stream, c)
+		if errors.Is(err, errEmptyBatch) {
+			// The items of the range are gone (deleted by hand): drop the
+			// claim and go on.
+			if _, err := w.client.Pool().Exec(ctx, w.q(deleteClaimSQL), c.rowID, job.ID); err != nil {
+				return fmt.Errorf("error dropping empty batch %s: %w", c.batchID, err)
+			}
+			continue
+		}
+		if err != nil {
+			w.failed.Add(1)
+			w.logger.WarnContext(ctx, "batch flush failed, will retry", "stream", stream, "key", c.key, "attempt", job.Attempt, "error", err)
+			return err
+		}
+		completed, err := w.finish(ctx, job, stream, sc, c, wr, n >= w.cfg.MaxBatchesPerJob)
+		if err != nil {
+			w.failed.Add(1)
+			return err
+		}
+		w.objects.Add(1)
+		w.items.Add(uint64(len(wr.ids)))
+		w.bytes.Add(uint64(wr.bytes))
+		w.logger.DebugContext(ctx, "wrote batch object", "stream", stream, "key", c.key, "items", len(wr.ids), "bytes", wr.bytes, "compressed_bytes", wr.compressed)
+		if completed {
+			return nil
+		}
+	}
+}
+
+func (w *FlushWorker) q(sql string) string { return queue.Qualify(w.client.Schema(), sql) }
+
+// nextClaim returns the batch to write next: this job's own claim from an
+// earlier attempt, an orphaned claim it adopts, or a new claim if the
+// stream is due. nil means nothing to do.
+func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string, sc StreamConfig) (*claim, error) {
+	var out *claim
+	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
+		var c claim
+		var owner int64
+		err := tx.QueryRow(ctx, w.q(selectClaimSQL), stream).Scan(&c.rowID, &c.batchID, &c.key, &c.firstID, &c.lastID, &owner)
+		switch {
+		case err == nil:
+			if owner != jobID {
+				live, err := w.jobLive(ctx, tx, owner)
+				if err != nil {
+					return err
+				}
+				if live {
+					// Another flush job (enqueued without uniqueness) owns
+					// the stream's batch; it will finish it.
+					w.logger.InfoContext(ctx, "stream is being flushed by another job", "stream", stream, "job_id", owner)
+					return nil
+				}
+				if _, err := tx.Exec(ctx, w.q(adoptClaimSQL), c.rowID, jobID, owner); err != nil {
+					return fmt.Errorf("error adopting batch %s: %w", c.batchID, err)
+				}
+				w.logger.WarnContext(ctx, "adopted batch of a finished flush job", "stream", stream, "batch_id", c.batchID, "previous_job_id", owner)
+			}
+			out = &c
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("error reading claimed batch of stream %q: %w", stream, err)
+		}
+
+		h, err := measureHead(ctx, tx, w.client.Schema(), stream, sc.MaxEvents)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		if !h.due(sc, now) {
+			return nil
+		}
+		var count int
+		var bytes int64
+		var firstAt, lastAt *time.Time
+		var firstID, lastID *int64
+		if err := tx.QueryRow(ctx, w.q(measureClaimSQL), stream, sc.MaxEvents, sc.MaxBytes).Scan(&firstID, &lastID, &count, &bytes, &firstAt, &lastAt); err != nil {
+			return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)
+		}
+		if count == 0 || firstID == nil {
+			return nil
+		}
+		c = claim{batchID: uuid.Must(uuid.NewV7()), firstID: *firstID, lastID: *lastID}
+		c.key = ObjectKey(w.cfg.Prefix, stream, *firstAt, c.batchID.String())
+		err = tx.QueryRow(ctx, w.q(insertClaimSQL), c.batchID, stream, c.key, c.firstID, c.lastID, count, bytes, *firstAt, *lastAt, jobID, now).Scan(&c.rowID)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+				// A concurrent flush claimed the stream first; it will
+				// write that batch.
+				return nil
+			}
+			return fmt.Errorf("error claiming a batch of stream %q: %w", stream, err)
+		}
+		out = &c
+		return nil
+	})
+	return out, err
+}
+
+// jobLive reports whether a flush job may still finish its batch.
+func (w *FlushWorker) jobLive(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+	var state string
+	err := tx.QueryRow(ctx, w.q(jobStateSQL), id).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("error reading flush job %d: %w", id, err)
+	}
+	switch state {
+	case "completed", "discarded", "cancelled":
+		return false, nil
+	}
+	return true, nil
+}
+
+// ObjectKey is the key of a batch object:
+// {prefix}/{stream}/dt=YYYY-MM-DD/hour=HH/{batchID}.jsonl.gz, the date and
+// hour (UTC) being those of the batch's first item.
+func ObjectKey(prefix, stream string, first time.Time, batchID string) string {
+	first = first.UTC()
+	return path.Join(prefix, stream, first.Format("dt=2006-01-02"), first.Format("hour=15"), batchID+".jsonl.gz")
+}
+
+var errEmptyBatch = errors.New("batch has no items")
+
+// writeObject streams the claimed items, gzip-compressed JSON lines, into
+// the sink. Rows are read with one streaming query and encoded as they
+// arrive, so memory stays bounded by the encoder's buffers and the sink's
+// upload part, whatever the batch size.
+func (w *FlushWorker) writeObject(ctx context.Context, stream string, c *claim) (*written, error) {
+	pr, pw := io.Pipe()
+	type result struct {
+		wr  *written
+		err error
+	}
+	done := make(chan result, 1)
+	encCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		wr, err := w.encode(encCtx, pw, stream, c)
+		pw.CloseWithError(err) // nil: the reader sees EOF
+		done <- result{wr, err}
+	}()
+	werr := w.cfg.Sink.Write(ctx, c.key, pr)
+	// Unblock the encoder if the sink stopped reading early.
+	pr.CloseWithError(cmp.Or(werr, io.ErrClosedPipe))
+	if werr != nil {
+		cancel()
+	}
+	res := <-done
+	if res.err != nil {
+		return nil, res.err
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	return res.wr, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, c *claim) (*written, error) {
+	cw := &countingWriter{w: out}
+	// flate emits output in small pieces; batch them before the pipe.
+	bw := bufio.NewWriterSize(cw, 64<<10)
+	zw, err := gzip.NewWriterLevel(bw, w.cfg.CompressionLevel)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := w.client.Pool().Query(ctx, w.q(selectBatchItemsSQL), stream, c.firstID, c.lastID)
+	if err != nil {
+		return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
+	}
+	defer rows.Close()
+	wr := &written{}
+	newline := []byte{'\n'}
+	for rows.Next() {
+		var id int64
+		var payload pgtype.DriverBytes // valid until the next row: no copy
+		var at time.Time
+		if err := rows.Scan(&id, &payload, &at); err != nil {
+			return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
+		}
+		if _, err := zw.Write(payload); err != nil {
+			return nil, err
+		}
+		if _, err := zw.Write(newline); err != nil {
+			return nil, err
+		}
+		if len(wr.ids) == 0 {
+			wr.first = at
+		}
+		wr.last = at
+		wr.ids = append(wr.ids, id)
+		wr.bytes += int64(len(payload))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
+	}
+	if len(wr.ids) == 0 {
+		return nil, errEmptyBatch
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if err := bw.Flush(); err != nil {
+		return nil, err
+	}
+	wr.compressed = cw.n
+	return wr, nil
+}
+
+// finish deletes the written items and records the object in one
+// transaction. When no further batch is due, or this was the job's last
+// batch, the same transaction completes the job (and, if more is due,
+// enqueues its successor); it returns whether it did.
+func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig, c *claim, wr *written, last bool) (bool, error) {
+	completed := false
+	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, w.q(deleteItemsSQL), stream, wr.ids); err != nil {
+			return fmt.Errorf("error deleting the items of batch %s: %w", c.batchID, err)
+		}
+		tag, err := tx.Exec(ctx, w.q(markWrittenSQL), c.rowID, len(wr.ids), wr.bytes, wr.compressed, wr.first, wr.last, time.Now().UTC(), job.ID)
+		if err != nil {
+			return fmt.Errorf("error recording object %q: %w", c.key, err)
+		}
+		if tag.RowsAffected() != 1 {
+			// The claim was adopted by another job because this one looked
+			// finished; that job rewrites the same key.
+			return fmt.Errorf("batch %s of stream %q was taken over by another flush job", c.batchID, stream)
+		}
+		h, err := measureHead(ctx, tx, w.client.Schema(), stream, sc.MaxEvents)
+		if err != nil {
+			return err
+		}
+		more := h.due(sc, time.Now().UTC())
+		if more && !last {
+			return nil
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("error completing flush job %d: %w", job.ID, err)
+		}
+		if more {
+			if err := enqueueFlushTx(ctx, w.client, tx, stream); err != nil {
+				return err
+			}
+		}
+		completed = true
+		return nil
+	})
+	return completed, err
+}

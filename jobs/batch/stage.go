@@ -1,0 +1,196 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Stager stages items for batch flushes in the caller's transactions. It is
+// safe for concurrent use; create one per process and share it.
+type Stager struct {
+	client *queue.Client
+	cfg    Config
+
+	mu     sync.Mutex
+	tally  map[string]*tally
+	staged atomic.Uint64
+	bytes  atomic.Uint64
+}
+
+// tally is what this process staged into a stream since it last measured
+// the stream; it decides when the next measurement is worth its cost.
+type tally struct {
+	events int
+	bytes  int64
+}
+
+// NewStager returns a stager that enqueues flush jobs through client.
+func NewStager(client *queue.Client, cfg Config) (*Stager, error) {
+	if client == nil {
+		return nil, fmt.Errorf("batch stager needs a client")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Stager{client: client, cfg: cfg, tally: map[string]*tally{}}, nil
+}
+
+// Config returns the stager's stream configuration.
+func (s *Stager) Config() Config { return s.cfg }
+
+// StageTx stages one item in tx. See StageManyTx.
+func (s *Stager) StageTx(ctx context.Context, tx pgx.Tx, stream string, payload []byte) error {
+	return s.StageManyTx(ctx, tx, stream, [][]byte{payload})
+}
+
+// StageManyTx stages items in tx: each payload is one JSON value and
+// becomes one line of an object. If tx rolls back, nothing was staged. A bad
+// stream name, an invalid payload or a payload larger than the stream's
+// MaxBytes fails the whole call (before anything is written) with an error
+// naming it.
+//
+// When the stream has reached its count or byte threshold, a flush job for
+// it is enqueued in the same transaction (skipped when one is already
+// queued or running). Measuring a stream costs an index scan of up to
+// MaxEvents entries, so it runs once this process has staged a quarter of a
+// threshold into the stream since the last measurement; the age timer also
+// measures every stream, so a missed threshold is caught within its
+// interval.
+func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payloads [][]byte) error {
+	if len(payloads) == 0 {
+		return nil
+	}
+	if err := ValidateStream(stream); err != nil {
+		return err
+	}
+	sc := s.cfg.For(stream)
+	lines, sizes, total, err := prepare(stream, payloads, sc.MaxBytes)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	schema := s.client.Schema()
+	if len(lines) == 1 {
+		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemSQL), stream, lines[0], sizes[0], now)
+	} else {
+		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemsSQL), stream, now, lines, sizes)
+	}
+	if err != nil {
+		return fmt.Errorf("error staging %d items into stream %q: %w", len(lines), stream, err)
+	}
+	s.staged.Add(uint64(len(lines)))
+	s.bytes.Add(uint64(total))
+
+	if !s.shouldMeasure(stream, len(lines), total, sc) {
+		return nil
+	}
+	h, err := measureHead(ctx, tx, schema, stream, sc.MaxEvents)
+	if err != nil {
+		return err
+	}
+	if !h.due(sc, now) {
+		return nil
+	}
+	if err := enqueueFlushTx(ctx, s.client, tx, stream); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Stage stages items in a transaction of its own on the client's pool.
+func (s *Stager) Stage(ctx context.Context, stream string, payloads ...[]byte) error {
+	return pgx.BeginFunc(ctx, s.client.Pool(), func(tx pgx.Tx) error {
+		return s.StageManyTx(ctx, tx, stream, payloads)
+	})
+}
+
+// Staged returns how many items and payload bytes this stager staged
+// (including calls whose transaction later rolled back).
+func (s *Stager) Staged() (items, bytes uint64) { return s.staged.Load(), s.bytes.Load() }
+
+func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc StreamConfig) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tally[stream]
+	if t == nil {
+		t = &tally{}
+		s.tally[stream] = t
+	}
+	t.events += events
+	t.bytes += bytes
+	if t.events >= max(1, sc.MaxEvents/4) || t.bytes >= max(1, sc.MaxBytes/4) {
+		*t = tally{}
+		return true
+	}
+	return false
+}
+
+// prepare validates payloads and turns each into one line: valid JSON
+// without raw line breaks (JSON strings cannot hold raw line breaks, so any
+// is white space and compacting removes it).
+func prepare(stream string, payloads [][]byte, maxBytes int64) (lines [][]byte, sizes []int32, total int64, err error) {
+	lines = make([][]byte, len(payloads))
+	sizes = make([]int32, len(payloads))
+	for i, p := range payloads {
+		if !json.Valid(p) {
+			reason := "not a JSON value"
+			var v any
+			if uerr := json.Unmarshal(p, &v); uerr != nil {
+				reason = uerr.Error()
+			}
+			return nil, nil, 0, &InvalidItemError{Stream: stream, Index: i, Reason: reason}
+		}
+		line := p
+		if bytes.ContainsAny(p, "\r\n") {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, p); err != nil {
+				return nil, nil, 0, &InvalidItemError{Stream: stream, Index: i, Reason: err.Error()}
+			}
+			line = buf.Bytes()
+		}
+		if int64(len(line)) > maxBytes {
+			return nil, nil, 0, &ItemTooLargeError{Stream: stream, Index: i, Size: len(line), MaxBytes: maxBytes}
+		}
+		lines[i] = line
+		sizes[i] = int32(len(line))
+		total += int64(len(line))
+	}
+	return lines, sizes, total, nil
+}
+
+// head is the measured front of a stream.
+type head struct {
+	events int
+	bytes  int64
+	oldest time.Time
+}
+
+// due reports whether the stream needs a flush: full by count or bytes, or
+// its oldest item is older than MaxAge.
+func (h head) due(sc StreamConfig, now time.Time) bool {
+	if h.events == 0 {
+		return false
+	}
+	return h.events >= sc.MaxEvents || h.bytes >= sc.MaxBytes || now.Sub(h.oldest) >= sc.MaxAge
+}
+
+func measureHead(ctx context.Context, db queue.DBTX, schema, stream string, limit int) (head, error) {
+	var h head
+	var oldest *time.Time
+	if err := db.QueryRow(ctx, queue.Qualify(schema, dueSQL), stream, limit).Scan(&h.events, &h.bytes, &oldest); err != nil {
+		return head{}, fmt.Errorf("error measuring stream %q: %w", stream, err)
+	}
+	if oldest != nil {
+		h.oldest = *oldest
+	}
+	return h, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS tributary_batch_object;
+DROP TABLE IF EXISTS tributary_batch_item;
