@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/tributary-run/tributary/queue"
@@ -20,9 +21,13 @@ import (
 const (
 	// TargetOutboxSent is SENT outbox rows whose sent_at is past retention.
 	TargetOutboxSent = "outbox_sent"
-	// TargetOutboxFailed is FAILED outbox rows whose created_at is past
+	// TargetOutboxFailed is FAILED outbox rows whose failed_at is past
 	// retention.
 	TargetOutboxFailed = "outbox_failed"
+	// TargetEventLanes is per-aggregate ordering lanes with nothing
+	// unfinished, last touched before the retention; a lane is recreated by
+	// its aggregate's next event.
+	TargetEventLanes = "event_lanes"
 	// TargetBatchObjects is batch object records whose written_at is past
 	// retention. The objects in the sink are not touched: expire those with
 	// the bucket's lifecycle rules.
@@ -41,16 +46,19 @@ func lookupTarget(name string) (cleanupTarget, bool) {
 	case TargetOutboxSent:
 		return cleanupTarget{table: "tributary_outbox", where: "status = 'SENT' AND sent_at < $1"}, true
 	case TargetOutboxFailed:
-		return cleanupTarget{table: "tributary_outbox", where: "status = 'FAILED' AND created_at < $1"}, true
+		return cleanupTarget{table: "tributary_outbox", where: "status = 'FAILED' AND failed_at < $1"}, true
+	case TargetEventLanes:
+		return cleanupTarget{table: "tributary_event_lane", where: "updated_at < $1 AND head_seq > last_seq"}, true
 	case TargetBatchObjects:
-		return cleanupTarget{table: "tributary_batch_object", where: "written_at < $1"}, true
+		// Only written objects: a claimed row is a batch being written now.
+		return cleanupTarget{table: "tributary_batch_object", where: "status = 'written' AND written_at < $1"}, true
 	}
 	return cleanupTarget{}, false
 }
 
 // Targets lists the clean-up targets.
 func Targets() []string {
-	return []string{TargetOutboxSent, TargetOutboxFailed, TargetBatchObjects}
+	return []string{TargetOutboxSent, TargetOutboxFailed, TargetEventLanes, TargetBatchObjects}
 }
 
 // deleteSQL deletes at most $2 matching rows in one statement. ctid keeps
@@ -62,6 +70,10 @@ func (t cleanupTarget) deleteSQL() string {
     SELECT ctid FROM /*schema*/` + t.table + ` WHERE ` + t.where + `
     LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
+
+// sqlstateQueryCanceled is what Postgres reports for a statement cancelled
+// by statement_timeout.
+const sqlstateQueryCanceled = "57014"
 
 // CleanupBatchSizeDefault is how many rows one delete statement removes.
 const CleanupBatchSizeDefault = 5000
@@ -82,11 +94,18 @@ type CleanupResult struct {
 	Target   string        `json:"target"`
 	Cutoff   time.Time     `json:"cutoff"`
 	Deleted  int64         `json:"deleted"`
-	Batches  int           `json:"batches"`
-	MaxBatch time.Duration `json:"max_batch"` // the longest delete statement, an upper bound on how long it held its row locks
+	Batches  int           `json:"batches"`   // delete statements that completed
+	Timeouts int           `json:"timeouts"`  // statements cancelled by the statement timeout (and retried smaller)
+	MaxBatch time.Duration `json:"max_batch"` // the longest completed statement, as the client measured it
 	Duration time.Duration `json:"duration"`
 	Skipped  string        `json:"skipped,omitempty"` // why nothing ran (table missing)
 }
+
+// Defaults for CleanerConfig.
+const (
+	CleanupStatementTimeoutDefault = 500 * time.Millisecond
+	CleanupTargetBatchTimeDefault  = 200 * time.Millisecond
+)
 
 // CleanerConfig configures a Cleaner.
 type CleanerConfig struct {
@@ -95,11 +114,32 @@ type CleanerConfig struct {
 	// Defaults to the client's logger.
 	Logger *slog.Logger
 
+	// StatementTimeout bounds one delete statement, and with it how long
+	// its row locks are held: Postgres cancels a statement that runs longer
+	// and rolls it back, and the Cleaner retries it at half the batch size.
+	// -1 disables it.
+	//
+	// Defaults to 500 ms.
+	StatementTimeout time.Duration
+
+	// TargetBatchTime is how long a delete statement should take. The batch
+	// size halves after a slower statement and doubles (up to the requested
+	// size) after one faster than a quarter of it, so a loaded database gets
+	// smaller batches.
+	//
+	// Defaults to 200 ms.
+	TargetBatchTime time.Duration
+
 	// BatchPause is slept between two delete statements, to leave room to
 	// other writers on a busy table.
 	//
 	// Defaults to 0: no pause.
 	BatchPause time.Duration
+
+	// BatchDoneFunc, when set, is called after every completed delete
+	// statement with the target, the rows it deleted and how long it took
+	// (metrics, benchmarks).
+	BatchDoneFunc func(target string, deleted int64, took time.Duration)
 
 	// NowFunc returns the current time, from which cut-offs are computed.
 	//
@@ -129,15 +169,18 @@ type CleanupStats struct {
 // NewCleaner returns a Cleaner working on client's schema.
 func NewCleaner(client *queue.Client, cfg CleanerConfig) *Cleaner {
 	cfg.Logger = cmp.Or(cfg.Logger, client.Logger())
+	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, CleanupStatementTimeoutDefault)
+	cfg.TargetBatchTime = cmp.Or(cfg.TargetBatchTime, CleanupTargetBatchTimeDefault)
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
 	return &Cleaner{client: client, cfg: cfg, logger: cfg.Logger.With("component", "cleanup"), stats: map[string]CleanupStats{}}
 }
 
-// Clean deletes the target's rows older than retention, batchSize rows per
-// statement, until none are left or ctx ends. A target whose table does not
-// exist (its feature's migration is absent) is skipped, not an error.
+// Clean deletes the target's rows older than retention, at most batchSize
+// rows per statement, until none are left or ctx ends. A target whose table
+// does not exist (its feature's migration is absent) is skipped, not an
+// error.
 func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Duration, batchSize int) (res CleanupResult, err error) {
 	t, ok := lookupTarget(target)
 	if !ok {
@@ -158,9 +201,26 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 	}()
 
 	schema := c.client.Schema()
-	pool := c.client.Pool()
+	conn, err := c.client.Pool().Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("error acquiring a connection for clean-up: %w", err)
+	}
+	// The statement timeout is a session setting on this connection only;
+	// a connection that could not be reset is closed, not returned dirty.
+	dirty := false
+	defer func() {
+		if dirty {
+			resetCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if _, rerr := conn.Exec(resetCtx, "RESET statement_timeout"); rerr != nil {
+				_ = conn.Conn().Close(resetCtx)
+			}
+		}
+		conn.Release()
+	}()
+
 	var exists bool
-	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, t.table}.Sanitize()).Scan(&exists); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, t.table}.Sanitize()).Scan(&exists); err != nil {
 		return res, fmt.Errorf("error checking for table %s: %w", t.table, err)
 	}
 	if !exists {
@@ -168,19 +228,48 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 		c.logger.DebugContext(ctx, "clean-up skipped: table missing", "target", target, "table", t.table)
 		return res, nil
 	}
+	if c.cfg.StatementTimeout > 0 {
+		dirty = true
+		if _, err := conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d", c.cfg.StatementTimeout.Milliseconds())); err != nil {
+			return res, fmt.Errorf("error setting the clean-up statement timeout: %w", err)
+		}
+	}
 
 	sql := queue.Qualify(schema, t.deleteSQL())
+	size := batchSize
 	for {
 		batchStart := time.Now()
-		tag, err := pool.Exec(ctx, sql, res.Cutoff, batchSize)
+		tag, err := conn.Exec(ctx, sql, res.Cutoff, size)
+		took := time.Since(batchStart)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled && ctx.Err() == nil {
+			// Cancelled by statement_timeout: rolled back, locks released.
+			res.Timeouts++
+			if size == 1 {
+				return res, fmt.Errorf("error deleting %s rows from %s: a single row took longer than the %s statement timeout", target, t.table, c.cfg.StatementTimeout)
+			}
+			size = max(1, size/2)
+			c.logger.WarnContext(ctx, "clean-up statement timed out; retrying with a smaller batch", "target", target, "batch_size", size, "timeout", c.cfg.StatementTimeout)
+			continue
+		}
 		if err != nil {
 			return res, fmt.Errorf("error deleting %s rows from %s (after %d deleted): %w", target, t.table, res.Deleted, err)
 		}
-		res.MaxBatch = max(res.MaxBatch, time.Since(batchStart))
+		n := tag.RowsAffected()
+		res.MaxBatch = max(res.MaxBatch, took)
 		res.Batches++
-		res.Deleted += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batchSize) {
+		res.Deleted += n
+		if c.cfg.BatchDoneFunc != nil {
+			c.cfg.BatchDoneFunc(target, n, took)
+		}
+		if n < int64(size) {
 			break
+		}
+		switch {
+		case took > c.cfg.TargetBatchTime:
+			size = max(1, size/2)
+		case took < c.cfg.TargetBatchTime/4 && size < batchSize:
+			size = min(batchSize, size*2)
 		}
 		if c.cfg.BatchPause > 0 {
 			timer := time.NewTimer(c.cfg.BatchPause)
@@ -193,7 +282,7 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 		}
 	}
 	c.logger.InfoContext(ctx, "cleaned up", "target", target, "table", t.table, "deleted", res.Deleted,
-		"batches", res.Batches, "cutoff", res.Cutoff, "max_batch", res.MaxBatch, "duration", time.Since(start))
+		"batches", res.Batches, "timeouts", res.Timeouts, "cutoff", res.Cutoff, "max_batch", res.MaxBatch, "duration", time.Since(start))
 	return res, nil
 }
 

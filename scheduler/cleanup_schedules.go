@@ -13,6 +13,7 @@ import (
 const (
 	OutboxSentRetentionDefault   = 7 * 24 * time.Hour
 	OutboxFailedRetentionDefault = 30 * 24 * time.Hour
+	EventLaneRetentionDefault    = 7 * 24 * time.Hour
 	BatchObjectRetentionDefault  = 30 * 24 * time.Hour
 	CleanupSpecDefault           = "@every 1h"
 )
@@ -27,10 +28,16 @@ type CleanupConfig struct {
 	OutboxSentRetention time.Duration
 
 	// OutboxFailedRetention keeps FAILED outbox rows this long after
-	// created_at (TRIBUTARY_OUTBOX_FAILED_RETENTION).
+	// failed_at (TRIBUTARY_OUTBOX_FAILED_RETENTION).
 	//
 	// Defaults to 30 days.
 	OutboxFailedRetention time.Duration
+
+	// EventLaneRetention keeps idle per-aggregate ordering lanes this long
+	// after their last event (TRIBUTARY_EVENT_LANE_RETENTION).
+	//
+	// Defaults to 7 days.
+	EventLaneRetention time.Duration
 
 	// BatchObjectRetention keeps batch object records this long after
 	// written_at (TRIBUTARY_BATCH_OBJECT_RETENTION).
@@ -75,6 +82,7 @@ func CleanupSchedules(cfg CleanupConfig) []Schedule {
 	}{
 		{TargetOutboxSent, cfg.OutboxSentRetention, OutboxSentRetentionDefault},
 		{TargetOutboxFailed, cfg.OutboxFailedRetention, OutboxFailedRetentionDefault},
+		{TargetEventLanes, cfg.EventLaneRetention, EventLaneRetentionDefault},
 		{TargetBatchObjects, cfg.BatchObjectRetention, BatchObjectRetentionDefault},
 	}
 	var out []Schedule
@@ -118,6 +126,7 @@ func CleanupConfigFromLookup(lookup func(string) (string, bool)) (CleanupConfig,
 	}{
 		{"TRIBUTARY_OUTBOX_SENT_RETENTION", &cfg.OutboxSentRetention},
 		{"TRIBUTARY_OUTBOX_FAILED_RETENTION", &cfg.OutboxFailedRetention},
+		{"TRIBUTARY_EVENT_LANE_RETENTION", &cfg.EventLaneRetention},
 		{"TRIBUTARY_BATCH_OBJECT_RETENTION", &cfg.BatchObjectRetention},
 	} {
 		raw := get(r.name)

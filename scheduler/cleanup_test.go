@@ -1,0 +1,255 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// seedOutbox inserts n outbox rows with status whose timestamps are at
+// (minus a millisecond per row, so they are not all equal).
+func seedOutbox(t testing.TB, db *pgtest.DB, status string, n int, at time.Time) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), db.Q(`
+INSERT INTO /*schema*/tributary_outbox
+    (id, event_type, event_version, event_kind, payload, metadata, source_service, status, retry_count,
+     created_at, sent_at, failed_at)
+SELECT gen_random_uuid(), 'test.cleanup', 1, 'domain', '{"n": 1}', '{}', 'test', $1, 0,
+       $2::timestamptz - g * interval '1 millisecond',
+       CASE WHEN $1 = 'SENT' THEN $2::timestamptz - g * interval '1 millisecond' END,
+       CASE WHEN $1 = 'FAILED' THEN $2::timestamptz - g * interval '1 millisecond' END
+FROM generate_series(1, $3) g`), status, at, n)
+	require.NoError(t, err)
+}
+
+func countOutbox(t testing.TB, db *pgtest.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), db.Q(`SELECT status, count(*) FROM /*schema*/tributary_outbox GROUP BY status`))
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func TestCleanupOutbox(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		db      *pgtest.DB
+		cleaner *Cleaner
+		now     time.Time
+		batches []int64
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		db := pgtest.New(t)
+		b := &testBundle{db: db, now: time.Now().UTC()}
+		b.cleaner = NewCleaner(db.Client(t), CleanerConfig{
+			Logger:  pgtest.Logger(t),
+			NowFunc: func() time.Time { return b.now },
+			BatchDoneFunc: func(target string, deleted int64, took time.Duration) {
+				b.batches = append(b.batches, deleted)
+			},
+		})
+		return b
+	}
+	day := 24 * time.Hour
+
+	t.Run("SENT past retention go in bounded batches, the rest stay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seedOutbox(t, b.db, "SENT", 12_000, b.now.Add(-8*day))
+		seedOutbox(t, b.db, "SENT", 3_000, b.now.Add(-6*day))
+		seedOutbox(t, b.db, "FAILED", 2_000, b.now.Add(-31*day))
+		seedOutbox(t, b.db, "PENDING", 2_000, b.now.Add(-60*day))
+		seedOutbox(t, b.db, "CLAIMED", 1_000, b.now.Add(-60*day))
+
+		res, err := b.cleaner.Clean(context.Background(), TargetOutboxSent, 7*day, 1000)
+		require.NoError(t, err)
+		require.EqualValues(t, 12_000, res.Deleted)
+		// 12 full batches and one that found nothing left, or more when a
+		// slow statement made the batches smaller.
+		require.GreaterOrEqual(t, res.Batches, 13)
+		require.Len(t, b.batches, res.Batches)
+		for _, n := range b.batches {
+			require.LessOrEqual(t, n, int64(1000))
+		}
+		t.Logf("deleted %d rows in %d batches, longest %s, total %s", res.Deleted, res.Batches, res.MaxBatch, res.Duration)
+		require.Equal(t, map[string]int{"SENT": 3_000, "FAILED": 2_000, "PENDING": 2_000, "CLAIMED": 1_000}, countOutbox(t, b.db))
+		require.Equal(t, CleanupStats{Runs: 1, Deleted: 12_000}, b.cleaner.Stats()[TargetOutboxSent])
+	})
+
+	t.Run("FAILED past retention go, recent FAILED stay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seedOutbox(t, b.db, "FAILED", 2_000, b.now.Add(-31*day))
+		seedOutbox(t, b.db, "FAILED", 1_000, b.now.Add(-29*day))
+		seedOutbox(t, b.db, "SENT", 500, b.now.Add(-60*day))
+
+		res, err := b.cleaner.Clean(context.Background(), TargetOutboxFailed, 30*day, 300)
+		require.NoError(t, err)
+		require.EqualValues(t, 2_000, res.Deleted)
+		require.Equal(t, map[string]int{"FAILED": 1_000, "SENT": 500}, countOutbox(t, b.db))
+	})
+
+	t.Run("a statement over the timeout is rolled back and retried smaller", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		seedOutbox(t, b.db, "SENT", 600, b.now.Add(-8*day))
+		// Every deleted row costs 2 ms: 1000 rows would take 2 s.
+		_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`
+CREATE FUNCTION /*schema*/slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
+CREATE TRIGGER slow_delete BEFORE DELETE ON /*schema*/tributary_outbox FOR EACH ROW EXECUTE FUNCTION /*schema*/slow_delete();`))
+		require.NoError(t, err)
+		cleaner := NewCleaner(b.db.Client(t), CleanerConfig{
+			Logger: pgtest.Logger(t), NowFunc: func() time.Time { return b.now },
+			StatementTimeout: 300 * time.Millisecond,
+		})
+		res, err := cleaner.Clean(context.Background(), TargetOutboxSent, 7*day, 1000)
+		require.NoError(t, err)
+		require.EqualValues(t, 600, res.Deleted)
+		require.Positive(t, res.Timeouts, "the first statements hit the timeout")
+		require.Empty(t, countOutbox(t, b.db))
+		t.Logf("%d statements cancelled, %d completed, longest %s", res.Timeouts, res.Batches, res.MaxBatch)
+	})
+
+	t.Run("a missing table is skipped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`DROP TABLE /*schema*/tributary_batch_object`))
+		require.NoError(t, err)
+		res, err := b.cleaner.Clean(context.Background(), TargetBatchObjects, day, 10)
+		require.NoError(t, err)
+		require.Contains(t, res.Skipped, "tributary_batch_object")
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, err := b.cleaner.Clean(context.Background(), "everything", day, 10)
+		require.ErrorContains(t, err, `unknown clean-up target "everything"`)
+		_, err = b.cleaner.Clean(context.Background(), TargetOutboxSent, -time.Second, 10)
+		require.ErrorContains(t, err, "invalid retention -1s")
+	})
+}
+
+func TestCleanupBatchObjectsAndLanes(t *testing.T) {
+	t.Parallel()
+
+	db := pgtest.New(t)
+	now := time.Now().UTC()
+	day := 24 * time.Hour
+	cleaner := NewCleaner(db.Client(t), CleanerConfig{Logger: pgtest.Logger(t), NowFunc: func() time.Time { return now }})
+	ctx := context.Background()
+
+	_, err := db.Pool.Exec(ctx, db.Q(`
+INSERT INTO /*schema*/tributary_batch_object
+    (batch_id, stream, key, status, first_item_id, last_item_id, item_count, bytes, compressed_bytes,
+     first_item_at, last_item_at, claimed_by_job, claimed_at, written_at)
+SELECT gen_random_uuid(), 's' || g, 'key-' || g, CASE WHEN g <= 30 THEN 'written' ELSE 'claimed' END, 1, 2, 2, 10, 5,
+       $1, $1, 1, $1, CASE WHEN g <= 20 THEN $1 WHEN g <= 30 THEN $2::timestamptz END
+FROM generate_series(1, 40) g`), now.Add(-31*day), now.Add(-time.Hour))
+	require.NoError(t, err)
+	res, err := cleaner.Clean(ctx, TargetBatchObjects, 30*day, 7)
+	require.NoError(t, err)
+	require.EqualValues(t, 20, res.Deleted, "old written records go; recent and claimed ones stay")
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_batch_object`)).Scan(&left))
+	require.Equal(t, 20, left)
+
+	_, err = db.Pool.Exec(ctx, db.Q(`
+INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
+SELECT 'c', 'a' || g, CASE WHEN g <= 10 THEN 5 ELSE 3 END, 4, CASE WHEN g <= 15 THEN $1 ELSE $2::timestamptz END
+FROM generate_series(1, 20) g`), now.Add(-8*day), now)
+	require.NoError(t, err)
+	res, err = cleaner.Clean(ctx, TargetEventLanes, 7*day, 3)
+	require.NoError(t, err)
+	require.EqualValues(t, 10, res.Deleted, "idle old lanes go; busy (head <= last) and recent ones stay")
+}
+
+// TestCleanupSchedulesOnByDefault runs the built-in clean-up schedules in a
+// runtime (every second instead of hourly) and waits for the old rows to go.
+func TestCleanupSchedulesOnByDefault(t *testing.T) {
+	t.Parallel()
+
+	db := pgtest.New(t)
+	now := time.Now().UTC()
+	day := 24 * time.Hour
+	seedOutbox(t, db, "SENT", 500, now.Add(-8*day))
+	seedOutbox(t, db, "SENT", 100, now.Add(-time.Hour))
+	seedOutbox(t, db, "FAILED", 50, now.Add(-31*day))
+
+	schedules := CleanupSchedules(CleanupConfig{Spec: "@every 1s", BatchSize: 100})
+	names := []string{}
+	for _, s := range schedules {
+		names = append(names, s.Name)
+	}
+	require.Equal(t, []string{"tributary.cleanup.outbox_sent", "tributary.cleanup.outbox_failed", "tributary.cleanup.event_lanes", "tributary.cleanup.batch_objects"}, names)
+
+	var cleaner *Cleaner
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		cleaner = RegisterCleanup(rt, CleanerConfig{})
+		s := New(rt.Client, Config{})
+		require.NoError(t, s.Add(schedules...))
+		require.NoError(t, rt.AddService(s))
+	})
+	pgtest.WaitFor(t, 20*time.Second, "old outbox rows cleaned", func() (bool, error) {
+		c := countOutbox(t, db)
+		return c["SENT"] == 100 && c["FAILED"] == 0, nil
+	})
+	require.EqualValues(t, 500, cleaner.Stats()[TargetOutboxSent].Deleted)
+
+	t.Run("a retention of -1 turns a target off", func(t *testing.T) {
+		t.Parallel()
+		s := CleanupSchedules(CleanupConfig{OutboxFailedRetention: -1, EventLaneRetention: -1})
+		require.Len(t, s, 2)
+		require.Equal(t, "tributary.cleanup.outbox_sent", s[0].Name)
+		require.Equal(t, CleanupArgs{Target: TargetOutboxSent, RetentionSeconds: 7 * 24 * 3600}, s[0].Args)
+	})
+}
+
+func TestCleanupConfigFromLookup(t *testing.T) {
+	t.Parallel()
+
+	lookup := func(env map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	}
+	cfg, err := CleanupConfigFromLookup(lookup(map[string]string{
+		"TRIBUTARY_OUTBOX_SENT_RETENTION":   "3d",
+		"TRIBUTARY_OUTBOX_FAILED_RETENTION": "off",
+		"TRIBUTARY_BATCH_OBJECT_RETENTION":  "36h",
+		"TRIBUTARY_CLEANUP_SPEC":            "*/15 * * * *",
+		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "2000",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, CleanupConfig{
+		OutboxSentRetention: 72 * time.Hour, OutboxFailedRetention: -1, BatchObjectRetention: 36 * time.Hour,
+		Spec: "*/15 * * * *", BatchSize: 2000,
+	}, cfg)
+
+	for name, value := range map[string]string{
+		"TRIBUTARY_OUTBOX_SENT_RETENTION": "a week",
+		"TRIBUTARY_EVENT_LANE_RETENTION":  "0d",
+		"TRIBUTARY_CLEANUP_SPEC":          "every hour",
+		"TRIBUTARY_CLEANUP_BATCH_SIZE":    "0",
+	} {
+		_, err := CleanupConfigFromLookup(lookup(map[string]string{name: value}))
+		var ce *queue.ConfigError
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, name, ce.Name)
+		require.Contains(t, err.Error(), value)
+	}
+}
