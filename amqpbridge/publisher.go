@@ -116,6 +116,7 @@ func (p *Publisher) Stop(context.Context) error {
 	if p.sess != nil {
 		p.sess.close()
 		p.sess = nil
+		p.cfg.Logger.Info("amqp publisher closed", "connection", p.name)
 	}
 	return nil
 }
