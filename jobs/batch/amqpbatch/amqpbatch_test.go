@@ -1,0 +1,158 @@
+package amqpbatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/batch"
+)
+
+func amqpURL() string {
+	if u := os.Getenv("AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+func uniqueName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+type testBundle struct {
+	db       *pgtest.DB
+	ch       *amqp.Channel
+	consumer *amqpbridge.BatchConsumer
+}
+
+func setup(t *testing.T, handOff func(stager *batch.Stager) amqpbridge.HandOffFunc) *testBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	stager, err := batch.NewStager(db.Client(t), batch.Config{Defaults: batch.StreamConfig{MaxEvents: 1000}})
+	require.NoError(t, err)
+
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err, "tests need RabbitMQ at %s (start it with `rabbitmq-server -detached` or `make test`)", amqpURL())
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+
+	cfg := amqpbridge.Config{URL: amqpURL(), ConnectionName: uniqueName("amqpbatch"), Logger: pgtest.Logger(t)}
+	c, err := amqpbridge.NewBatchConsumer(cfg, amqpbridge.BatchConsumerConfig{
+		Queue:         uniqueName("batch-stage"),
+		MaxEvents:     5,
+		MaxAge:        200 * time.Millisecond,
+		TimerInterval: 50 * time.Millisecond,
+		HandOff:       handOff(stager),
+	})
+	require.NoError(t, err)
+	topo := c.Topology()
+	t.Cleanup(func() {
+		names := []string{topo.Main, topo.Failed}
+		for _, r := range topo.Retry {
+			names = append(names, r.Queue)
+		}
+		for _, n := range names {
+			_, _ = ch.QueueDelete(n, false, false, false)
+		}
+	})
+	require.NoError(t, c.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return &testBundle{db: db, ch: ch, consumer: c}
+}
+
+func (b *testBundle) publish(t *testing.T, body string) {
+	t.Helper()
+	require.NoError(t, b.ch.PublishWithContext(context.Background(), "", b.consumer.Topology().Main, false, false,
+		amqp.Publishing{ContentType: "application/json", Body: []byte(body)}))
+}
+
+func (b *testBundle) depth(t *testing.T, name string) int {
+	t.Helper()
+	q, err := b.ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		return -1
+	}
+	return q.Messages
+}
+
+// TestStageHandOff: messages of the batch-ACK consumer are staged in
+// Postgres and acked after the commit; a body that is not JSON goes to the
+// .failed queue without failing its batch.
+func TestStageHandOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(s *batch.Stager) amqpbridge.HandOffFunc { return StageHandOff(s, "amqp_logs") })
+	for i := range 12 {
+		b.publish(t, fmt.Sprintf(`{"n":%d}`, i))
+		if i == 6 {
+			b.publish(t, "not json")
+		}
+	}
+	ctx := context.Background()
+	pgtest.WaitFor(t, 20*time.Second, "12 items staged and acked", func() (bool, error) {
+		var n int
+		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs'`)).Scan(&n)
+		return n == 12 && b.depth(t, b.consumer.Topology().Main) == 0 && b.consumer.Stats().HandedOff >= 12, err
+	})
+	pgtest.WaitFor(t, 10*time.Second, "the poison message in .failed", func() (bool, error) {
+		return b.depth(t, b.consumer.Topology().Failed) == 1, nil
+	})
+	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT payload FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs' ORDER BY id`))
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var p []byte
+		require.NoError(t, rows.Scan(&p))
+		got = append(got, string(p))
+	}
+	require.NoError(t, rows.Err())
+	for i := range 12 {
+		require.Equal(t, fmt.Sprintf(`{"n":%d}`, i), got[i])
+	}
+}
+
+// TestSinkHandOff: the seed's direct-to-sink hand-off writes each batch as
+// one object.
+func TestSinkHandOff(t *testing.T) {
+	t.Parallel()
+	sink, err := batch.OpenSink(context.Background(), "file://"+filepath.Join(t.TempDir(), "direct"))
+	require.NoError(t, err)
+	b := setup(t, func(*batch.Stager) amqpbridge.HandOffFunc {
+		h, err := SinkHandOff(sink, "", "direct")
+		require.NoError(t, err)
+		return h
+	})
+	for i := range 10 {
+		b.publish(t, fmt.Sprintf(`{"n":%d}`, i))
+	}
+	pgtest.WaitFor(t, 20*time.Second, "two objects of 5", func() (bool, error) {
+		return b.consumer.Stats().HandedOff >= 10 && b.depth(t, b.consumer.Topology().Main) == 0, nil
+	})
+	it := sink.Bucket().List(nil)
+	objects := 0
+	for {
+		obj, err := it.Next(context.Background())
+		if err != nil {
+			break
+		}
+		require.Regexp(t, `^direct/dt=\d{4}-\d{2}-\d{2}/hour=\d{2}/[0-9a-f]{32}\.jsonl\.gz$`, obj.Key)
+		objects++
+	}
+	require.Equal(t, 2, objects)
+}
