@@ -12,6 +12,7 @@ func commands(a *app) []*cobra.Command {
 		newJobsCmd(a),
 		newStatsCmd(a),
 		newBenchCmd(a),
+		newSchedulesCmd(a),
 		newDLQCmd(a),
 	}
 }

@@ -41,6 +41,7 @@ func workerInstallers() []installer {
 			}
 			return nil
 		}},
+		{name: "scheduler", install: installScheduler},
 		{name: "dashboard", install: installDashboard},
 	}
 }
