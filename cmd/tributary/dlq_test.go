@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+func amqpTestURL() string {
+	if u := os.Getenv("AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+func TestCLIDLQ(t *testing.T) {
+	t.Parallel()
+	conn, err := amqp.Dial(amqpTestURL())
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("RabbitMQ is not reachable at %s: %v", amqpTestURL(), err)
+		}
+		t.Skipf("RabbitMQ is not reachable: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	db := pgtest.New(t)
+	suffix := make([]byte, 5)
+	_, _ = rand.Read(suffix)
+	name := "cli-dlq-" + hex.EncodeToString(suffix)
+	main, failed := "cli/"+name, "cli/"+name+".failed"
+	env := []string{"AMQP_URL=" + amqpTestURL(), "QUEUE_PREFIX=cli"}
+	for _, q := range []string{main, failed} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(q, false, false, false)
+			}
+		})
+	}
+	for _, body := range []string{`{"a":1}`, `{"a":2}`, `{"a":3}`} {
+		require.NoError(t, ch.PublishWithContext(context.Background(), "", failed, false, false, amqp.Publishing{
+			Body: []byte(body), MessageId: body,
+			Headers: amqp.Table{"x-retry-count": int32(5), "x-failure-reason": "retries exhausted: boom", "x-original-queue": main},
+		}))
+	}
+
+	// The subtests share the queues and run in order: list, replay, error.
+	t.Run("List", func(t *testing.T) {
+		res := cli(t, db, env, "dlq", "list", name, "--json")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		var doc struct {
+			Depth    int `json:"depth"`
+			Messages []struct {
+				Body       string `json:"body"`
+				Reason     string `json:"reason"`
+				RetryCount int    `json:"retry_count"`
+			} `json:"messages"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(res.stdout), &doc), res.stdout)
+		require.Equal(t, 3, doc.Depth)
+		require.Len(t, doc.Messages, 3)
+		require.Equal(t, "retries exhausted: boom", doc.Messages[0].Reason)
+		require.Equal(t, 5, doc.Messages[0].RetryCount)
+	})
+
+	t.Run("ReplayWithLimit", func(t *testing.T) {
+		res := cli(t, db, env, "dlq", "replay", name, "--limit", "2")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.Contains(t, res.stdout, "replayed 2 messages")
+		d := getOne(t, ch, main)
+		require.Equal(t, int32(0), d.Headers["x-retry-count"])
+		require.NotContains(t, d.Headers, "x-failure-reason")
+		getOne(t, ch, main)
+		q, err := ch.QueueDeclarePassive(failed, true, false, false, false, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, q.Messages)
+	})
+
+	t.Run("UnknownQueue", func(t *testing.T) {
+		res := cli(t, db, env, "dlq", "replay", "no-such-"+name)
+		require.Equal(t, exitUsage, res.code, res.stderr)
+		oneSentence(t, res.stderr)
+		require.Contains(t, res.stderr, `"cli/no-such-`+name+`.failed"`)
+		require.Empty(t, res.stdout)
+	})
+}
+
+func getOne(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if ok {
+			return d
+		}
+		require.True(t, time.Now().Before(deadline), "no message in %s", queue)
+		time.Sleep(10 * time.Millisecond) // polling the broker until a deadline
+	}
+}
