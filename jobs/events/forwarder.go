@@ -102,7 +102,9 @@ type Forwarder struct {
 	logger *slog.Logger
 	lockNS string
 
+	oneTx                                                      bool
 	claimSelectSQL, claimUpdateSQL, sentSQL, failSQL, staleSQL string
+	claimSentSQL                                               string
 	channel                                                    string
 
 	batches, forwarded, failures, staleResets atomic.Int64
@@ -128,7 +130,15 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
 	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
+	oneTx := cfg.AfterClaimFunc == nil
+	for _, p := range cfg.Publishers {
+		if _, ok := p.(TxPublisher); !ok {
+			oneTx = false
+		}
+	}
 	return &Forwarder{
+		oneTx:          oneTx,
+		claimSentSQL:   q(claimSentSQL),
 		pool:           pool,
 		cfg:            cfg,
 		logger:         cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
@@ -319,6 +329,9 @@ type claim struct {
 // ForwardOnce claims one batch, publishes it and marks it SENT (or failed).
 // more reports that a full batch was found, so another may be waiting.
 func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
+	if f.oneTx {
+		return f.forwardInOneTx(ctx)
+	}
 	c, err := f.claim(ctx)
 	if err != nil {
 		return false, err
@@ -340,6 +353,63 @@ func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
 		return false, err
 	}
 	return c.selected >= f.cfg.BatchSize, nil
+}
+
+// forwardInOneTx is ForwardOnce when every publisher is transactional:
+// claim, publish and SENT in one transaction, one commit. The rows are never
+// visibly CLAIMED; a crash rolls everything back and leaves them PENDING.
+func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
+	var selected, sent int
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, f.claimSelectSQL, f.cfg.BatchSize, f.lockNS)
+		if err != nil {
+			return fmt.Errorf("error claiming outbox rows: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("error claiming outbox rows: %w", err)
+		}
+		selected = len(ids)
+		if len(ids) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, f.claimSentSQL, ids, f.cfg.ID, now, f.channel)
+		if err != nil {
+			return fmt.Errorf("error marking outbox rows sent: %w", err)
+		}
+		claimed, err := pgx.CollectRows(rows, scanEvent)
+		if err != nil {
+			return fmt.Errorf("error marking outbox rows sent: %w", err)
+		}
+		if len(claimed) == 0 {
+			return nil
+		}
+		sort.Slice(claimed, func(i, j int) bool { return claimed[i].position < claimed[j].position })
+		events := make([]queue.OutboxEvent, len(claimed))
+		for i, e := range claimed {
+			events[i] = e.OutboxEvent
+		}
+		for _, p := range f.cfg.Publishers {
+			if err := p.(TxPublisher).PublishOutboxTx(ctx, tx, events); err != nil {
+				return fmt.Errorf("publisher %s: %w", p.Name(), err)
+			}
+		}
+		sent = len(events)
+		return nil
+	})
+	if err != nil {
+		// Nothing was written; the rows are PENDING as before. Retry on the
+		// next sweep rather than at once.
+		f.failures.Add(1)
+		return false, err
+	}
+	if sent > 0 {
+		f.batches.Add(1)
+		f.forwarded.Add(int64(sent))
+		f.logger.DebugContext(ctx, "forwarded events", "count", sent)
+	}
+	return selected >= f.cfg.BatchSize, nil
 }
 
 func (f *Forwarder) claim(ctx context.Context) (claim, error) {
@@ -495,6 +565,29 @@ WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
           AND e.id <> ALL($1::uuid[])))
 RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
           o.payload, o.metadata, o.source_service, o.created_at`
+
+// claimSentSQL is claimUpdateSQL for the one-transaction path: the rows go
+// straight to SENT, and other forwarders are woken at commit when an
+// aggregate's later rows may have waited for these.
+const claimSentSQL = `
+WITH upd AS (
+    UPDATE /*schema*/tributary_outbox o
+    SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3
+    WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
+      AND (o.aggregate_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM /*schema*/tributary_outbox e
+            WHERE e.aggregate_id = o.aggregate_id
+              AND e.status IN ('PENDING', 'CLAIMED')
+              AND e.position < o.position
+              AND e.id <> ALL($1::uuid[])))
+    RETURNING o.id, o.position, o.event_type, o.event_version, o.event_kind, o.aggregate_id,
+              o.payload, o.metadata, o.source_service, o.created_at
+), wake AS (
+    SELECT pg_notify($4, '') FROM (SELECT 1 FROM upd WHERE aggregate_id IS NOT NULL LIMIT 1) AS one
+)
+SELECT upd.id::text, upd.position, upd.event_type, upd.event_version, upd.event_kind, coalesce(upd.aggregate_id, ''),
+       upd.payload, upd.metadata, upd.source_service, upd.created_at
+FROM upd LEFT JOIN wake ON true`
 
 // sentSQL marks the rows still claimed by this claim SENT. When one had an
 // aggregate it wakes the other forwarders, whose next rows of that

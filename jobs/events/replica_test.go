@@ -1,0 +1,205 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/events/internal/replica"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// replicaEvents is the size of the replica runs: EVENTS_REPLICA_N, else
+// def.
+func replicaEvents(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("EVENTS_REPLICA_N")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// emitReplicaEvents emits n events over aggregates from 4 goroutines, 100
+// per transaction. Emit order is the outbox position.
+func emitReplicaEvents(t *testing.T, db *pgtest.DB, n, aggregates int) {
+	t.Helper()
+	reg, err := events.NewRegistry(replica.Event)
+	require.NoError(t, err)
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w * 100; i < n; i += 400 {
+				batch := make([]events.Emission, 0, 100)
+				for j := i; j < min(n, i+100); j++ {
+					batch = append(batch, events.Emission{Def: replica.Event, Payload: replica.Payload{N: j},
+						Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%03d", j%aggregates), CorrelationID: fmt.Sprint("c-", j)}})
+				}
+				if _, err := em.EmitManyTx(context.Background(), db.Pool, batch); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// checkReplicaLog checks that every event reached every consumer and that,
+// per (consumer, aggregate), successful calls follow emit order.
+func checkReplicaLog(t *testing.T, db *pgtest.DB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	want := emitOrder(t, db)
+	rows, err := db.Pool.Query(ctx, db.Q(`SELECT consumer, aggregate_id, event_id::text FROM /*schema*/replica_log ORDER BY id`))
+	require.NoError(t, err)
+	got := map[string]map[string][]string{}
+	for rows.Next() {
+		var c, agg, id string
+		require.NoError(t, rows.Scan(&c, &agg, &id))
+		if got[c] == nil {
+			got[c] = map[string][]string{}
+		}
+		l := got[c][agg]
+		if len(l) > 0 && l[len(l)-1] == id {
+			continue // a re-run of the same event (at-least-once), still in order
+		}
+		got[c][agg] = append(l, id)
+	}
+	require.NoError(t, rows.Err())
+	rows.Close()
+	for _, c := range replica.ConsumerNames {
+		delivered := 0
+		for agg, ids := range want {
+			require.Equal(t, ids, got[c][agg], "consumer %s, aggregate %s: calls in emit order, each event once", c, agg)
+			delivered += len(ids)
+		}
+		require.Equal(t, n, delivered, "consumer %s got every event", c)
+	}
+}
+
+func waitReplicaLog(t *testing.T, db *pgtest.DB, n int, timeout time.Duration) {
+	t.Helper()
+	pgtest.WaitFor(t, timeout, "every event to reach every consumer", func() (bool, error) {
+		var got int
+		err := db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(DISTINCT (consumer, event_id)) FROM /*schema*/replica_log`)).Scan(&got)
+		return got == n*len(replica.ConsumerNames), err
+	})
+}
+
+func TestReplicasInProcess(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(replica.CreateLogSQL))
+	require.NoError(t, err)
+	n := replicaEvents(1000)
+
+	var forwarders []*events.Forwarder
+	for i := range 3 {
+		consumers, err := replica.Consumers(db.Pool, replica.Config{Schema: db.Schema, Replica: fmt.Sprint("r", i),
+			FailRate: 0.05, MaxLatency: 2 * time.Millisecond, RetryDelay: 10 * time.Millisecond})
+		require.NoError(t, err)
+		_, inst := startEvents(t, db, events.ForwarderConfig{ID: fmt.Sprint("fwd-", i), BatchSize: 100}, consumers...)
+		forwarders = append(forwarders, inst.Forwarder)
+	}
+	emitReplicaEvents(t, db, n, 200)
+	waitReplicaLog(t, db, n, 3*time.Minute)
+	checkReplicaLog(t, db, n)
+	var forwarded int64
+	for _, f := range forwarders {
+		forwarded += f.Stats().Forwarded
+	}
+	require.Equal(t, int64(n), forwarded, "each row forwarded exactly once")
+}
+
+// TestReplicasSeparateProcesses runs three worker processes on one schema.
+// The normal run uses 2,000 events over 200 aggregates (1,000 in process);
+// `make chaos` sets EVENTS_REPLICA_N=10000 for the full-size run.
+func TestReplicasSeparateProcesses(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(replica.CreateLogSQL))
+	require.NoError(t, err)
+	n := replicaEvents(2000)
+
+	bin := filepath.Join(t.TempDir(), "replicaworker")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./internal/replica/replicaworker")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the replica worker: %s", out)
+
+	dbURL := pgtest.DatabaseURL()
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	var procs []*exec.Cmd
+	for i := range 3 {
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(),
+			"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
+			"TRIBUTARY_SCHEMA="+db.Schema,
+			fmt.Sprint("REPLICA_NAME=proc-", i),
+			"REPLICA_FAIL_RATE=0.05",
+			"REPLICA_MAX_LATENCY=2ms",
+		)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		procs = append(procs, cmd)
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("replica %d stderr:\n%s", i, stderr.String())
+			}
+		})
+	}
+	pgtest.WaitFor(t, 60*time.Second, "the replicas to register their consumers", func() (bool, error) {
+		var c int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_event_consumer`)).Scan(&c)
+		return c == len(replica.ConsumerNames), err
+	})
+	// Every process must be up and listening before the events arrive, so
+	// all three compete for them.
+	pgtest.WaitFor(t, 60*time.Second, "the replicas' River clients", func() (bool, error) {
+		var c int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN "tributary_outbox_%'`).Scan(&c)
+		return c >= 3, err
+	})
+
+	emitReplicaEvents(t, db, n, 200)
+	waitReplicaLog(t, db, n, 5*time.Minute)
+	checkReplicaLog(t, db, n)
+
+	var forwarders, handlers int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(DISTINCT claimed_by) FROM /*schema*/tributary_outbox`)).Scan(&forwarders))
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(DISTINCT replica) FROM /*schema*/replica_log`)).Scan(&handlers))
+	t.Logf("%d events: forwarded by %d processes, handled in %d processes", n, forwarders, handlers)
+	require.Equal(t, 3, handlers, "all three processes handled events")
+	var notCompleted int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE state <> 'completed'`)).Scan(&notCompleted))
+	require.Zero(t, notCompleted)
+	_ = queue.OutboxEvent{}
+}
