@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+func TestCLISchedules(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	// A worker declares the built-in schedules, then goes away: the CLI
+	// works from the table alone.
+	worker, logs := startWorker(t, db)
+	pgtest.WaitFor(t, 30*time.Second, "the worker to declare its schedules", func() (bool, error) {
+		var n int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n)
+		return n == 5, err
+	})
+	_, code := stopWorker(t, worker, 30*time.Second)
+	require.Equal(t, 0, code, logs.String())
+
+	res := cli(t, db, nil, "schedules", "list")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `(?m)^NAME\s+SPEC\s+TIMEZONE\s+NEXT RUN\s+LAST RUN\s+LAST JOB\s+PAUSED\s+ORPHANED$`, res.stdout)
+	require.Regexp(t, `(?m)^demo\.noop\s+@every 1m\s+UTC\s+\S+ \S+\s+-\s+-\s+no\s+no$`, res.stdout)
+	require.Contains(t, res.stdout, "tributary.cleanup.outbox_sent")
+
+	res = cli(t, db, nil, "schedules", "trigger", "demo.noop")
+	require.Equal(t, 0, res.code, res.stderr)
+	m := regexp.MustCompile(`^schedule demo\.noop triggered: job (\d+)\n$`).FindStringSubmatch(res.stdout)
+	require.NotNil(t, m, res.stdout)
+	jobID, _ := strconv.ParseInt(m[1], 10, 64)
+	var kind, schedule string
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT kind, metadata->>'tributary_schedule' FROM /*schema*/river_job WHERE id = $1`), jobID).Scan(&kind, &schedule))
+	require.Equal(t, "demo.noop", kind)
+	require.Equal(t, "demo.noop", schedule)
+
+	res = cli(t, db, nil, "schedules", "pause", "demo.noop")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Equal(t, "schedule demo.noop paused\n", res.stdout)
+
+	res = cli(t, db, nil, "schedules", "list", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var listing struct {
+		Schedules []struct {
+			Name         string `json:"name"`
+			Paused       bool   `json:"paused"`
+			Orphaned     bool   `json:"orphaned"`
+			LastJobID    *int64 `json:"last_job_id"`
+			LastJobState string `json:"last_job_state"`
+		} `json:"schedules"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &listing), res.stdout)
+	require.Len(t, listing.Schedules, 5)
+	require.Equal(t, "demo.noop", listing.Schedules[0].Name)
+	require.True(t, listing.Schedules[0].Paused)
+	require.False(t, listing.Schedules[0].Orphaned)
+	require.Equal(t, jobID, *listing.Schedules[0].LastJobID)
+	require.Equal(t, "available", listing.Schedules[0].LastJobState)
+
+	res = cli(t, db, nil, "schedules", "resume", "demo.noop")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Regexp(t, `^schedule demo\.noop resumed; next run \S+ \S+\n$`, res.stdout)
+
+	for _, action := range []string{"trigger", "pause", "resume"} {
+		res = cli(t, db, nil, "schedules", action, "no.such.schedule")
+		require.Equal(t, exitFailure, res.code, "%s: %s", action, res.stderr)
+		oneSentence(t, res.stderr)
+		require.Contains(t, res.stderr, `"no.such.schedule"`)
+		require.Empty(t, res.stdout)
+	}
+	res = cli(t, db, nil, "schedules", "trigger")
+	require.Equal(t, exitUsage, res.code, res.stderr)
+	res = cli(t, db, nil, "schedules", "frob")
+	require.Equal(t, exitUsage, res.code, res.stderr)
+	require.Equal(t, 1, db.CountJobs(t), "only the trigger inserted a job")
+}
+
+func TestCLIWorkerBadCleanupConfig(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for name, value := range map[string]string{
+		"TRIBUTARY_CLEANUP_SPEC":          "every hour",
+		"TRIBUTARY_OUTBOX_SENT_RETENTION": "a week",
+	} {
+		res := cli(t, db, []string{name + "=" + value}, "worker")
+		require.Equal(t, exitUsage, res.code, res.stderr)
+		require.Contains(t, res.stderr, name)
+		require.Contains(t, res.stderr, value)
+	}
+}
