@@ -7,6 +7,7 @@ import "github.com/spf13/cobra"
 func benchCommands(a *app) []*cobra.Command {
 	return []*cobra.Command{
 		newBenchJobsCmd(a),
+		newBenchBatchCmd(a),
 		newBenchAMQPCmd(a),
 	}
 }

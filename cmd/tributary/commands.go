@@ -11,6 +11,7 @@ func commands(a *app) []*cobra.Command {
 		newEnqueueCmd(a),
 		newJobsCmd(a),
 		newStatsCmd(a),
+		newBatchesCmd(a),
 		newBenchCmd(a),
 		newSchedulesCmd(a),
 		newDLQCmd(a),

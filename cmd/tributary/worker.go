@@ -42,6 +42,7 @@ func workerInstallers() []installer {
 			return nil
 		}},
 		{name: "scheduler", install: installScheduler},
+		{name: "batch flushes", install: installBatch},
 		{name: "dashboard", install: installDashboard},
 	}
 }

@@ -1,0 +1,134 @@
+package batch
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Object is a row of tributary_batch_object: a written object, or a batch
+// claimed and being written (Status "claimed", WrittenAt nil).
+type Object struct {
+	ID              int64      `json:"id"`
+	BatchID         uuid.UUID  `json:"batch_id"`
+	Stream          string     `json:"stream"`
+	Key             string     `json:"key"`
+	Status          string     `json:"status"`
+	Items           int        `json:"items"`
+	Bytes           int64      `json:"bytes"`
+	CompressedBytes int64      `json:"compressed_bytes"`
+	FirstItemAt     time.Time  `json:"first_item_at"`
+	LastItemAt      time.Time  `json:"last_item_at"`
+	ClaimedByJob    int64      `json:"claimed_by_job"`
+	ClaimedAt       time.Time  `json:"claimed_at"`
+	WrittenAt       *time.Time `json:"written_at"`
+}
+
+// ListObjectsLimitDefault is how many objects ListObjects returns by
+// default.
+const ListObjectsLimitDefault = 50
+
+// ListObjectsParams filters ListObjects.
+type ListObjectsParams struct {
+	// Stream limits the list to one stream. Empty lists every stream.
+	Stream string
+	// Limit is the most objects returned, newest first.
+	//
+	// Defaults to 50.
+	Limit int
+	// BeforeID continues a listing: only objects with a smaller id.
+	BeforeID int64
+}
+
+const listObjectsSQL = `
+SELECT id, batch_id, stream, key, status, item_count, bytes, compressed_bytes,
+       first_item_at, last_item_at, claimed_by_job, claimed_at, written_at
+FROM /*schema*/tributary_batch_object
+WHERE ($1 = '' OR stream = $1) AND ($2 = 0 OR id < $2)
+ORDER BY id DESC
+LIMIT $3`
+
+// ListObjects lists objects newest first.
+func ListObjects(ctx context.Context, db queue.DBTX, schema string, p ListObjectsParams) ([]Object, error) {
+	if p.Stream != "" {
+		if err := ValidateStream(p.Stream); err != nil {
+			return nil, err
+		}
+	}
+	limit := cmp.Or(p.Limit, ListObjectsLimitDefault)
+	if limit < 1 {
+		return nil, fmt.Errorf("invalid limit %d: want at least 1", limit)
+	}
+	rows, err := db.Query(ctx, queue.Qualify(schema, listObjectsSQL), p.Stream, p.BeforeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("error listing batch objects: %w", err)
+	}
+	objs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Object, error) {
+		var o Object
+		err := r.Scan(&o.ID, &o.BatchID, &o.Stream, &o.Key, &o.Status, &o.Items, &o.Bytes, &o.CompressedBytes,
+			&o.FirstItemAt, &o.LastItemAt, &o.ClaimedByJob, &o.ClaimedAt, &o.WrittenAt)
+		return o, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error listing batch objects: %w", err)
+	}
+	return objs, nil
+}
+
+// StreamCountCap bounds how many staged items ListStreams counts per
+// stream, so the listing stays fast on a large backlog; a stream at the cap
+// is reported with CountCapped.
+const StreamCountCap = 1_000_000
+
+// StreamStatus is what a stream has staged.
+type StreamStatus struct {
+	Stream       string     `json:"stream"`
+	StagedItems  int64      `json:"staged_items"`
+	StagedBytes  int64      `json:"staged_bytes"`
+	CountCapped  bool       `json:"count_capped,omitempty"`
+	OldestItemAt *time.Time `json:"oldest_item_at"`
+}
+
+const streamStatusSQL = `
+SELECT count(*), coalesce(sum(byte_size), 0)::bigint,
+       (SELECT created_at FROM /*schema*/tributary_batch_item WHERE stream = $1 ORDER BY id LIMIT 1)
+FROM (SELECT byte_size FROM /*schema*/tributary_batch_item WHERE stream = $1 LIMIT $2) AS s`
+
+// ListStreams reports every stream with staged items (or only stream, when
+// given).
+func ListStreams(ctx context.Context, db queue.DBTX, schema, stream string) ([]StreamStatus, error) {
+	var streams []string
+	if stream != "" {
+		if err := ValidateStream(stream); err != nil {
+			return nil, err
+		}
+		streams = []string{stream}
+	} else {
+		rows, err := db.Query(ctx, queue.Qualify(schema, streamsSQL))
+		if err != nil {
+			return nil, fmt.Errorf("error listing batch streams: %w", err)
+		}
+		if streams, err = collectStrings(rows); err != nil {
+			return nil, fmt.Errorf("error listing batch streams: %w", err)
+		}
+	}
+	out := make([]StreamStatus, 0, len(streams))
+	for _, s := range streams {
+		st := StreamStatus{Stream: s}
+		if err := db.QueryRow(ctx, queue.Qualify(schema, streamStatusSQL), s, StreamCountCap).Scan(&st.StagedItems, &st.StagedBytes, &st.OldestItemAt); err != nil {
+			return nil, fmt.Errorf("error measuring stream %q: %w", s, err)
+		}
+		if st.StagedItems == 0 {
+			continue
+		}
+		st.CountCapped = st.StagedItems >= StreamCountCap
+		out = append(out, st)
+	}
+	return out, nil
+}
