@@ -1,0 +1,40 @@
+// Package scheduler runs cron schedules that survive restarts and replica
+// changes, and the built-in clean-up of what tributary stores.
+//
+// Schedules are declared in code; their state (next run, last run and job,
+// paused) lives in the tributary_schedule table. Every replica runs a
+// Scheduler service. It sleeps until the earliest next run, then fires each
+// due schedule in one transaction that locks the schedule's row (FOR UPDATE
+// SKIP LOCKED), inserts the job and advances next_run_at: a fire time is
+// handled by exactly one replica, and a crash mid-fire rolls everything back
+// for the next replica to redo. Each job carries its schedule and fire time
+// in its metadata, and a unique index on that pair makes a second job for
+// one fire time impossible. Fire times missed while nothing ran follow the
+// schedule's CatchUp policy; a fire while the previous job is unfinished
+// follows its Overlap policy. Schedules found in the table but no longer
+// declared are reported as orphaned and not fired.
+//
+//	rt, _ := queue.NewRuntime(pool, queue.RuntimeConfig{})
+//	queue.AddWorker(rt, &ReportWorker{})
+//	s := scheduler.New(rt.Client, scheduler.Config{})
+//	err := s.Add(scheduler.Schedule{
+//		Name:    "nightly-report",
+//		Spec:    "CRON_TZ=Europe/Berlin 30 2 * * *",
+//		Args:    ReportArgs{Kind: "daily"},
+//		CatchUp: scheduler.CatchUpOnce,
+//		Overlap: scheduler.OverlapSkip,
+//	})
+//	// err names the schedule and the bad value: spec, timezone, duplicate name.
+//	_ = rt.AddService(s)
+//	_ = rt.Run(ctx)
+//
+// List, Trigger, Pause and Resume act on the stored schedules without the
+// declaring code (the CLI's `tributary schedules`, the dashboard).
+//
+// Clean-up: CleanupSchedules returns the built-in schedules (SENT and FAILED
+// outbox rows, idle event lanes, batch object records past retention) and
+// RegisterCleanup the worker of their tributary.cleanup jobs. A Cleaner
+// deletes in statements of at most a few thousand rows, each its own
+// transaction under a statement timeout, so no statement holds row locks
+// for long; each run logs and counts what it removed.
+package scheduler
