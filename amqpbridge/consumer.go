@@ -92,7 +92,7 @@ type ConsumerStats struct {
 	Acked      uint64 // deliveries acked (handled, retried or dead-lettered)
 	Retried    uint64 // republished to a retry tier
 	Failed     uint64 // republished to .failed
-	Stale      uint64 // settlements dropped because the channel was gone
+	Stale      uint64 // settlements dropped because their channel was closed or replaced
 	Reconnects uint64 // sessions opened after the first
 	Generation uint64 // current channel generation
 }

@@ -38,6 +38,7 @@ func TestFaultConnectionsForceClosed(t *testing.T) {
 		seen     = make(map[int]int, total)
 		consumed atomic.Int64 // distinct ids
 		deliver  atomic.Int64 // all deliveries
+		slow     atomic.Bool
 	)
 	c := startConsumer(t, cfg, ConsumerConfig{Queue: b.queue, Prefetch: 100, Concurrency: 4, Handler: func(ctx context.Context, d *Delivery) error {
 		id, err := strconv.Atoi(string(d.Body))
@@ -46,6 +47,13 @@ func TestFaultConnectionsForceClosed(t *testing.T) {
 		}
 		if d.MessageID != "m-"+string(d.Body) {
 			return Permanent(fmt.Errorf("body %s does not match message id %s", d.Body, d.MessageID))
+		}
+		// While a fault is being injected, handlers work slowly, so the
+		// consumer holds a full prefetch of unacked deliveries and busy
+		// handlers when its connection dies: their settlements must be
+		// dropped, the messages redelivered.
+		if slow.Load() {
+			time.Sleep(50 * time.Millisecond)
 		}
 		deliver.Add(1)
 		mu.Lock()
@@ -135,7 +143,9 @@ func TestFaultConnectionsForceClosed(t *testing.T) {
 		amqptest.Eventually(t, time.Minute, "consumer reconnected, publishing near the mark", func() bool {
 			return c.Stats().Reconnects >= uint64(round) && published.Load() >= int64(mark(round)-total/(closes+1)/2)
 		})
+		slow.Store(true)
 		n := amqptest.CloseConnections(t, cfg.ConnectionName)
+		slow.Store(false)
 		t.Logf("fault %d: closed %d connections at %d consumed, %d confirmed", round+1, n, consumed.Load(), published.Load())
 		require.GreaterOrEqual(t, n, 1)
 		require.Less(t, published.Load(), int64(total))

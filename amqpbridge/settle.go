@@ -2,10 +2,13 @@ package amqpbridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // settlement is what consumers share to settle deliveries: the channel
@@ -27,6 +30,12 @@ func (c *settlement) ackDelivery(d *Delivery) error {
 		return ErrStaleDelivery
 	}
 	if err := d.raw.Acknowledger.Ack(d.Tag, false); err != nil {
+		if errors.Is(err, amqp.ErrClosed) {
+			// The channel died before the reconnect bumped the generation:
+			// the same case, seen earlier.
+			c.stats.stale.Add(1)
+			return fmt.Errorf("%w: %w", ErrStaleDelivery, err)
+		}
 		return fmt.Errorf("error acking delivery: %w", err)
 	}
 	c.stats.acked.Add(1)
