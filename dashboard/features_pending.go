@@ -51,18 +51,6 @@ func notWired(feature string) error {
 	return &httpError{status: http.StatusNotImplemented, msg: feature + " actions are not available in this build"}
 }
 
-func (s *Server) handleOutboxReplay(w http.ResponseWriter, r *http.Request) error {
-	return notWired("outbox")
-}
-
-func (s *Server) handleOutboxReplayFailed(w http.ResponseWriter, r *http.Request) error {
-	return notWired("outbox")
-}
-
-func (s *Server) handleScheduleAction(w http.ResponseWriter, r *http.Request) error {
-	return notWired("schedule")
-}
-
 func (s *Server) handleDLQReplay(w http.ResponseWriter, r *http.Request) error {
 	return notWired("AMQP")
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // overviewView adds the throughput chart to the overview for the page.
@@ -205,9 +207,9 @@ type notEnabled struct {
 
 // tableExists guards reads of another feature's tables: a schema migrated
 // before the feature existed shows "not enabled" instead of an error.
-func (s *Server) tableExists(ctx context.Context, table string) (bool, error) {
+func (s *Server) tableExists(ctx context.Context, db queue.DBTX, table string) (bool, error) {
 	var ok bool
-	err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{s.schema, table}.Sanitize()).Scan(&ok)
+	err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{s.schema, table}.Sanitize()).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("error looking up table %s: %w", table, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -130,8 +131,16 @@ SELECT kind FROM k WHERE kind IS NOT NULL LIMIT 200`
 
 // ListJobs returns one page of jobs matching f.
 func (s *Server) ListJobs(ctx context.Context, f JobFilter) (*JobPage, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
+	var page *JobPage
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		page, err = s.listJobs(ctx, tx, f)
+		return err
+	})
+	return page, err
+}
+
+func (s *Server) listJobs(ctx context.Context, tx pgx.Tx, f JobFilter) (*JobPage, error) {
 	if f.Limit == 0 {
 		f.Limit = PageSizeDefault
 	}
@@ -160,7 +169,7 @@ func (s *Server) ListJobs(ctx context.Context, f JobFilter) (*JobPage, error) {
 	args = append(args, f.Limit+1)
 	sql += fmt.Sprintf("\nORDER BY id DESC\nLIMIT $%d", len(args))
 
-	rows, err := s.pool.Query(ctx, s.q(sql), args...)
+	rows, err := tx.Query(ctx, s.q(sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing jobs: %w", err)
 	}
@@ -189,22 +198,19 @@ func (s *Server) ListJobs(ctx context.Context, f JobFilter) (*JobPage, error) {
 
 // JobKinds lists up to 200 distinct job kinds.
 func (s *Server) JobKinds(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
-	rows, err := s.pool.Query(ctx, s.q(jobKindsSQL))
-	if err != nil {
-		return nil, fmt.Errorf("error listing job kinds: %w", err)
-	}
-	defer rows.Close()
-	kinds := []string{}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("error scanning job kinds: %w", err)
+	var kinds []string
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.q(jobKindsSQL))
+		if err != nil {
+			return fmt.Errorf("error listing job kinds: %w", err)
 		}
-		kinds = append(kinds, k)
-	}
-	return kinds, rows.Err()
+		kinds, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("error listing job kinds: %w", err)
+		}
+		return nil
+	})
+	return kinds, err
 }
 
 // Attempt is one failed attempt of a job.

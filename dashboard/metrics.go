@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -58,7 +59,12 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, q.OldestAvailableAgeSeconds, q.Queue)
 		}
 	}
-	ob, err := c.s.outboxSummary(ctx)
+	var ob *OutboxPage
+	err = c.s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		ob, err = c.s.outboxSummary(ctx, tx)
+		return err
+	})
 	if err != nil {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the outbox", "error", err)
 		failed = 1

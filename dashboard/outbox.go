@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -9,6 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/jobs/events"
 )
 
 var outboxStatuses = []string{"PENDING", "CLAIMED", "SENT", "FAILED"}
@@ -41,10 +47,20 @@ type OutboxPage struct {
 	NextURL           string      `json:"-"`
 }
 
-const outboxCountSQL = `
-SELECT s.status,
-       (SELECT count(*) FROM (SELECT 1 FROM /*schema*/tributary_outbox o WHERE o.status = s.status LIMIT $1) capped)
-FROM unnest($2::text[]) AS s(status)`
+// outboxCountSQL counts each status up to the cap ($1). The statuses are
+// literals (from outboxStatuses) so each branch can use its status's
+// partial index: a parameter would hide the predicate and read the table.
+func outboxCountSQL() string {
+	var b strings.Builder
+	for i, status := range outboxStatuses {
+		if i > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		fmt.Fprintf(&b, `SELECT '%[1]s', (SELECT count(*) FROM (
+    SELECT 1 FROM /*schema*/tributary_outbox o WHERE o.status = '%[1]s' LIMIT $1) capped)`, status)
+	}
+	return b.String()
+}
 
 // The oldest PENDING row by emit order, through the forwarder's own partial
 // index.
@@ -73,9 +89,17 @@ func parseOutboxQuery(v url.Values) (status string, before int64, err error) {
 
 // Outbox reads the outbox page.
 func (s *Server) Outbox(ctx context.Context, status string, before int64) (*OutboxPage, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
-	page, err := s.outboxSummary(ctx)
+	var page *OutboxPage
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		page, err = s.outbox(ctx, tx, status, before)
+		return err
+	})
+	return page, err
+}
+
+func (s *Server) outbox(ctx context.Context, tx pgx.Tx, status string, before int64) (*OutboxPage, error) {
+	page, err := s.outboxSummary(ctx, tx)
 	if err != nil || !page.Enabled {
 		return page, err
 	}
@@ -96,7 +120,7 @@ func (s *Server) Outbox(ctx context.Context, status string, before int64) (*Outb
 	}
 	args = append(args, PageSizeDefault+1)
 	sql += fmt.Sprintf(" ORDER BY position DESC LIMIT $%d", len(args))
-	rows, err := s.pool.Query(ctx, s.q(sql), args...)
+	rows, err := tx.Query(ctx, s.q(sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing outbox rows: %w", err)
 	}
@@ -126,9 +150,9 @@ func (s *Server) Outbox(ctx context.Context, status string, before int64) (*Outb
 }
 
 // outboxSummary reads the outbox counts and forward lag.
-func (s *Server) outboxSummary(ctx context.Context) (*OutboxPage, error) {
+func (s *Server) outboxSummary(ctx context.Context, tx pgx.Tx) (*OutboxPage, error) {
 	page := &OutboxPage{notEnabled: notEnabled{Feature: "outbox", Enabled: true}}
-	ok, err := s.tableExists(ctx, "tributary_outbox")
+	ok, err := s.tableExists(ctx, tx, "tributary_outbox")
 	if err != nil {
 		return nil, err
 	}
@@ -137,13 +161,13 @@ func (s *Server) outboxSummary(ctx context.Context) (*OutboxPage, error) {
 		page.Reason = "the outbox tables are not in this schema (run `tributary migrate up` with a build that has events)"
 		return page, nil
 	}
-	counts, err := s.cappedCounts(ctx, outboxCountSQL, "/*schema*/tributary_outbox o", "o.status = $1", outboxStatuses)
+	counts, err := s.cappedCounts(ctx, tx, s.outboxCountSQL, "/*schema*/tributary_outbox o", "o.status = $1")
 	if err != nil {
 		return nil, fmt.Errorf("error counting outbox rows: %w", err)
 	}
 	page.Counts = counts
 	var oldest, now *time.Time
-	err = s.pool.QueryRow(ctx, s.q(outboxLagSQL)).Scan(&oldest, &now)
+	err = tx.QueryRow(ctx, s.q(outboxLagSQL)).Scan(&oldest, &now)
 	if err != nil && !isNoRows(err) {
 		return nil, fmt.Errorf("error reading the outbox lag: %w", err)
 	}
@@ -166,11 +190,10 @@ func (s *Server) handleOutbox(w http.ResponseWriter, r *http.Request) error {
 	return s.render(w, r, "outbox", "Outbox", "outbox", page)
 }
 
-// cappedCounts counts rows per value with countSQL (parameters: the cap and
-// the values) and replaces counts at the cap with the planner's estimate for
+// cappedCounts counts rows per value with countSQL (parameter: the cap) and replaces counts at the cap with the planner's estimate for
 // "SELECT 1 FROM <from> WHERE <cond>" with the value as $1.
-func (s *Server) cappedCounts(ctx context.Context, countSQL, from, cond string, values []string) (map[string]Count, error) {
-	rows, err := s.pool.Query(ctx, s.q(countSQL), s.cfg.CountCap, values)
+func (s *Server) cappedCounts(ctx context.Context, tx pgx.Tx, countSQL, from, cond string) (map[string]Count, error) {
+	rows, err := tx.Query(ctx, s.q(countSQL), s.cfg.CountCap)
 	if err != nil {
 		return nil, err
 	}
@@ -192,11 +215,71 @@ func (s *Server) cappedCounts(ctx context.Context, countSQL, from, cond string, 
 		if c.N < int64(s.cfg.CountCap) {
 			continue
 		}
-		est, err := s.estimateFrom(ctx, from, cond, v)
+		est, err := s.estimateFrom(ctx, tx, from, cond, v)
 		if err != nil {
 			return nil, err
 		}
 		counts[v] = Count{N: max(est, c.N), Approximate: true}
 	}
 	return counts, nil
+}
+
+// outboxReplayResult is the JSON answer of an outbox replay.
+type outboxReplayResult struct {
+	Replayed int `json:"replayed"`
+}
+
+// ReplayOutbox puts SENT or FAILED rows back to PENDING through the events
+// package (all or nothing); all replays every FAILED row.
+func (s *Server) ReplayOutbox(ctx context.Context, ids []string, all bool) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	if ok, err := s.tableExists(ctx, s.pool, "tributary_outbox"); err != nil {
+		return 0, err
+	} else if !ok {
+		return 0, notFoundf("the outbox is not enabled in this schema")
+	}
+	if !all {
+		for _, id := range ids {
+			if _, err := uuid.Parse(id); err != nil {
+				return 0, badRequestf("invalid outbox id %q: want a UUID", id)
+			}
+		}
+	}
+	var n int
+	var err error
+	if all {
+		n, err = events.ReplayFailed(ctx, s.pool, s.schema)
+	} else {
+		n, err = events.ReplayOutbox(ctx, s.pool, s.schema, ids)
+	}
+	if errors.Is(err, events.ErrNotReplayable) {
+		return 0, &httpError{status: http.StatusConflict, msg: err.Error()}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("error replaying outbox rows: %w", err)
+	}
+	return n, nil
+}
+
+func (s *Server) handleOutboxReplay(w http.ResponseWriter, r *http.Request) error {
+	return s.outboxReplay(w, r, []string{r.PathValue("id")}, false)
+}
+
+func (s *Server) handleOutboxReplayFailed(w http.ResponseWriter, r *http.Request) error {
+	return s.outboxReplay(w, r, nil, true)
+}
+
+func (s *Server) outboxReplay(w http.ResponseWriter, r *http.Request, ids []string, all bool) error {
+	n, err := s.ReplayOutbox(r.Context(), ids, all)
+	if err != nil {
+		return err
+	}
+	s.logger.InfoContext(r.Context(), "dashboard outbox replay", "replayed", n, "all_failed", all)
+	if isAPI(r) {
+		writeJSON(w, http.StatusOK, outboxReplayResult{Replayed: n})
+		return nil
+	}
+	http.Redirect(w, r, "/outbox", http.StatusSeeOther)
+	return nil
 }

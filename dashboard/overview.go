@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,16 +68,26 @@ type Overview struct {
 	OldestAvailableAgeSeconds float64    `json:"oldest_available_age_seconds"`
 }
 
-// Each state is counted through River's (state, queue, priority,
-// scheduled_at, id) index, stopping at the cap: the cost is bounded by the
-// cap, not by the table.
-const overviewStatesSQL = `
-SELECT s.state::text,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM /*schema*/river_job j WHERE j.state = s.state LIMIT $1
-        ) capped),
-       now()
-FROM unnest(enum_range(NULL::/*schema*/river_job_state)) AS s(state)`
+// overviewStatesSQL counts each state through River's (state, queue,
+// priority, scheduled_at, id) index, stopping at the cap ($1): the cost is
+// bounded by the cap, not by the table. Each state is its own branch with
+// the state as a literal (from jobStates, never from input), so each gets a
+// plan for its own frequency; the ORDER BY on the index's columns keeps the
+// planner on the index even when its statistics call a state common and a
+// sequential scan looks cheaper, which for a state that has become rare
+// would read the whole table.
+func overviewStatesSQL() string {
+	var b strings.Builder
+	for i, state := range jobStates {
+		if i > 0 {
+			b.WriteString("\nUNION ALL\n")
+		}
+		fmt.Fprintf(&b, `SELECT '%[1]s', (SELECT count(*) FROM (
+    SELECT 1 FROM /*schema*/river_job j WHERE j.state = '%[1]s'
+    ORDER BY j.state, j.queue, j.priority, j.scheduled_at, j.id LIMIT $1) capped), now()`, state)
+	}
+	return b.String()
+}
 
 // Distinct (state, queue) pairs of live jobs by a skip scan over the same
 // index (one index probe per pair instead of reading every row), then a
@@ -94,7 +106,8 @@ WITH RECURSIVE live AS (
 )
 SELECT l.state::text, l.queue,
        (SELECT count(*) FROM (
-            SELECT 1 FROM /*schema*/river_job j WHERE j.state = l.state AND j.queue = l.queue LIMIT $2
+            SELECT 1 FROM /*schema*/river_job j WHERE j.state = l.state AND j.queue = l.queue
+            ORDER BY j.state, j.queue, j.priority, j.scheduled_at, j.id LIMIT $2
         ) capped),
        CASE WHEN l.state = 'available' THEN (
             SELECT min(o.scheduled_at)
@@ -120,17 +133,25 @@ GROUP BY 1, 2`
 // Overview reads the overview. Its cost does not grow with the number of
 // finalized jobs beyond the throughput window.
 func (s *Server) Overview(ctx context.Context) (*Overview, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
-	defer cancel()
+	var ov *Overview
+	err := s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		ov, err = s.overview(ctx, tx)
+		return err
+	})
+	return ov, err
+}
+
+func (s *Server) overview(ctx context.Context, tx pgx.Tx) (*Overview, error) {
 	minutes := int(s.cfg.ThroughputWindow / time.Minute)
 	ov := &Overview{CountCap: s.cfg.CountCap, States: []StateCount{}, Queues: []QueueStats{}}
 
 	batch := &pgx.Batch{}
-	batch.Queue(s.q(overviewStatesSQL), s.cfg.CountCap)
+	batch.Queue(s.q(s.statesSQL), s.cfg.CountCap)
 	batch.Queue(s.q(overviewQueuesSQL), liveStates, s.cfg.CountCap)
 	batch.Queue(s.q(overviewPausedSQL))
 	batch.Queue(s.q(overviewThroughputSQL), minutes-1)
-	br := s.pool.SendBatch(ctx, batch)
+	br := tx.SendBatch(ctx, batch)
 	defer br.Close()
 
 	// States.
@@ -243,7 +264,7 @@ func (s *Server) Overview(ctx context.Context) (*Overview, error) {
 		n := counts[state]
 		c := Count{N: n}
 		if n >= int64(s.cfg.CountCap) {
-			est, err := s.estimate(ctx, "j.state = $1::/*schema*/river_job_state", state)
+			est, err := s.estimate(ctx, tx, "j.state = $1::/*schema*/river_job_state", state)
 			if err != nil {
 				return nil, err
 			}
@@ -252,7 +273,7 @@ func (s *Server) Overview(ctx context.Context) (*Overview, error) {
 		ov.States = append(ov.States, StateCount{State: state, Count: c})
 	}
 	for _, p := range cappedPairs {
-		est, err := s.estimate(ctx, "j.state = $1::/*schema*/river_job_state AND j.queue = $2", p.state, p.queue)
+		est, err := s.estimate(ctx, tx, "j.state = $1::/*schema*/river_job_state AND j.queue = $2", p.state, p.queue)
 		if err != nil {
 			return nil, err
 		}
@@ -286,13 +307,13 @@ func (s *Server) Overview(ctx context.Context) (*Overview, error) {
 
 // estimate asks the planner how many river_job rows (alias j) match cond,
 // a constant of the dashboard's with parameters args.
-func (s *Server) estimate(ctx context.Context, cond string, args ...any) (int64, error) {
-	return s.estimateFrom(ctx, "/*schema*/river_job j", cond, args...)
+func (s *Server) estimate(ctx context.Context, db queue.DBTX, cond string, args ...any) (int64, error) {
+	return s.estimateFrom(ctx, db, "/*schema*/river_job j", cond, args...)
 }
 
 // estimateFrom asks the planner how many rows of from match cond. A plan
 // costs a fraction of a millisecond whatever the table's size.
-func (s *Server) estimateFrom(ctx context.Context, from, cond string, args ...any) (int64, error) {
+func (s *Server) estimateFrom(ctx context.Context, db queue.DBTX, from, cond string, args ...any) (int64, error) {
 	var plan []struct {
 		Plan struct {
 			Rows float64 `json:"Plan Rows"`
@@ -300,7 +321,7 @@ func (s *Server) estimateFrom(ctx context.Context, from, cond string, args ...an
 	}
 	var raw []byte
 	sql := s.q("EXPLAIN (FORMAT JSON) SELECT 1 FROM " + from + " WHERE " + cond)
-	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&raw); err != nil {
+	if err := db.QueryRow(ctx, sql, args...).Scan(&raw); err != nil {
 		return 0, fmt.Errorf("error estimating a row count: %w", err)
 	}
 	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) == 0 {
@@ -310,6 +331,22 @@ func (s *Server) estimateFrom(ctx context.Context, from, cond string, args ...an
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// readTx runs fn in a read-only transaction with JIT off and a statement
+// timeout. JIT matters: the overview's recursive skip scan has a large
+// planner cost (the planner cannot know how few queues there are) that
+// passes jit_above_cost, and compiling it takes far longer than running it.
+func (s *Server) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		timeout := strconv.FormatInt(s.cfg.QueryTimeout.Milliseconds(), 10)
+		if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'off', true), set_config('statement_timeout', $1, true)", timeout); err != nil {
+			return fmt.Errorf("error preparing a read transaction: %w", err)
+		}
+		return fn(tx)
+	})
+}
 
 // q qualifies a SQL constant with the dashboard's schema.
 func (s *Server) q(sql string) string { return queue.Qualify(s.schema, sql) }

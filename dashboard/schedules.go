@@ -2,46 +2,25 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"time"
+
+	"github.com/tributary-run/tributary/scheduler"
 )
 
-// ScheduleRow is one tributary_schedule row.
-type ScheduleRow struct {
-	Name         string     `json:"name"`
-	Spec         string     `json:"spec"`
-	Timezone     string     `json:"timezone"`
-	Kind         string     `json:"kind"`
-	NextRunAt    time.Time  `json:"next_run_at"`
-	LastRunAt    *time.Time `json:"last_run_at,omitempty"`
-	LastJobID    *int64     `json:"last_job_id,omitempty"`
-	LastOutcome  string     `json:"last_outcome,omitempty"`
-	FiredCount   int64      `json:"fired_count"`
-	SkippedCount int64      `json:"skipped_count"`
-	Paused       bool       `json:"paused"`
-	Orphaned     bool       `json:"orphaned"`
-}
-
-// SchedulesPage lists every schedule.
+// SchedulesPage lists every stored schedule.
 type SchedulesPage struct {
 	notEnabled
-	Schedules []ScheduleRow `json:"schedules,omitempty"`
+	Schedules []scheduler.Info `json:"schedules,omitempty"`
 }
-
-const schedulesSQL = `
-SELECT name, spec, timezone, kind, next_run_at, last_run_at, last_job_id, coalesce(last_outcome, ''),
-       fired_count, skipped_count, paused, orphaned_at IS NOT NULL
-FROM /*schema*/tributary_schedule
-ORDER BY name
-LIMIT 1000`
 
 // Schedules reads the schedules page.
 func (s *Server) Schedules(ctx context.Context) (*SchedulesPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	page := &SchedulesPage{notEnabled: notEnabled{Feature: "schedules", Enabled: true}}
-	ok, err := s.tableExists(ctx, "tributary_schedule")
+	ok, err := s.tableExists(ctx, s.pool, "tributary_schedule")
 	if err != nil {
 		return nil, err
 	}
@@ -50,21 +29,11 @@ func (s *Server) Schedules(ctx context.Context) (*SchedulesPage, error) {
 		page.Reason = "the schedule table is not in this schema (run `tributary migrate up` with a build that has the scheduler)"
 		return page, nil
 	}
-	rows, err := s.pool.Query(ctx, s.q(schedulesSQL))
+	page.Schedules, err = scheduler.List(ctx, s.client)
 	if err != nil {
-		return nil, fmt.Errorf("error listing schedules: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
-	page.Schedules = []ScheduleRow{}
-	for rows.Next() {
-		var r ScheduleRow
-		if err := rows.Scan(&r.Name, &r.Spec, &r.Timezone, &r.Kind, &r.NextRunAt, &r.LastRunAt, &r.LastJobID, &r.LastOutcome,
-			&r.FiredCount, &r.SkippedCount, &r.Paused, &r.Orphaned); err != nil {
-			return nil, fmt.Errorf("error scanning schedules: %w", err)
-		}
-		page.Schedules = append(page.Schedules, r)
-	}
-	return page, rows.Err()
+	return page, nil
 }
 
 func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) error {
@@ -73,4 +42,60 @@ func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return s.render(w, r, "schedules", "Schedules", "schedules", page)
+}
+
+// scheduleActionResult is the JSON answer of a schedule action.
+type scheduleActionResult struct {
+	Action   string `json:"action"`
+	Schedule string `json:"schedule"`
+	// JobID is the job a trigger inserted.
+	JobID int64 `json:"job_id,omitempty"`
+}
+
+// ScheduleAction triggers, pauses or resumes a schedule through the
+// scheduler package.
+func (s *Server) ScheduleAction(ctx context.Context, name, action string) (*scheduleActionResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
+	defer cancel()
+	if ok, err := s.tableExists(ctx, s.pool, "tributary_schedule"); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, notFoundf("schedules are not enabled in this schema")
+	}
+	res := &scheduleActionResult{Action: action, Schedule: name}
+	var err error
+	switch action {
+	case "trigger":
+		res.JobID, err = scheduler.Trigger(ctx, s.client, name, scheduler.TriggerOpts{FiredBy: "dashboard"})
+	case "pause":
+		err = scheduler.Pause(ctx, s.client, name)
+	case "resume":
+		err = scheduler.Resume(ctx, s.client, name)
+	default:
+		return nil, notFoundf("unknown schedule action %q: want trigger, pause or resume", action)
+	}
+	switch {
+	case errors.Is(err, scheduler.ErrNotFound):
+		return nil, notFoundf("schedule %q not found", name)
+	case errors.Is(err, scheduler.ErrOrphaned), errors.Is(err, scheduler.ErrPreviousRunning):
+		return nil, &httpError{status: http.StatusConflict, msg: err.Error()}
+	case err != nil:
+		return nil, fmt.Errorf("error running %s on schedule %q: %w", action, name, err)
+	}
+	return res, nil
+}
+
+func (s *Server) handleScheduleAction(w http.ResponseWriter, r *http.Request) error {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	res, err := s.ScheduleAction(r.Context(), name, action)
+	if err != nil {
+		return err
+	}
+	s.logger.InfoContext(r.Context(), "dashboard schedule action", "action", action, "schedule", name, "job_id", res.JobID)
+	if isAPI(r) {
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	}
+	http.Redirect(w, r, "/schedules", http.StatusSeeOther)
+	return nil
 }

@@ -27,6 +27,10 @@ type Server struct {
 	pages    *pages
 	auth     *authenticator
 	handler  http.Handler
+
+	// SQL built once from constants.
+	statesSQL      string
+	outboxCountSQL string
 }
 
 // New builds a dashboard on client's pool and schema. Job actions go
@@ -43,6 +47,9 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 		schema: client.Schema(),
 		logger: cfg.Logger,
 		auth:   newAuthenticator(cfg.Token, cfg.SessionTTL),
+
+		statesSQL:      overviewStatesSQL(),
+		outboxCountSQL: outboxCountSQL(),
 	}
 	var err error
 	if s.pages, err = loadPages(); err != nil {

@@ -9,6 +9,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchJobsCmd(a),
 		newBenchBatchCmd(a),
 		newBenchAMQPCmd(a),
+		newBenchDashboardCmd(a),
 	}
 }
 

@@ -15,5 +15,6 @@ func commands(a *app) []*cobra.Command {
 		newBenchCmd(a),
 		newSchedulesCmd(a),
 		newDLQCmd(a),
+		newDashboardCmd(a),
 	}
 }
