@@ -105,3 +105,7 @@ func containsAll(s string, parts ...string) bool {
 	}
 	return true
 }
+
+func amqpPublishing(body string) amqp.Publishing {
+	return amqp.Publishing{Body: []byte(body)}
+}
