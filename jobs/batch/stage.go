@@ -14,6 +14,12 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
+// copyFromMin is the batch size from which staging uses COPY, which is
+// about twice as fast as an INSERT of unnested arrays for large batches.
+const copyFromMin = 64
+
+var itemColumns = []string{"stream", "payload", "byte_size", "created_at"}
+
 // Stager stages items for batch flushes in the caller's transactions. It is
 // safe for concurrent use; create one per process and share it.
 type Stager struct {
@@ -79,10 +85,23 @@ func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payl
 	}
 	now := time.Now().UTC()
 	schema := s.client.Schema()
-	if len(lines) == 1 {
+	switch {
+	case len(lines) == 1:
 		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemSQL), stream, lines[0], sizes[0], now)
-	} else {
+	case len(lines) < copyFromMin:
 		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemsSQL), stream, now, lines, sizes)
+	default:
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{schema, "tributary_batch_item"}, itemColumns,
+			pgx.CopyFromFunc(func() func() ([]any, error) {
+				i := -1
+				return func() ([]any, error) {
+					i++
+					if i == len(lines) {
+						return nil, nil
+					}
+					return []any{stream, lines[i], sizes[i], now}, nil
+				}
+			}()))
 	}
 	if err != nil {
 		return fmt.Errorf("error staging %d items into stream %q: %w", len(lines), stream, err)
