@@ -129,7 +129,11 @@ func Pause(ctx context.Context, client *queue.Client, name string) error {
 		if _, err := lockSchedule(ctx, tx, client.Schema(), name); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, queue.Qualify(client.Schema(), setPausedSQL), name, true, time.Now().UTC()); err != nil {
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, queue.Qualify(client.Schema(), setPausedSQL), name, true, now); err != nil {
 			return fmt.Errorf("error pausing schedule %q: %w", name, err)
 		}
 		return nil
@@ -152,7 +156,10 @@ func Resume(ctx context.Context, client *queue.Client, name string) error {
 		if err != nil {
 			return fmt.Errorf("stored spec of schedule %q: %w", name, err)
 		}
-		now := time.Now().UTC()
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, queue.Qualify(client.Schema(), resumeSQL), name, spec.Next(now), now); err != nil {
 			return fmt.Errorf("error resuming schedule %q: %w", name, err)
 		}
@@ -195,7 +202,10 @@ func Trigger(ctx context.Context, client *queue.Client, name string, opts Trigge
 				return fmt.Errorf("%w (job %d) for schedule %q", ErrPreviousRunning, *l.lastJobID, name)
 			}
 		}
-		now := time.Now().UTC().Truncate(time.Microsecond)
+		now, err := dbNow(ctx, tx)
+		if err != nil {
+			return err
+		}
 		id, _, err := insertFire(ctx, client, tx, fireJob{
 			schedule: name, kind: l.kind, args: l.args, opts: l.opts,
 			fireAt: now, firedBy: cmp.Or(opts.FiredBy, "manual"), manual: true,

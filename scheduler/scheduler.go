@@ -61,7 +61,8 @@ type Config struct {
 	// decision (what is due, what was missed) uses it; the timers that wait
 	// for the next fire use real time.
 	//
-	// Defaults to time.Now.
+	// Defaults to the database's clock, so replicas whose own clocks
+	// disagree still agree on when a fire time has come.
 	NowFunc func() time.Time
 }
 
@@ -94,9 +95,6 @@ func New(client *queue.Client, cfg Config) *Scheduler {
 	cfg.MisfireGrace = cmp.Or(cfg.MisfireGrace, MisfireGraceDefault)
 	cfg.MaxSleep = cmp.Or(cfg.MaxSleep, MaxSleepDefault)
 	cfg.ErrorBackoff = cmp.Or(cfg.ErrorBackoff, ErrorBackoffDefault)
-	if cfg.NowFunc == nil {
-		cfg.NowFunc = time.Now
-	}
 	return &Scheduler{
 		client:    client,
 		cfg:       cfg,
@@ -190,15 +188,33 @@ func (s *Scheduler) Wake() {
 	}
 }
 
-func (s *Scheduler) now() time.Time { return s.cfg.NowFunc().UTC() }
+// now returns NowFunc's time, or the database's: the start time of q's
+// transaction, so every decision within one fire uses one instant.
+func (s *Scheduler) now(ctx context.Context, q queue.DBTX) (time.Time, error) {
+	if s.cfg.NowFunc != nil {
+		return s.cfg.NowFunc().UTC(), nil
+	}
+	return dbNow(ctx, q)
+}
+
+func dbNow(ctx context.Context, q queue.DBTX) (time.Time, error) {
+	var now time.Time
+	if err := q.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("error reading the database clock: %w", err)
+	}
+	return now.UTC(), nil
+}
 
 // declare upserts every declared schedule and marks the others orphaned,
 // in one transaction.
 func (s *Scheduler) declare(ctx context.Context) error {
-	now := s.now()
 	schema := s.client.Schema()
 	var orphans []string
 	err := pgx.BeginFunc(ctx, s.client.Pool(), func(tx pgx.Tx) error {
+		now, err := s.now(ctx, tx)
+		if err != nil {
+			return err
+		}
 		for _, name := range s.names {
 			d := s.schedules[name]
 			_, err := tx.Exec(ctx, queue.Qualify(schema, upsertScheduleSQL),
@@ -245,14 +261,13 @@ func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
 				return
 			}
 			wait = s.cfg.ErrorBackoff
-		} else if next, ok, err := s.earliest(ctx); err != nil {
+		} else if d, ok, err := s.untilEarliest(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			s.logger.WarnContext(ctx, "error reading the next fire time", "error", err)
 			wait = s.cfg.ErrorBackoff
 		} else if ok {
-			d := next.Sub(s.now())
 			switch {
 			case d <= 0:
 				// Due but not ours to fire: another replica holds the row.
@@ -274,17 +289,22 @@ func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
 	}
 }
 
-// earliest returns the earliest next run among our unpaused schedules.
-func (s *Scheduler) earliest(ctx context.Context) (time.Time, bool, error) {
-	var next *time.Time
-	err := s.client.Pool().QueryRow(ctx, queue.Qualify(s.client.Schema(), earliestSQL), s.names).Scan(&next)
+// untilEarliest returns how long until the earliest next run among our
+// unpaused schedules, by the scheduler's clock. ok is false when there is
+// none.
+func (s *Scheduler) untilEarliest(ctx context.Context) (d time.Duration, ok bool, err error) {
+	var next, now *time.Time
+	err = s.client.Pool().QueryRow(ctx, queue.Qualify(s.client.Schema(), earliestSQL), s.names).Scan(&next, &now)
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("error reading the earliest next run: %w", err)
+		return 0, false, fmt.Errorf("error reading the earliest next run: %w", err)
 	}
 	if next == nil {
-		return time.Time{}, false, nil
+		return 0, false, nil
 	}
-	return *next, true, nil
+	if s.cfg.NowFunc != nil {
+		return next.Sub(s.cfg.NowFunc()), true, nil
+	}
+	return next.Sub(*now), true, nil
 }
 
 // fireDue fires every due schedule it can lock, one transaction each, and
@@ -333,12 +353,15 @@ type dueRow struct {
 // or "" when nothing was due.
 func (s *Scheduler) fireOne(ctx context.Context, skip []string) (string, error) {
 	schema := s.client.Schema()
-	now := s.now()
 	tx, err := s.client.Pool().Begin(ctx)
 	if err != nil {
 		return "", fmt.Errorf("error beginning a fire transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	now, err := s.now(ctx, tx)
+	if err != nil {
+		return "", err
+	}
 
 	var r dueRow
 	var catchUp, overlap string

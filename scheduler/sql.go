@@ -46,7 +46,7 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED`
 
 const earliestSQL = `
-SELECT min(next_run_at) FROM /*schema*/tributary_schedule
+SELECT min(next_run_at), clock_timestamp() FROM /*schema*/tributary_schedule
 WHERE name = ANY($1::text[]) AND NOT paused`
 
 const recordFireSQL = `
