@@ -16,5 +16,7 @@ func commands(a *app) []*cobra.Command {
 		newSchedulesCmd(a),
 		newDLQCmd(a),
 		newDashboardCmd(a),
+		newEmitCmd(a),
+		newOutboxCmd(a),
 	}
 }

@@ -43,6 +43,7 @@ func workerInstallers() []installer {
 		}},
 		{name: "scheduler", install: installScheduler},
 		{name: "batch flushes", install: installBatch},
+		{name: "events", install: installEvents},
 		{name: "dashboard", install: installDashboard},
 	}
 }

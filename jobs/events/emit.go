@@ -114,6 +114,31 @@ func (e *Emitter) EmitTx(ctx context.Context, tx queue.DBTX, def Definition, pay
 	return ids[0], nil
 }
 
+// ValidateJSON checks, without writing anything, what EmitJSONTx checks:
+// the event type is registered, the payload is JSON that decodes strictly
+// into its payload type and passes Validate, and it is within the size
+// limit.
+func (e *Emitter) ValidateJSON(eventType string, payload json.RawMessage) error {
+	def, err := e.cfg.Registry.Lookup(eventType)
+	if err != nil {
+		return err
+	}
+	if !json.Valid(payload) {
+		return fmt.Errorf("payload of event %s is not valid JSON", eventType)
+	}
+	if _, err := def.decode(payload); err != nil {
+		return err
+	}
+	if len(payload) > e.cfg.MaxPayloadBytes {
+		var buf bytes.Buffer
+		_ = json.Compact(&buf, payload)
+		if buf.Len() > e.cfg.MaxPayloadBytes {
+			return &PayloadTooLargeError{EventType: eventType, Size: buf.Len(), Limit: e.cfg.MaxPayloadBytes}
+		}
+	}
+	return nil
+}
+
 // EmitJSONTx writes one event whose payload is raw JSON, for callers that
 // only know the event type by name (the CLI, bridges). The JSON must decode
 // strictly into the registered payload type and pass its Validate.

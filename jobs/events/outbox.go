@@ -99,6 +99,10 @@ func validStatus(s string) bool {
 	return false
 }
 
+// ErrInvalidOutboxID is returned (wrapped, with the value) for an id that
+// is not a UUID.
+var ErrInvalidOutboxID = errors.New("invalid outbox id")
+
 // ErrNotReplayable is returned (wrapped, with the ids) when a replay names
 // rows that do not exist or are still waiting to be forwarded.
 var ErrNotReplayable = errors.New("outbox rows cannot be replayed")
@@ -111,7 +115,7 @@ var ErrNotReplayable = errors.New("outbox rows cannot be replayed")
 func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []string) (int, error) {
 	for _, id := range ids {
 		if _, err := uuid.Parse(id); err != nil {
-			return 0, fmt.Errorf("invalid outbox id %q: want a UUID", id)
+			return 0, fmt.Errorf("%w %q: want a UUID", ErrInvalidOutboxID, id)
 		}
 	}
 	var n int

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/events/eventdemo"
+)
+
+// installEvents runs the outbox forwarder, the in-database bus and the demo
+// consumer (subscribed to demo.*) in the worker; with --demo it also emits
+// a demo event every few seconds.
+func installEvents(ctx context.Context, env *workerEnv) error {
+	c, err := eventdemo.NewConsumer()
+	if err != nil {
+		return err
+	}
+	if _, err := events.Install(env.runtime, events.InstallConfig{Consumers: []*events.Consumer{c}}); err != nil {
+		return err
+	}
+	if !env.demo {
+		return nil
+	}
+	p, err := eventdemo.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
+	if err != nil {
+		return err
+	}
+	return env.runtime.AddService(p)
+}
+
+func newOutboxCmd(a *app) *cobra.Command {
+	cmd := subcommandsOnly(&cobra.Command{
+		Use:   "outbox",
+		Short: "List outbox rows and replay failed or sent events",
+	})
+	cmd.AddCommand(newOutboxListCmd(a), newOutboxReplayCmd(a))
+	return cmd
+}
+
+func newOutboxListCmd(a *app) *cobra.Command {
+	var status string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List outbox rows, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			status = strings.ToUpper(status)
+			if status != "" && !validOutboxStatus(status) {
+				return usagef("unknown --status %q: want one of %s", status, strings.Join(events.Statuses(), ", "))
+			}
+			if limit < 1 {
+				return usagef("--limit %d must be at least 1", limit)
+			}
+			ctx := cmd.Context()
+			pool, err := a.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			rows, err := events.ListOutbox(ctx, pool, a.cfg.Schema, events.ListParams{Status: status, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return a.printJSON(map[string]any{"rows": rows})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tRETRIES\tCREATED\tLAST ERROR")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.EventType, outboxDash(r.AggregateID),
+					r.RetryCount, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), outboxDash(emitPreview(r.LastError, 60)))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only rows in this status: "+strings.Join(events.Statuses(), ", "))
+	cmd.Flags().IntVar(&limit, "limit", 100, "most rows to list")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
+	return cmd
+}
+
+func newOutboxReplayCmd(a *app) *cobra.Command {
+	var failed, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "replay ID...|--failed",
+		Short: "Send SENT or FAILED outbox rows again (all or nothing)",
+		Long: `Put the named outbox rows (SENT or FAILED) back to PENDING so the forwarders
+send them again; with --failed, every FAILED row. A replayed SENT event reaches
+every consumer again. If any id is unknown or still pending, nothing changes.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if failed == (len(args) > 0) {
+				return usagef("outbox replay needs outbox ids or --failed, not both")
+			}
+			ctx := cmd.Context()
+			pool, err := a.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			var n int
+			if failed {
+				n, err = events.ReplayFailed(ctx, pool, a.cfg.Schema)
+			} else {
+				n, err = events.ReplayOutbox(ctx, pool, a.cfg.Schema, args)
+			}
+			if err != nil {
+				if errors.Is(err, events.ErrNotReplayable) || errors.Is(err, events.ErrInvalidOutboxID) {
+					return usagef("%v", err)
+				}
+				return err
+			}
+			if asJSON {
+				return a.printJSON(map[string]int{"replayed": n})
+			}
+			fmt.Fprintf(a.stdout, "replayed %d outbox row(s)\n", n)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&failed, "failed", false, "replay every FAILED row")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
+	return cmd
+}
+
+func validOutboxStatus(s string) bool {
+	for _, v := range events.Statuses() {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func outboxDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
