@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
