@@ -60,11 +60,17 @@ func TestDeclareAndControl(t *testing.T) {
 		_, err = Trigger(context.Background(), b.client, "digest", TriggerOpts{})
 		require.ErrorIs(t, err, ErrOrphaned)
 
+		// A process that declares nothing orphans everything.
+		empty := New(b.client, Config{NowFunc: b.clock.Now, Logger: pgtest.Logger(t)})
+		require.NoError(t, empty.declare(context.Background()))
+		require.EqualValues(t, 2, empty.Stats().Orphaned)
+
 		// Declaring it again adopts it.
 		declare(t, b, report, digest)
 		all, err = List(context.Background(), b.client)
 		require.NoError(t, err)
 		require.False(t, all[0].Orphaned)
+		require.False(t, all[1].Orphaned)
 	})
 
 	t.Run("a changed spec starts a new timetable; an unchanged one keeps its next run", func(t *testing.T) {

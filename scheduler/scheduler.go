@@ -100,6 +100,7 @@ func New(client *queue.Client, cfg Config) *Scheduler {
 		cfg:       cfg,
 		logger:    cfg.Logger.With("component", "scheduler"),
 		schedules: map[string]*declared{},
+		names:     []string{}, // not nil: pgx sends nil as NULL, and NOT (name = ANY(NULL)) matches nothing
 		wake:      make(chan struct{}, 1),
 	}
 }
