@@ -62,7 +62,11 @@ func newBenchBatchCmd(a *app) *cobra.Command {
   drain       the flush worker drains that backlog; peak heap in use is
               sampled every 10 ms, to compare with 2 x --max-bytes
 
-The sink defaults to a temporary directory (file://), removed afterwards.`,
+Objects are flushed on the count threshold; a stream's last partial object
+waits for the age trigger (max age 2 s in this benchmark), so choose N as a
+multiple of --chunk x --streams x --max-events (the defaults are) to time
+full objects only. The sink defaults to a temporary directory (file://),
+removed afterwards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -90,6 +94,9 @@ The sink defaults to a temporary directory (file://), removed afterwards.`,
 			}
 			defer pool.Close()
 			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			if a.cfg.LogLevel == "debug" {
+				quiet = a.logger
+			}
 			results, err := runBatchBench(ctx, pool, o, quiet, func(r benchBatchResult) {
 				if !asJSON {
 					printBatchResult(a, r, o)
@@ -110,7 +117,7 @@ The sink defaults to a temporary directory (file://), removed afterwards.`,
 	f.IntVar(&o.Size, "size", 200, "bytes per item (a JSON object)")
 	f.IntVar(&o.Producers, "producers", 4, "concurrent staging goroutines")
 	f.IntVar(&o.Chunk, "chunk", 1000, "items per staging transaction")
-	f.IntVar(&o.Streams, "streams", 4, "streams the producers stage into")
+	f.IntVar(&o.Streams, "streams", 5, "streams the producers stage into (chunks go round-robin)")
 	f.IntVar(&o.Workers, "workers", 4, "flush jobs running at once")
 	f.IntVar(&o.MaxEvents, "max-events", queue.BatchMaxEventsDefault, "items per object")
 	f.Int64Var(&o.MaxBytes, "max-bytes", queue.BatchMaxBytesDefault, "payload bytes per object")
@@ -188,7 +195,7 @@ func (s *heapSampler) finish(r *benchBatchResult) {
 
 func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o benchBatchOptions, logger *slog.Logger, report func(benchBatchResult)) ([]benchBatchResult, error) {
 	payloads := benchPayloads(o.N, o.Size)
-	streams := batch.Config{Defaults: batch.StreamConfig{MaxEvents: o.MaxEvents, MaxBytes: o.MaxBytes, MaxAge: 500 * time.Millisecond}}
+	streams := batch.Config{Defaults: batch.StreamConfig{MaxEvents: o.MaxEvents, MaxBytes: o.MaxBytes, MaxAge: 2 * time.Second}}
 	var results []benchBatchResult
 	add := func(r benchBatchResult) {
 		r.ItemsPerSec = float64(r.Items) / r.Duration.Seconds()

@@ -165,7 +165,7 @@ type claim struct {
 
 // written is what an object turned out to contain.
 type written struct {
-	ids        []int64
+	items      int
 	bytes      int64
 	compressed int64
 	first      time.Time
@@ -181,6 +181,7 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 	}
 	sc := w.cfg.Streams.For(stream)
 	for n := 1; ; n++ {
+		t0 := time.Now()
 		c, err := w.nextClaim(ctx, job.ID, stream, sc)
 		if err != nil {
 			w.failed.Add(1)
@@ -189,7 +190,9 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 		if c == nil {
 			return nil
 		}
+		t1 := time.Now()
 		wr, err := w.writeObject(ctx, stream, c)
+		t2 := time.Now()
 		if errors.Is(err, errEmptyBatch) {
 			// The items of the range are gone (deleted by hand): drop the
 			// claim and go on.
@@ -204,14 +207,20 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 			return err
 		}
 		completed, err := w.finish(ctx, job, stream, sc, c, wr, n >= w.cfg.MaxBatchesPerJob)
+		if errors.Is(err, errLateItems) {
+			// Rare: write the same key again, now with the late items.
+			w.logger.InfoContext(ctx, "rewriting batch object with late items", "stream", stream, "key", c.key, "error", err)
+			continue
+		}
 		if err != nil {
 			w.failed.Add(1)
 			return err
 		}
 		w.objects.Add(1)
-		w.items.Add(uint64(len(wr.ids)))
+		w.items.Add(uint64(wr.items))
 		w.bytes.Add(uint64(wr.bytes))
-		w.logger.DebugContext(ctx, "wrote batch object", "stream", stream, "key", c.key, "items", len(wr.ids), "bytes", wr.bytes, "compressed_bytes", wr.compressed)
+		w.logger.DebugContext(ctx, "wrote batch object", "stream", stream, "key", c.key, "items", wr.items, "bytes", wr.bytes, "compressed_bytes", wr.compressed,
+			"claim", t1.Sub(t0), "write", t2.Sub(t1), "finish", time.Since(t2))
 		if completed {
 			return nil
 		}
@@ -253,22 +262,21 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 			return fmt.Errorf("error reading claimed batch of stream %q: %w", stream, err)
 		}
 
-		h, err := measureHead(ctx, tx, w.client.Schema(), stream, sc.MaxEvents)
-		if err != nil {
-			return err
-		}
-		now := time.Now().UTC()
-		if !h.due(sc, now) {
-			return nil
-		}
+		var h head
+		var oldest, firstAt, lastAt *time.Time
+		var firstID, lastID *int64
 		var count int
 		var bytes int64
-		var firstAt, lastAt *time.Time
-		var firstID, lastID *int64
-		if err := tx.QueryRow(ctx, w.q(measureClaimSQL), stream, sc.MaxEvents, sc.MaxBytes).Scan(&firstID, &lastID, &count, &bytes, &firstAt, &lastAt); err != nil {
+		err = tx.QueryRow(ctx, w.q(measureClaimSQL), stream, sc.MaxEvents, sc.MaxBytes).Scan(
+			&h.events, &h.bytes, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
+		if err != nil {
 			return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)
 		}
-		if count == 0 || firstID == nil {
+		if oldest != nil {
+			h.oldest = *oldest
+		}
+		now := time.Now().UTC()
+		if !h.due(sc, now) || firstID == nil {
 			return nil
 		}
 		c = claim{batchID: uuid.Must(uuid.NewV7()), firstID: *firstID, lastID: *lastID}
@@ -314,7 +322,10 @@ func ObjectKey(prefix, stream string, first time.Time, batchID string) string {
 	return path.Join(prefix, stream, first.Format("dt=2006-01-02"), first.Format("hour=15"), batchID+".jsonl.gz")
 }
 
-var errEmptyBatch = errors.New("batch has no items")
+var (
+	errEmptyBatch = errors.New("batch has no items")
+	errLateItems  = errors.New("items committed into the batch's range after it was read")
+)
 
 // writeObject streams the claimed items, gzip-compressed JSON lines, into
 // the sink. Rows are read with one streaming query and encoded as they
@@ -377,10 +388,9 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 	wr := &written{}
 	newline := []byte{'\n'}
 	for rows.Next() {
-		var id int64
 		var payload pgtype.DriverBytes // valid until the next row: no copy
 		var at time.Time
-		if err := rows.Scan(&id, &payload, &at); err != nil {
+		if err := rows.Scan(&payload, &at); err != nil {
 			return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 		}
 		if _, err := zw.Write(payload); err != nil {
@@ -389,17 +399,17 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 		if _, err := zw.Write(newline); err != nil {
 			return nil, err
 		}
-		if len(wr.ids) == 0 {
+		if wr.items == 0 {
 			wr.first = at
 		}
 		wr.last = at
-		wr.ids = append(wr.ids, id)
+		wr.items++
 		wr.bytes += int64(len(payload))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 	}
-	if len(wr.ids) == 0 {
+	if wr.items == 0 {
 		return nil, errEmptyBatch
 	}
 	if err := zw.Close(); err != nil {
@@ -419,10 +429,14 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig, c *claim, wr *written, last bool) (bool, error) {
 	completed := false
 	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, w.q(deleteItemsSQL), stream, wr.ids); err != nil {
+		tag, err := tx.Exec(ctx, w.q(deleteItemsSQL), stream, c.firstID, c.lastID)
+		if err != nil {
 			return fmt.Errorf("error deleting the items of batch %s: %w", c.batchID, err)
 		}
-		tag, err := tx.Exec(ctx, w.q(markWrittenSQL), c.rowID, len(wr.ids), wr.bytes, wr.compressed, wr.first, wr.last, time.Now().UTC(), job.ID)
+		if n := tag.RowsAffected(); n != int64(wr.items) {
+			return fmt.Errorf("%w: %d items in the range of batch %s, %d written", errLateItems, n, c.batchID, wr.items)
+		}
+		tag, err = tx.Exec(ctx, w.q(markWrittenSQL), c.rowID, wr.items, wr.bytes, wr.compressed, wr.first, wr.last, time.Now().UTC(), job.ID)
 		if err != nil {
 			return fmt.Errorf("error recording object %q: %w", c.key, err)
 		}

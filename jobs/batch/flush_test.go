@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -429,4 +430,71 @@ func TestFlushSinkDownRetriesAndCatchesUp(t *testing.T) {
 	b.waitWritten(t, "down", n, 30*time.Second)
 	b.checkExactlyOnce(t, "down", n)
 	require.Equal(t, 0, b.stagedCount(t, "down"))
+}
+
+// lateItemSink reads the whole object, then commits an item with an id
+// inside the batch's range (as a producer whose transaction took its id
+// earlier but committed later would), then stores the object.
+type lateItemSink struct {
+	Sink
+	db     *pgtest.DB
+	mu     sync.Mutex
+	writes map[string]int
+	done   bool
+}
+
+func (s *lateItemSink) Write(ctx context.Context, key string, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.writes[key]++
+	if !s.done {
+		s.done = true
+		_, err = s.db.Pool.Exec(ctx, s.db.Q(`INSERT INTO /*schema*/tributary_batch_item (id, stream, payload, byte_size, created_at)
+			OVERRIDING SYSTEM VALUE VALUES (2, 'a', $1, $2, now())`), item("a", 99), len(item("a", 99)))
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.Sink.Write(ctx, key, bytes.NewReader(data))
+}
+
+// TestFlushLateItemInRange: an item that commits inside a batch's id range
+// after the object was read is not deleted unwritten; the object is written
+// again (same key) with it.
+func TestFlushLateItemInRange(t *testing.T) {
+	t.Parallel()
+	var late *lateItemSink
+	db := pgtest.New(t)
+	ctx := context.Background()
+	streams := Config{Defaults: StreamConfig{MaxEvents: 2, MaxAge: time.Hour}}
+	stager, err := NewStager(db.Client(t), streams)
+	require.NoError(t, err)
+	// Ids 1 (a), 2 (b, rolled back: a gap inside a's range), 3 (a).
+	require.NoError(t, stager.Stage(ctx, "a", item("a", 0)))
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stager.StageTx(ctx, tx, "b", item("b", 0)))
+	require.NoError(t, tx.Rollback(ctx))
+	require.NoError(t, stager.Stage(ctx, "a", item("a", 1)))
+
+	sink, err := OpenSink(ctx, "file://"+filepath.Join(t.TempDir(), "late"))
+	require.NoError(t, err)
+	late = &lateItemSink{Sink: sink, db: db, writes: map[string]int{}}
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		_, err := Register(rt, FlusherConfig{Streams: streams, Sink: late}, AgeTimerConfig{Interval: time.Hour})
+		require.NoError(t, err)
+	})
+	b := &testBundle{db: db, sink: sink}
+	b.waitWritten(t, "a", 3, 20*time.Second)
+	objs := readObjects(t, sink.Bucket())
+	require.Len(t, objs, 1)
+	for key, lines := range objs {
+		require.Len(t, lines, 3, "the late item is in the rewritten object")
+		require.Equal(t, 2, late.writes[key], "the same key was written twice")
+	}
+	require.Equal(t, 0, b.stagedCount(t, "a"))
 }

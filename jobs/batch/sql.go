@@ -56,11 +56,12 @@ UPDATE /*schema*/tributary_batch_object
 SET claimed_by_job = $2
 WHERE id = $1 AND status = 'claimed' AND claimed_by_job = $3`
 
-	// measureClaimSQL picks the next batch of a stream: its oldest items in
-	// id order, at most $2 of them and at most $3 payload bytes, but always
-	// at least one, so an item larger than the limit (staged before the
-	// limit was lowered) gets an object of its own instead of blocking the
-	// stream.
+	// measureClaimSQL measures the head of a stream (its first $2 items:
+	// count, payload bytes, oldest time) and picks the next batch from it:
+	// items in id order, at most $2 of them and at most $3 payload bytes,
+	// but always at least one, so an item larger than the limit (staged
+	// before the limit was lowered) gets an object of its own instead of
+	// blocking the stream.
 	measureClaimSQL = `
 WITH head AS (
     SELECT id, byte_size, created_at
@@ -74,9 +75,14 @@ WITH head AS (
            row_number() OVER (ORDER BY id) AS n
     FROM head
 )
-SELECT min(id), max(id), count(*), coalesce(max(cum), 0)::bigint, min(created_at), max(created_at)
-FROM running
-WHERE cum <= $3 OR n = 1`
+SELECT count(*), coalesce(max(cum), 0)::bigint, min(created_at),
+       min(id) FILTER (WHERE cum <= $3 OR n = 1),
+       max(id) FILTER (WHERE cum <= $3 OR n = 1),
+       count(*) FILTER (WHERE cum <= $3 OR n = 1),
+       coalesce(max(cum) FILTER (WHERE cum <= $3 OR n = 1), 0)::bigint,
+       min(created_at) FILTER (WHERE cum <= $3 OR n = 1),
+       max(created_at) FILTER (WHERE cum <= $3 OR n = 1)
+FROM running`
 
 	insertClaimSQL = `
 INSERT INTO /*schema*/tributary_batch_object
@@ -87,17 +93,20 @@ RETURNING id`
 
 	// selectBatchItemsSQL reads a claimed batch. Items committed late with
 	// an id inside the range are included on a rewrite; that is fine because
-	// the rewrite replaces the whole object and only the ids actually
-	// written are deleted.
+	// the rewrite replaces the whole object.
 	selectBatchItemsSQL = `
-SELECT id, payload, created_at
+SELECT payload, created_at
 FROM /*schema*/tributary_batch_item
 WHERE stream = $1 AND id BETWEEN $2 AND $3
 ORDER BY id`
 
+	// deleteItemsSQL deletes a written batch by its range. The flusher
+	// compares the count with the items it wrote: more means an item with
+	// an id inside the range committed after the object was read, and the
+	// object is written again with it.
 	deleteItemsSQL = `
 DELETE FROM /*schema*/tributary_batch_item
-WHERE stream = $1 AND id = ANY($2::bigint[])`
+WHERE stream = $1 AND id BETWEEN $2 AND $3`
 
 	markWrittenSQL = `
 UPDATE /*schema*/tributary_batch_object
