@@ -71,9 +71,9 @@ type Config struct {
 	// batch engine's counters, or an application's own.
 	Collectors []prometheus.Collector
 
-	// AMQPQueues, when set, lists AMQP queue depths for the AMQP page. Nil
-	// shows the page as not enabled.
-	AMQPQueues AMQPInspector
+	// AMQP enables the AMQP queues page and DLQ replay. Nil shows the page
+	// as not enabled.
+	AMQP *AMQPConfig
 }
 
 func (c Config) withDefaults(logger *slog.Logger) Config {

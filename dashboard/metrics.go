@@ -5,6 +5,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tributary-run/tributary/jobs/batch"
 )
 
 // dbCollector reads gauges from the database at scrape time: jobs per
@@ -19,8 +21,22 @@ type dbCollector struct {
 	oldestAge    *prometheus.Desc
 	outboxRows   *prometheus.Desc
 	outboxLag    *prometheus.Desc
+	stagedItems  *prometheus.Desc
+	stagedBytes  *prometheus.Desc
+	objects      *prometheus.Desc
+	objectBytes  *prometheus.Desc
+	objectGzip   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 }
+
+// Written batch objects per stream. Objects are few (each holds thousands
+// of items) and retention bounds the table, so an aggregate over it stays
+// small.
+const batchObjectsSQL = `
+SELECT stream, count(*), coalesce(sum(bytes), 0)::bigint, coalesce(sum(compressed_bytes), 0)::bigint
+FROM /*schema*/tributary_batch_object
+WHERE status = 'written'
+GROUP BY stream`
 
 func newDBCollector(s *Server) *dbCollector {
 	return &dbCollector{
@@ -30,12 +46,18 @@ func newDBCollector(s *Server) *dbCollector {
 		oldestAge:    prometheus.NewDesc("tributary_queue_oldest_available_age_seconds", "How long the longest-waiting available job of a queue has waited.", []string{"queue"}, nil),
 		outboxRows:   prometheus.NewDesc("tributary_outbox_rows", "Outbox rows per status; PENDING plus CLAIMED is the backlog.", []string{"status"}, nil),
 		outboxLag:    prometheus.NewDesc("tributary_outbox_forward_lag_seconds", "Age of the oldest outbox row waiting to be forwarded (0 when none waits).", nil, nil),
+		stagedItems:  prometheus.NewDesc("tributary_batch_staged_items", "Items staged per stream, waiting for a flush.", []string{"stream"}, nil),
+		stagedBytes:  prometheus.NewDesc("tributary_batch_staged_bytes", "Bytes staged per stream, waiting for a flush.", []string{"stream"}, nil),
+		objects:      prometheus.NewDesc("tributary_batch_objects", "Batch objects written per stream (records kept by retention).", []string{"stream"}, nil),
+		objectBytes:  prometheus.NewDesc("tributary_batch_object_bytes", "Uncompressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
+		objectGzip:   prometheus.NewDesc("tributary_batch_object_compressed_bytes", "Compressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		scrapeErrors: prometheus.NewDesc("tributary_dashboard_scrape_error", "1 when the last scrape could not read the database.", nil, nil),
 	}
 }
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.jobs, c.queueJobs, c.oldestAge, c.outboxRows, c.outboxLag, c.scrapeErrors} {
+	for _, d := range []*prometheus.Desc{c.jobs, c.queueJobs, c.oldestAge, c.outboxRows, c.outboxLag,
+		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.scrapeErrors} {
 		ch <- d
 	}
 }
@@ -74,5 +96,42 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.outboxLag, prometheus.GaugeValue, ob.ForwardLagSeconds)
 	}
+	if err := c.collectBatches(ctx, ch); err != nil {
+		c.s.logger.WarnContext(ctx, "metrics scrape could not read the batch tables", "error", err)
+		failed = 1
+	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, failed)
+}
+
+func (c *dbCollector) collectBatches(ctx context.Context, ch chan<- prometheus.Metric) error {
+	return c.s.readTx(ctx, func(tx pgx.Tx) error {
+		ok, err := c.s.tableExists(ctx, tx, "tributary_batch_object")
+		if err != nil || !ok {
+			return err
+		}
+		streams, err := batch.ListStreams(ctx, tx, c.s.schema, "")
+		if err != nil {
+			return err
+		}
+		for _, st := range streams {
+			ch <- prometheus.MustNewConstMetric(c.stagedItems, prometheus.GaugeValue, float64(st.StagedItems), st.Stream)
+			ch <- prometheus.MustNewConstMetric(c.stagedBytes, prometheus.GaugeValue, float64(st.StagedBytes), st.Stream)
+		}
+		rows, err := tx.Query(ctx, c.s.q(batchObjectsSQL))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var stream string
+			var n, bytes, gz int64
+			if err := rows.Scan(&stream, &n, &bytes, &gz); err != nil {
+				return err
+			}
+			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(n), stream)
+			ch <- prometheus.MustNewConstMetric(c.objectBytes, prometheus.GaugeValue, float64(bytes), stream)
+			ch <- prometheus.MustNewConstMetric(c.objectGzip, prometheus.GaugeValue, float64(gz), stream)
+		}
+		return rows.Err()
+	})
 }

@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/dashboard"
 )
 
 func newDashboardCmd(a *app) *cobra.Command {
-	var addr string
+	var addr, amqpQueues string
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Serve the dashboard, its JSON API, /metrics and health checks",
@@ -44,7 +47,14 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
 				return err
 			}
-			srv, err := dashboard.New(client, dashboard.Config{Addr: addr, Token: a.cfg.DashboardToken, Logger: a.logger})
+			if !cmd.Flags().Changed("amqp-queues") {
+				amqpQueues = os.Getenv(amqpQueuesEnv)
+			}
+			amqpCfg, err := dashboardAMQP(a, amqpQueues)
+			if err != nil {
+				return err
+			}
+			srv, err := dashboard.New(client, dashboard.Config{Addr: addr, Token: a.cfg.DashboardToken, Logger: a.logger, AMQP: amqpCfg})
 			if err != nil {
 				return err
 			}
@@ -63,6 +73,7 @@ with --http, which work the jobs; this process exports the database gauges.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "listen address (default TRIBUTARY_HTTP_ADDR or 127.0.0.1:8080)")
+	cmd.Flags().StringVar(&amqpQueues, "amqp-queues", "", "AMQP queues to show and allow DLQ replay for, as name,name (default "+amqpQueuesEnv+"); needs AMQP_URL")
 	return cmd
 }
 
@@ -72,10 +83,41 @@ func installDashboard(ctx context.Context, env *workerEnv) error {
 	if env.httpAddr == "" {
 		return nil
 	}
-	_, _, err := dashboard.InstallWorker(env.runtime, dashboard.Config{
+	amqpCfg, err := dashboardAMQP(env.app, os.Getenv(amqpQueuesEnv))
+	if err != nil {
+		return err
+	}
+	_, _, err = dashboard.InstallWorker(env.runtime, dashboard.Config{
 		Addr:   env.httpAddr,
 		Token:  env.app.cfg.DashboardToken,
 		Logger: env.app.logger,
+		AMQP:   amqpCfg,
 	})
 	return err
+}
+
+// amqpQueuesEnv names the AMQP queues the dashboard shows.
+const amqpQueuesEnv = "TRIBUTARY_DASHBOARD_AMQP_QUEUES"
+
+// dashboardAMQP enables the AMQP page when AMQP_URL is set, for the comma
+// separated queue names.
+func dashboardAMQP(a *app, queues string) (*dashboard.AMQPConfig, error) {
+	if a.cfg.AMQPURL == "" {
+		return nil, nil
+	}
+	var names []string
+	for _, n := range strings.Split(queues, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			if strings.ContainsAny(n, " \t/") {
+				return nil, usagef("invalid AMQP queue name %q in %s: no spaces or slashes (the prefix is added from QUEUE_PREFIX)", n, amqpQueuesEnv)
+			}
+			names = append(names, n)
+		}
+	}
+	cfg := amqpbridge.ConfigFromQueue(a.cfg, a.logger)
+	cfg.ConnectionName = "tributary-dashboard"
+	if err := cfg.Validate(); err != nil {
+		return nil, usagef("%v", err)
+	}
+	return &dashboard.AMQPConfig{Bridge: cfg, Queues: names}, nil
 }

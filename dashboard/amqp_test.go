@@ -1,0 +1,138 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+func amqpURL() string {
+	if u := os.Getenv("AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// amqpChannel connects to the test broker; without one the test fails.
+func amqpChannel(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(amqpURL())
+	require.NoError(t, err, "the AMQP tests need RabbitMQ at %s (start it with `rabbitmq-server -detached`)", amqpURL())
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	return ch
+}
+
+func depth(t *testing.T, ch *amqp.Channel, q string) int {
+	t.Helper()
+	info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+	require.NoError(t, err)
+	return info.Messages
+}
+
+func TestAMQPPageAndDLQReplay(t *testing.T) {
+	t.Parallel()
+	ch := amqpChannel(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "dashboard-test-" + hex.EncodeToString(b)
+	for _, q := range []string{name, name + ".failed"} {
+		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			c := amqpChannel(t)
+			_, _ = c.QueueDelete(q, false, false, false)
+		})
+	}
+	for i := range 2 {
+		require.NoError(t, ch.PublishWithContext(context.Background(), "", name+".failed", false, false, amqp.Publishing{
+			MessageId: "m" + string(rune('0'+i)), Body: []byte(`{"order":1}`), DeliveryMode: amqp.Persistent,
+			Headers: amqp.Table{"x-retry-count": int32(5), "x-failure-reason": "handler said no"},
+		}))
+	}
+	pgtest.WaitFor(t, 10*time.Second, "messages in the failed queue", func() (bool, error) { return depth(t, ch, name+".failed") == 2, nil })
+
+	_, bundle := setupServer(t, Config{Token: testToken, AMQP: &AMQPConfig{
+		Bridge: amqpbridge.Config{URL: amqpURL(), Logger: pgtest.Logger(t)},
+		Queues: []string{name},
+	}})
+	res := get(t, bundle.http.URL, "/api/amqp")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	var page AMQPPage
+	res.json(t, &page)
+	require.True(t, page.Enabled)
+	byRole := map[string][]amqpbridge.QueueDepth{}
+	for _, q := range page.Queues {
+		byRole[q.Role] = append(byRole[q.Role], q)
+	}
+	require.Len(t, byRole["main"], 1)
+	require.Equal(t, 0, byRole["main"][0].Messages)
+	require.Len(t, byRole["failed"], 1)
+	require.Equal(t, 2, byRole["failed"][0].Messages)
+	require.NotEmpty(t, byRole["retry"], "the retry tiers are listed (not declared here)")
+	require.Contains(t, get(t, bundle.http.URL, "/amqp").body, name+".failed")
+
+	require.Equal(t, http.StatusUnauthorized, post(t, bundle.http.URL, "/api/amqp/"+name+"/replay", nil).status)
+	require.Equal(t, 2, depth(t, ch, name+".failed"))
+	res = post(t, bundle.http.URL, "/api/amqp/not-configured/replay", nil, "Authorization", "Bearer "+testToken)
+	require.Equal(t, http.StatusNotFound, res.status, res.body)
+
+	res = post(t, bundle.http.URL, "/api/amqp/"+name+".failed/replay", nil, "Authorization", "Bearer "+testToken)
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	var out dlqReplayResult
+	res.json(t, &out)
+	require.Equal(t, 2, out.Replayed)
+	require.Equal(t, 0, depth(t, ch, name+".failed"))
+	pgtest.WaitFor(t, 10*time.Second, "replayed messages in the main queue", func() (bool, error) { return depth(t, ch, name) == 2, nil })
+}
+
+func TestBatchesPageAndMetrics(t *testing.T) {
+	t.Parallel()
+	_, bundle := setupServer(t, Config{})
+	ctx := context.Background()
+	db := bundle.db
+	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
+		VALUES ('clicks', '{"a":1}', 7, now() - interval '1 minute'), ('clicks', '{"a":2}', 7, now())`))
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_object
+		(batch_id, stream, key, status, first_item_id, last_item_id, item_count, bytes, compressed_bytes,
+		 first_item_at, last_item_at, claimed_by_job, claimed_at, written_at)
+		VALUES (gen_random_uuid(), 'orders', 'orders/2026/obj-1.jsonl.gz', 'written', 1, 100, 100, 5000, 900, now(), now(), 1, now(), now()),
+		       (gen_random_uuid(), 'orders', 'orders/2026/obj-2.jsonl.gz', 'written', 101, 150, 50, 2500, 400, now(), now(), 2, now(), now())`))
+	require.NoError(t, err)
+
+	res := get(t, bundle.http.URL, "/api/batches")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	var page BatchesPage
+	res.json(t, &page)
+	require.True(t, page.Enabled)
+	require.Len(t, page.Streams, 1)
+	require.Equal(t, int64(2), page.Streams[0].StagedItems)
+	require.Len(t, page.Objects, 2)
+	require.Contains(t, get(t, bundle.http.URL, "/batches").body, "orders/2026/obj-2.jsonl.gz")
+	require.Equal(t, http.StatusBadRequest, get(t, bundle.http.URL, "/api/batches?before=x").status)
+
+	body := get(t, bundle.http.URL, "/metrics").body
+	for series, want := range map[string]float64{
+		`tributary_batch_staged_items{stream="clicks"}`:            2,
+		`tributary_batch_staged_bytes{stream="clicks"}`:            14,
+		`tributary_batch_objects{stream="orders"}`:                 2,
+		`tributary_batch_object_bytes{stream="orders"}`:            7500,
+		`tributary_batch_object_compressed_bytes{stream="orders"}`: 1300,
+	} {
+		got, ok := metricValue(t, body, series)
+		require.True(t, ok, "%s missing", series)
+		require.Equal(t, want, got, series)
+	}
+}
