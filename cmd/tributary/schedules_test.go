@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,11 +22,12 @@ func TestCLISchedules(t *testing.T) {
 	// A worker declares the built-in schedules, then goes away: the CLI
 	// works from the table alone.
 	worker, logs := startWorker(t, db)
-	pgtest.WaitFor(t, 30*time.Second, "the worker to declare its schedules", func() (bool, error) {
-		var n int
-		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n)
-		return n == 5, err
+	pgtest.WaitFor(t, 30*time.Second, "the worker to start", func() (bool, error) {
+		return strings.Contains(logs.String(), "runtime started"), nil
 	})
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n))
+	require.Equal(t, 5, n, "the worker declared the clean-up schedules and demo.noop")
 	_, code := stopWorker(t, worker, 30*time.Second)
 	require.Equal(t, 0, code, logs.String())
 
