@@ -10,6 +10,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchBatchCmd(a),
 		newBenchAMQPCmd(a),
 		newBenchDashboardCmd(a),
+		newBenchEventsCmd(a),
 	}
 }
 

@@ -38,6 +38,16 @@ type EmitterConfig struct {
 	// Defaults to empty.
 	SourceService string
 
+	// NoNotify leaves out the NOTIFY that wakes the forwarders at commit;
+	// they then find the events on their next poll (ForwarderConfig's
+	// PollInterval). Postgres serialises the commits of all transactions
+	// that NOTIFY, fsync included, so under many concurrent emitting
+	// transactions the notification caps the commit rate of the whole
+	// database; polling does not.
+	//
+	// Defaults to false: every emitting transaction notifies.
+	NoNotify bool
+
 	// NowFunc returns the time written as created_at. Defaults to time.Now.
 	NowFunc func() time.Time
 }
@@ -97,7 +107,11 @@ func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
-	return &Emitter{cfg: cfg, insertSQL: queue.Qualify(cfg.Schema, outboxInsertSQL), channel: NotifyChannel(cfg.Schema)}, nil
+	insertSQL := outboxInsertSQL
+	if cfg.NoNotify {
+		insertSQL = outboxInsertNoNotifySQL
+	}
+	return &Emitter{cfg: cfg, insertSQL: queue.Qualify(cfg.Schema, insertSQL), channel: NotifyChannel(cfg.Schema)}, nil
 }
 
 // Registry returns the emitter's registry.
@@ -282,7 +296,11 @@ func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) (
 		ids[i], types[i], versions[i], kinds[i], aggs[i], payloads[i], metas[i] = r.id, r.eventType, r.version, r.kind, r.aggregateID, r.payload, r.metadata
 	}
 	now := e.cfg.NowFunc().UTC()
-	if _, err := tx.Exec(ctx, e.insertSQL, ids, types, versions, kinds, aggs, payloads, metas, e.cfg.SourceService, now, e.channel); err != nil {
+	args := []any{ids, types, versions, kinds, aggs, payloads, metas, e.cfg.SourceService, now}
+	if !e.cfg.NoNotify {
+		args = append(args, e.channel)
+	}
+	if _, err := tx.Exec(ctx, e.insertSQL, args...); err != nil {
 		return nil, fmt.Errorf("error writing %d event(s) to the outbox: %w", n, err)
 	}
 	return ids, nil
@@ -303,3 +321,13 @@ WITH ins AS (
     RETURNING 1
 )
 SELECT pg_notify($10, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one`
+
+const outboxInsertNoNotifySQL = `
+INSERT INTO /*schema*/tributary_outbox
+    (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
+     source_service, status, retry_count, created_at)
+SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payload::jsonb, u.metadata::jsonb,
+       $8, 'PENDING', 0, $9
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
+    WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
+ORDER BY u.ord`

@@ -155,3 +155,24 @@ func TestEmitBadInput(t *testing.T) {
 		require.Zero(t, countOutbox(t, db))
 	})
 }
+
+func TestEmitWithoutNotify(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rec := &recorder{}
+	c := fastConsumer(t, "polled", nil)
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+		rec.add(call{eventID: m.ID})
+		return nil
+	})
+	startEvents(t, db, events.ForwarderConfig{SweepInterval: 300 * time.Millisecond}, c)
+	reg, err := events.NewRegistry(noteEvent)
+	require.NoError(t, err)
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg, NoNotify: true})
+	require.NoError(t, err)
+	id, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: "polled"}, events.Meta{})
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 15*time.Second, "the event to be found by polling", func() (bool, error) {
+		return rec.count(func(c call) bool { return c.eventID == id }) == 1, nil
+	})
+}

@@ -26,6 +26,7 @@ import (
 const (
 	ForwardBatchSizeDefault     = 500
 	ForwardSweepIntervalDefault = time.Second
+	ForwardPollIntervalDefault  = 10 * time.Millisecond
 	StaleClaimAfterDefault      = 5 * time.Minute
 	ForwardMaxRetriesDefault    = 10
 )
@@ -65,6 +66,14 @@ type ForwarderConfig struct {
 	//
 	// Defaults to 1 second.
 	SweepInterval time.Duration
+
+	// PollInterval is how soon the forwarder looks again after a batch that
+	// found rows, without a notification; the wait doubles up to
+	// SweepInterval while nothing is found. It is what delivers events
+	// emitted without NOTIFY (EmitterConfig.NoNotify) quickly under load.
+	//
+	// Defaults to 10 ms.
+	PollInterval time.Duration
 
 	// StaleClaimAfter is how long a row may stay CLAIMED before the sweep
 	// assumes its forwarder died and returns it to PENDING. It must be
@@ -128,6 +137,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, ForwardBatchSizeDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, ForwardSweepIntervalDefault)
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
+	cfg.PollInterval = min(cmp.Or(cfg.PollInterval, ForwardPollIntervalDefault), cfg.SweepInterval)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
 	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
 	oneTx := cfg.AfterClaimFunc == nil
@@ -282,7 +292,13 @@ func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}) {
 	ticker := time.NewTicker(f.cfg.SweepInterval)
 	defer ticker.Stop()
 	f.resetStale(ctx)
+	// Between notifications the forwarder polls: every PollInterval while
+	// batches keep finding rows, backing off to SweepInterval when idle.
+	idle := f.cfg.PollInterval
+	timer := time.NewTimer(idle)
+	defer timer.Stop()
 	for {
+		before := f.forwarded.Load()
 		more, err := f.ForwardOnce(ctx)
 		if ctx.Err() != nil {
 			return
@@ -293,10 +309,18 @@ func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}) {
 		if more && err == nil {
 			continue
 		}
+		if f.forwarded.Load() > before && err == nil {
+			idle = f.cfg.PollInterval
+		} else {
+			idle = min(idle*2, f.cfg.SweepInterval)
+		}
+		timer.Reset(idle)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			idle = f.cfg.PollInterval
+		case <-timer.C:
 		case <-ticker.C:
 			f.resetStale(ctx)
 		}
