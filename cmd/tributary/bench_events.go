@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -53,7 +52,7 @@ type eventsLatency struct {
 func newBenchEventsCmd(a *app) *cobra.Command {
 	var n, aggregates, rate, workers int
 	var latencyFor time.Duration
-	var asJSON bool
+	var asJSON, noNotify bool
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Emit N events and handle them through outbox, forwarder, bus and dispatch, beside bench jobs",
@@ -68,7 +67,8 @@ func newBenchEventsCmd(a *app) *cobra.Command {
      --latency-for; time from the emit's commit to its handler's start.
 
 --aggregates K spreads the events over K aggregates, so every handler call
-goes through per-aggregate ordering (0: no aggregates).`,
+goes through per-aggregate ordering (0: no aggregates). --no-notify emits
+without NOTIFY (see EmitterConfig.NoNotify).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || rate < 1 || workers < 1 || aggregates < 0 {
@@ -97,7 +97,7 @@ goes through per-aggregate ordering (0: no aggregates).`,
 			if !asJSON {
 				fmt.Fprintf(a.stdout, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s\n", base.Jobs, base.Duration.Seconds(), base.JobsPerSec)
 			}
-			tp, err := benchEventsThroughput(ctx, pool, emitPool, quiet, n, aggregates, workers)
+			tp, err := benchEventsThroughput(ctx, pool, emitPool, quiet, n, aggregates, workers, noNotify)
 			if err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ goes through per-aggregate ordering (0: no aggregates).`,
 				fmt.Fprintf(a.stdout, "events     %8d events (%d aggregates) in %7.2fs  %9.0f events/s  (%.2fx the baseline)\n",
 					tp.Events, tp.Aggregates, tp.Duration.Seconds(), tp.EventsPerSec, ratio)
 			}
-			lat, err := benchEventsLatency(ctx, pool, emitPool, quiet, rate, latencyFor, aggregates, workers)
+			lat, err := benchEventsLatency(ctx, pool, emitPool, quiet, rate, latencyFor, aggregates, workers, noNotify)
 			if err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microse
 
 // benchRuntime starts a runtime on a fresh schema with the events machinery
 // and one consumer whose handler calls onHandle.
-func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, workers int, onHandle func(m events.Message[benchEventPayload])) (*queue.Runtime, *events.Emitter, func(), error) {
+func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, workers int, noNotify bool, onHandle func(m events.Message[benchEventPayload])) (*queue.Runtime, *events.Emitter, func(), error) {
 	schema, drop, err := bench.TempSchema(ctx, pool, "bench_events")
 	if err != nil {
 		return nil, nil, nil, err
@@ -171,7 +171,7 @@ func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, 
 		return nil, nil, nil, err
 	}
 	reg, _ := events.NewRegistry(benchEvent)
-	em, err := events.NewEmitter(events.EmitterConfig{Schema: schema, Registry: reg, NoNotify: os.Getenv("BENCH_NO_NOTIFY") != ""})
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: schema, Registry: reg, NoNotify: noNotify})
 	if err != nil {
 		drop()
 		return nil, nil, nil, err
@@ -196,10 +196,10 @@ func benchMeta(i, aggregates int) events.Meta {
 	return events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}
 }
 
-func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers int) (eventsThroughput, error) {
+func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers int, noNotify bool) (eventsThroughput, error) {
 	var handled atomic.Int64
 	done := make(chan time.Time, 1)
-	_, em, stop, err := benchRuntime(ctx, pool, logger, workers, func(m events.Message[benchEventPayload]) {
+	_, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
 		if handled.Add(1) == int64(n) {
 			done <- time.Now()
 		}
@@ -231,14 +231,14 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 	}
 }
 
-func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers int) (eventsLatency, error) {
+func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers int, noNotify bool) (eventsLatency, error) {
 	total := max(1, int(float64(rate)*length.Seconds()))
 	var mu sync.Mutex
 	committed := make(map[int]time.Time, total)
 	started := make(map[int]time.Time, total)
 	var handled atomic.Int64
 	done := make(chan struct{})
-	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, func(m events.Message[benchEventPayload]) {
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
 		now := time.Now()
 		mu.Lock()
 		started[m.Payload.N] = now
