@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -48,6 +49,7 @@ type benchBatchResult struct {
 func newBenchBatchCmd(a *app) *cobra.Command {
 	var o benchBatchOptions
 	var asJSON bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "batch",
 		Short: "Measure batch flushes: items/s from staging to object written, and peak memory",
@@ -93,6 +95,17 @@ removed afterwards.`,
 				return err
 			}
 			defer pool.Close()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return usagef("cannot create --cpuprofile %q: %v", cpuProfile, err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 			if a.cfg.LogLevel == "debug" {
 				quiet = a.logger
@@ -123,6 +136,7 @@ removed afterwards.`,
 	f.Int64Var(&o.MaxBytes, "max-bytes", queue.BatchMaxBytesDefault, "payload bytes per object")
 	f.StringVar(&o.SinkURL, "sink", "", "sink URL (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return cmd
 }
 

@@ -21,5 +21,5 @@
 //	_ = tx.Commit(ctx)
 //
 //	sink, _ := batch.OpenSink(ctx, "file://./.tributary/batches")
-//	_ = batch.Register(rt, batch.FlusherConfig{Sink: sink}, batch.AgeTimerConfig{})
+//	_, _ = batch.Register(rt, batch.FlusherConfig{Sink: sink}, batch.AgeTimerConfig{})
 package batch
