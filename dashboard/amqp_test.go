@@ -100,17 +100,7 @@ func TestAMQPPageAndDLQReplay(t *testing.T) {
 func TestBatchesPageAndMetrics(t *testing.T) {
 	t.Parallel()
 	_, bundle := setupServer(t, Config{})
-	ctx := context.Background()
-	db := bundle.db
-	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
-		VALUES ('clicks', '{"a":1}', 7, now() - interval '1 minute'), ('clicks', '{"a":2}', 7, now())`))
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_object
-		(batch_id, stream, key, status, first_item_id, last_item_id, item_count, bytes, compressed_bytes,
-		 first_item_at, last_item_at, claimed_by_job, claimed_at, written_at)
-		VALUES (gen_random_uuid(), 'orders', 'orders/2026/obj-1.jsonl.gz', 'written', 1, 100, 100, 5000, 900, now(), now(), 1, now(), now()),
-		       (gen_random_uuid(), 'orders', 'orders/2026/obj-2.jsonl.gz', 'written', 101, 150, 50, 2500, 400, now(), now(), 2, now(), now())`))
-	require.NoError(t, err)
+	insertBatchRows(t, bundle.db)
 
 	res := get(t, bundle.http.URL, "/api/batches")
 	require.Equal(t, http.StatusOK, res.status, res.body)
@@ -135,4 +125,20 @@ func TestBatchesPageAndMetrics(t *testing.T) {
 		require.True(t, ok, "%s missing", series)
 		require.Equal(t, want, got, series)
 	}
+}
+
+// insertBatchRows stages two items of stream "clicks" and records two
+// written objects of stream "orders".
+func insertBatchRows(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
+		VALUES ('clicks', '{"a":1}', 7, now() - interval '1 minute'), ('clicks', '{"a":2}', 7, now())`))
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_object
+		(batch_id, stream, key, status, first_item_id, last_item_id, item_count, bytes, compressed_bytes,
+		 first_item_at, last_item_at, claimed_by_job, claimed_at, written_at)
+		VALUES (gen_random_uuid(), 'orders', 'orders/2026/obj-1.jsonl.gz', 'written', 1, 100, 100, 5000, 900, now(), now(), 1, now(), now()),
+		       (gen_random_uuid(), 'orders', 'orders/2026/obj-2.jsonl.gz', 'written', 101, 150, 50, 2500, 400, now(), now(), 2, now(), now())`))
+	require.NoError(t, err)
 }

@@ -118,6 +118,11 @@ func TestBrowser(t *testing.T) {
 	res, err := rt.Enqueue(ctx, demo.FailArgs{Times: 1}, &queue.EnqueueOpts{MaxAttempts: 1})
 	require.NoError(t, err)
 	failed := res.Job.ID
+	// Rows for the other pages' screenshots.
+	insertOutboxRow(t, db, "FAILED")
+	insertOutboxRow(t, db, "PENDING")
+	insertSchedule(t, db, "nightly-report")
+	insertBatchRows(t, db)
 	db.WaitForJobState(t, noop, rivertype.JobStateCompleted, 10*time.Second)
 	db.WaitForJobState(t, failed, rivertype.JobStateDiscarded, 10*time.Second)
 

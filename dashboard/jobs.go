@@ -287,7 +287,7 @@ func detailOf(row *rivertype.JobRow) *JobDetail {
 	}
 	d.Timeline = append(d.Timeline, TimelineEntry{At: row.CreatedAt, Event: "created", Detail: "queue " + row.Queue})
 	if !row.ScheduledAt.Equal(row.CreatedAt) {
-		d.Timeline = append(d.Timeline, TimelineEntry{At: row.ScheduledAt, Event: "scheduled", Detail: "runnable from here"})
+		d.Timeline = append(d.Timeline, TimelineEntry{At: row.ScheduledAt, Event: "scheduled", Detail: "runnable from here on (a delay, a retry backoff or a retry by hand)"})
 	}
 	for _, e := range row.Errors {
 		d.Attempts = append(d.Attempts, Attempt{Attempt: e.Attempt, At: e.At, Error: e.Error, Trace: e.Trace})
