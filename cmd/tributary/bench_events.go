@@ -124,6 +124,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&rate, "rate", 500, "events per second in the latency part")
 	f.DurationVar(&latencyFor, "latency-for", 20*time.Second, "length of the latency part")
 	f.IntVar(&workers, "workers", 200, "dispatch workers of the benchmark runtime")
+	f.BoolVar(&noNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
 }
