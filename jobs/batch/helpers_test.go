@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	} {
 		os.Setenv(k, v)
 	}
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(runChildWorker())
+	}
 	os.Exit(m.Run())
 }
 
