@@ -4,11 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
@@ -141,4 +145,67 @@ func insertBatchRows(t *testing.T, db *pgtest.DB) {
 		VALUES (gen_random_uuid(), 'orders', 'orders/2026/obj-1.jsonl.gz', 'written', 1, 100, 100, 5000, 900, now(), now(), 1, now(), now()),
 		       (gen_random_uuid(), 'orders', 'orders/2026/obj-2.jsonl.gz', 'written', 101, 150, 50, 2500, 400, now(), now(), 2, now(), now())`))
 	require.NoError(t, err)
+}
+
+// closeBrokerConnections force-closes, through rabbitmqctl, the broker
+// connections whose name starts with prefix (a broker-side fault, like a
+// restart, for one client only).
+func closeBrokerConnections(t *testing.T, prefix string) {
+	t.Helper()
+	expr := fmt.Sprintf(`Prefix = <<"%s">>,
+L = [P || P <- rabbit_networking:connections(),
+      {client_properties, Props} <- rabbit_networking:connection_info(P, [client_properties]),
+      {<<"connection_name">>, longstr, N} <- Props,
+      binary:longest_common_prefix([N, Prefix]) =:= byte_size(Prefix)],
+[rabbit_networking:close_connection(P, "dashboard test") || P <- L],
+length(L).`, prefix)
+	out, err := exec.Command("rabbitmqctl", "eval", expr).CombinedOutput()
+	require.NoError(t, err, "rabbitmqctl eval: %s", out)
+	require.NotEqual(t, "0", strings.TrimSpace(string(out)), "no connection named %s* to close", prefix)
+}
+
+func TestMetricsIncludeAMQPCounters(t *testing.T) {
+	t.Parallel()
+	ch := amqpChannel(t)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "dashboard-metrics-" + hex.EncodeToString(b)
+	_, err := ch.QueueDeclare(name, true, false, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = amqpChannel(t).QueueDelete(name, false, false, false) })
+
+	cfg := amqpbridge.Config{URL: amqpURL(), ConnectionName: name, Logger: pgtest.Logger(t)}
+	pub, err := amqpbridge.NewPublisher(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+	col := amqpbridge.NewCollector()
+	col.AddPublisher(pub)
+	_, bundle := setupServer(t, Config{Collectors: []prometheus.Collector{col}})
+
+	series := func(metric string) string {
+		return metric + `{connection="` + name + `.publisher"}`
+	}
+	scrape := func(metric string) float64 {
+		v, _ := metricValue(t, get(t, bundle.http.URL, "/metrics").body, series(metric))
+		return v
+	}
+	require.Zero(t, scrape("tributary_amqp_published_total"))
+
+	publish := func() {
+		require.NoError(t, pub.Publish(context.Background(), "", name, amqp.Publishing{Body: []byte("x")}))
+	}
+	publish()
+	publish()
+	require.Equal(t, 2.0, scrape("tributary_amqp_published_total"))
+	require.Equal(t, 2.0, scrape("tributary_amqp_confirmed_total"))
+	require.Zero(t, scrape("tributary_amqp_publisher_reconnects_total"))
+
+	// The broker drops the publisher's connection; the next publishes
+	// reconnect, and the dashboard's counter shows it.
+	closeBrokerConnections(t, name+".publisher")
+	pgtest.WaitFor(t, 30*time.Second, "a publish after the connection was closed", func() (bool, error) {
+		err := pub.Publish(context.Background(), "", name, amqp.Publishing{Body: []byte("y")})
+		return err == nil && scrape("tributary_amqp_publisher_reconnects_total") >= 1, nil
+	})
+	require.GreaterOrEqual(t, scrape("tributary_amqp_confirmed_total"), 3.0)
 }
