@@ -139,18 +139,18 @@ func (s *Scheduler) Add(schedules ...Schedule) error {
 // Name implements queue.Service.
 func (s *Scheduler) Name() string { return "scheduler" }
 
-// Start writes the declared schedules to tributary_schedule (new ones get
-// their first fire time; changed ones their new spec; paused state and
-// history are kept), reports schedules in the table that no longer are
-// declared, and starts firing.
+// Start starts the scheduler's loop and returns. The loop first writes the
+// declared schedules to tributary_schedule (new ones get their first fire
+// time; changed ones their new spec; paused state and history are kept) and
+// reports schedules in the table that no longer are declared, retrying until
+// that succeeds, then fires. Declaring in the loop keeps Start from holding
+// up the services started after it, and survives a database that is briefly
+// away at start-up.
 func (s *Scheduler) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cancel != nil {
 		return errors.New("scheduler already started")
-	}
-	if err := s.declare(ctx); err != nil {
-		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -255,6 +255,24 @@ func (s *Scheduler) declare(ctx context.Context) error {
 // run fires due schedules and sleeps until the earliest next run.
 func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	for {
+		err := s.declare(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.stats.errors.Add(1)
+		s.logger.ErrorContext(ctx, "error declaring schedules; retrying", "error", err, "retry_in", s.cfg.ErrorBackoff)
+		timer := time.NewTimer(s.cfg.ErrorBackoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+	}
 	for {
 		wait := s.cfg.MaxSleep
 		if err := s.fireDue(ctx); err != nil {

@@ -25,9 +25,11 @@ func TestCLISchedules(t *testing.T) {
 	pgtest.WaitFor(t, 30*time.Second, "the worker to start", func() (bool, error) {
 		return strings.Contains(logs.String(), "runtime started"), nil
 	})
-	var n int
-	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n))
-	require.Equal(t, 5, n, "the worker declared the clean-up schedules and demo.noop")
+	pgtest.WaitFor(t, 30*time.Second, "the worker to declare the clean-up schedules and demo.noop", func() (bool, error) {
+		var n int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n)
+		return n == 5, err
+	})
 	_, code := stopWorker(t, worker, 30*time.Second)
 	require.Equal(t, 0, code, logs.String())
 
