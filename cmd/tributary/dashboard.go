@@ -88,10 +88,11 @@ func installDashboard(ctx context.Context, env *workerEnv) error {
 		return err
 	}
 	_, _, err = dashboard.InstallWorker(env.runtime, dashboard.Config{
-		Addr:   env.httpAddr,
-		Token:  env.app.cfg.DashboardToken,
-		Logger: env.app.logger,
-		AMQP:   amqpCfg,
+		Addr:       env.httpAddr,
+		Token:      env.app.cfg.DashboardToken,
+		Logger:     env.app.logger,
+		AMQP:       amqpCfg,
+		Collectors: env.collectors,
 	})
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/jobs/demo"
@@ -22,6 +23,11 @@ type workerEnv struct {
 	runtime  *queue.Runtime
 	httpAddr string // empty: no HTTP server
 	demo     bool   // run the demo producers
+
+	// collectors are Prometheus collectors installers add for the
+	// dashboard's /metrics (served with --http); the dashboard installer
+	// runs last and registers them.
+	collectors []prometheus.Collector
 }
 
 // installer registers workers and adds services to the worker's runtime.
@@ -44,7 +50,7 @@ func workerInstallers() []installer {
 		{name: "scheduler", install: installScheduler},
 		{name: "batch flushes", install: installBatch},
 		{name: "events", install: installEvents},
-		{name: "dashboard", install: installDashboard},
+		{name: "dashboard", install: installDashboard}, // last: it registers env.collectors
 	}
 }
 
