@@ -30,6 +30,11 @@ type BatchConsumerConfig struct {
 	// prefetch, so the broker never delivers more than one batch ahead of an
 	// ack. Defaults to Config.BatchMaxEvents.
 	MaxEvents int
+	// Prefetch overrides the prefetch. Defaults to MaxEvents, the batch-ACK
+	// rule: the broker never delivers more than one batch ahead of an ack. A
+	// larger value lets the next batch arrive while one is being handed off
+	// (the inbound bridge uses twice its batch size).
+	Prefetch int
 	// MaxBytes flushes a batch at this many body bytes. Defaults to
 	// Config.BatchMaxBytes.
 	MaxBytes int
@@ -45,6 +50,10 @@ type BatchConsumerConfig struct {
 	// IdleWait is the pause that counts as idle for FlushWhenIdle. Defaults
 	// to 2ms.
 	IdleWait time.Duration
+	// HandOffConcurrency is how many hand-offs may run at once (the next
+	// batch is handed off while the previous one is still being written).
+	// Batches are still acked in order. Defaults to 1.
+	HandOffConcurrency int
 	// Name overrides the service name in logs. Defaults to "amqp batch
 	// consumer {queue}".
 	Name string
@@ -90,8 +99,16 @@ func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error
 	bc.MaxAge = cmp.Or(bc.MaxAge, cfg.BatchMaxAge)
 	bc.TimerInterval = cmp.Or(bc.TimerInterval, cfg.BatchTimerInterval)
 	bc.IdleWait = cmp.Or(bc.IdleWait, 2*time.Millisecond)
+	bc.HandOffConcurrency = cmp.Or(bc.HandOffConcurrency, 1)
+	if bc.HandOffConcurrency < 1 {
+		return nil, fmt.Errorf("invalid hand-off concurrency %d for queue %q: want > 0", bc.HandOffConcurrency, bc.Queue)
+	}
+	bc.Prefetch = cmp.Or(bc.Prefetch, bc.MaxEvents)
 	if bc.MaxEvents < 1 || bc.MaxEvents > 65535 {
 		return nil, fmt.Errorf("invalid batch max events %d for queue %q: want 1..65535 (it is the prefetch)", bc.MaxEvents, bc.Queue)
+	}
+	if bc.Prefetch < bc.MaxEvents || bc.Prefetch > 65535 {
+		return nil, fmt.Errorf("invalid prefetch %d for queue %q: want %d..65535 (at least a batch)", bc.Prefetch, bc.Queue, bc.MaxEvents)
 	}
 	topo := cfg.Topology(bc.Queue)
 	name := cfg.ConnectionName + ".batch." + topo.Main
@@ -195,9 +212,9 @@ func (c *BatchConsumer) connect(ctx context.Context, declared *bool) (*consumerS
 		_ = conn.Close()
 		return nil, fmt.Errorf("error opening batch consumer channel: %w", err)
 	}
-	if err := ch.Qos(c.bc.MaxEvents, 0, false); err != nil {
+	if err := ch.Qos(c.bc.Prefetch, 0, false); err != nil {
 		_ = conn.Close()
-		return nil, fmt.Errorf("error setting prefetch %d: %w", c.bc.MaxEvents, err)
+		return nil, fmt.Errorf("error setting prefetch %d: %w", c.bc.Prefetch, err)
 	}
 	gen := c.gen.Add(1)
 	tag := fmt.Sprintf("%s#%d", c.name, gen)
@@ -250,10 +267,23 @@ type batch struct {
 	oldest time.Time
 }
 
+// pendingBatch is a batch whose hand-off was started.
+type pendingBatch struct {
+	items []*Delivery
+	start time.Time
+	done  chan struct{}
+	err   error
+}
+
 // consume runs one session until it is lost (false) or Stop was called
-// (true). All buffering, hand-offs and acks happen on this goroutine.
+// (true). Buffering and every ack and nack happen on this goroutine; up to
+// HandOffConcurrency hand-offs run at once, settled strictly in order, so a
+// multiple-ack never covers a batch that is still being handed off.
 func (c *BatchConsumer) consume(sess *consumerSession) bool {
-	var buf batch
+	var (
+		buf      batch
+		inflight []*pendingBatch
+	)
 	ticker := time.NewTicker(c.bc.TimerInterval)
 	defer ticker.Stop()
 	idle := time.NewTimer(time.Hour)
@@ -273,8 +303,47 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 		buf.bytes += len(d.Body)
 	}
 	full := func() bool { return len(buf.items) >= c.bc.MaxEvents || buf.bytes >= c.bc.MaxBytes }
+	stop := c.stop // nil once Stop was seen
+	settleOldest := func() {
+		pb := inflight[0]
+		<-pb.done
+		inflight[0] = nil
+		inflight = inflight[1:]
+		c.settleBatch(sess, pb, stop == nil)
+	}
+	flush := func() {
+		if len(buf.items) == 0 {
+			return
+		}
+		pb := &pendingBatch{items: buf.items, start: time.Now(), done: make(chan struct{})}
+		buf = batch{}
+		if c.bc.HandOffConcurrency == 1 {
+			pb.err = c.bc.HandOff(c.ctx, pb.items)
+			close(pb.done)
+			c.settleBatch(sess, pb, stop == nil)
+			return
+		}
+		go func() {
+			defer close(pb.done)
+			pb.err = c.bc.HandOff(c.ctx, pb.items)
+		}()
+		inflight = append(inflight, pb)
+		for len(inflight) >= c.bc.HandOffConcurrency {
+			settleOldest()
+		}
+	}
+	oldestDone := func() <-chan struct{} {
+		if len(inflight) == 0 {
+			return nil
+		}
+		return inflight[0].done
+	}
+	drain := func() {
+		for len(inflight) > 0 {
+			settleOldest()
+		}
+	}
 
-	stop := c.stop
 	for {
 		select {
 		case <-stop:
@@ -285,12 +354,14 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 		case raw, ok := <-sess.deliveries:
 			if !ok {
 				if stop == nil { // cancelled by Stop: flush the rest, ack, done
-					c.flush(sess, &buf, true)
+					flush()
+					drain()
 					return true
 				}
 				if len(buf.items) > 0 {
 					c.logger.Warn("channel lost with a buffered batch; the broker redelivers it", "messages", len(buf.items))
 				}
+				drain() // their settlements fail: the broker redelivers them
 				return false
 			}
 			add(raw)
@@ -314,37 +385,32 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 					}
 				}
 				idle.Stop()
-				c.flush(sess, &buf, stop == nil)
+				flush()
 			} else if full() {
-				c.flush(sess, &buf, stop == nil)
+				flush()
 			}
+		case <-oldestDone():
+			settleOldest()
 		case <-ticker.C:
 			if len(buf.items) > 0 && time.Since(buf.oldest) >= c.bc.MaxAge {
-				c.flush(sess, &buf, stop == nil)
+				flush()
 			}
 		case <-c.ctx.Done():
+			drain()
 			return true
 		}
 	}
 }
 
-// flush hands the buffer off and settles it: one multiple-ack on success,
-// one multiple-nack with requeue (after a backoff) on failure.
-func (c *BatchConsumer) flush(sess *consumerSession, buf *batch, stopping bool) {
-	if len(buf.items) == 0 {
-		return
-	}
-	items := buf.items
-	*buf = batch{}
-	start := time.Now()
-	err := c.bc.HandOff(c.ctx, items)
-
+// settleBatch settles a finished hand-off: one multiple-ack on success, one
+// multiple-nack with requeue (after a backoff) on failure.
+func (c *BatchConsumer) settleBatch(sess *consumerSession, pb *pendingBatch, stopping bool) {
 	// The last delivery nobody settled individually carries the
 	// multiple-ack: a tag that was acked already would make the broker
 	// close the channel.
 	var last *Delivery
 	n := 0
-	for _, d := range items {
+	for _, d := range pb.items {
 		if d.settled.CompareAndSwap(false, true) {
 			last = d
 			n++
@@ -353,11 +419,11 @@ func (c *BatchConsumer) flush(sess *consumerSession, buf *batch, stopping bool) 
 	if last == nil {
 		return
 	}
-	if err != nil {
+	if pb.err != nil {
 		c.statsMu.Lock()
 		c.flushFailures++
 		c.statsMu.Unlock()
-		c.logger.Error("batch hand-off failed; nacking the batch for redelivery", "messages", n, "error", err)
+		c.logger.Error("batch hand-off failed; nacking the batch for redelivery", "messages", n, "error", pb.err)
 		if !stopping {
 			t := time.NewTimer(c.cfg.RetryDelay(0))
 			select {
@@ -385,5 +451,5 @@ func (c *BatchConsumer) flush(sess *consumerSession, buf *batch, stopping bool) 
 	c.flushes++
 	c.handedOff += uint64(n)
 	c.statsMu.Unlock()
-	c.logger.Debug("batch handed off and acked", "messages", n, "duration", time.Since(start))
+	c.logger.Debug("batch handed off and acked", "messages", n, "duration", time.Since(pb.start))
 }

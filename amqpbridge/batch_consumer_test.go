@@ -145,6 +145,32 @@ func TestBatchConsumer(t *testing.T) {
 		require.Equal(t, uint64(1), c.Stats().FlushFailures)
 	})
 
+	t.Run("ConcurrentHandOffsAckedInOrder", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("batchorder"))
+		gate := make(chan struct{})
+		started := make(chan string, 10)
+		c := startBatchConsumer(t, cfg, BatchConsumerConfig{Queue: b.queue, MaxEvents: 2, Prefetch: 4, HandOffConcurrency: 2, MaxAge: time.Hour,
+			HandOff: func(ctx context.Context, batch []*Delivery) error {
+				started <- string(batch[0].Body)
+				if string(batch[0].Body) == "0" {
+					<-gate // the first batch is slow
+				}
+				return nil
+			}})
+		for i := range 4 {
+			publishRaw(t, b.ch, c.Topology().Main, []byte(fmt.Sprint(i)), nil)
+		}
+		require.Equal(t, "0", <-started)
+		require.Equal(t, "2", <-started, "the second batch is handed off while the first is still running")
+		// The second batch is done, but its multiple-ack would also cover
+		// the first: nothing is acked until the first is done.
+		require.Equal(t, uint64(0), c.Stats().HandedOff)
+		close(gate)
+		amqptest.Eventually(t, 5*time.Second, "both acked", func() bool { return c.Stats().HandedOff == 4 })
+		require.Equal(t, uint64(2), c.Stats().Flushes)
+	})
+
 	t.Run("PoisonMessageNackedAloneRestAcked", func(t *testing.T) {
 		t.Parallel()
 		cfg, b := testConfig(t, amqptest.UniqueName("batchpoison"))

@@ -35,7 +35,7 @@ func PerDelivery(fn InsertFunc) InsertBatchFunc {
 	}
 }
 
-// InboundPrefetchDefault is the inbound bridge's prefetch and largest batch.
+// InboundPrefetchDefault is the inbound bridge's prefetch; its batches hold up to half of it.
 const InboundPrefetchDefault = 300
 
 // InboundConfig configures an Inbound bridge.
@@ -46,8 +46,9 @@ type InboundConfig struct {
 	DB TxBeginner
 	// Insert inserts a batch in the transaction. Required; see JobInserter.
 	Insert InsertBatchFunc
-	// Prefetch is both the prefetch and the largest batch per transaction.
-	// Defaults to 300.
+	// Prefetch is the channel's prefetch; a batch (one transaction) holds at
+	// most half of it, and two batches are inserted at once (acked in
+	// order). Defaults to 300.
 	Prefetch int
 }
 
@@ -72,11 +73,13 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 	prefetch := cmp.Or(ic.Prefetch, InboundPrefetchDefault)
 	in := &Inbound{}
 	bc, err := NewBatchConsumer(cfg, BatchConsumerConfig{
-		Queue:         ic.Queue,
-		MaxEvents:     prefetch,
-		MaxBytes:      1 << 62,
-		FlushWhenIdle: true,
-		Name:          "amqp inbound " + cfg.QueueName(ic.Queue),
+		Queue:              ic.Queue,
+		MaxEvents:          max(1, prefetch/2),
+		Prefetch:           prefetch,
+		HandOffConcurrency: 2,
+		MaxBytes:           1 << 62,
+		FlushWhenIdle:      true,
+		Name:               "amqp inbound " + cfg.QueueName(ic.Queue),
 		HandOff: func(ctx context.Context, batch []*Delivery) error {
 			return insertBatch(ctx, ic.DB, ic.Insert, batch)
 		},
