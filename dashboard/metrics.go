@@ -66,7 +66,12 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.QueryTimeout)
 	defer cancel()
 	failed := 0.0
-	ov, err := c.s.Overview(ctx)
+	var ov *Overview
+	err := c.s.readTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		ov, err = c.s.overview(ctx, tx, false)
+		return err
+	})
 	if err != nil {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the job overview", "error", err)
 		failed = 1

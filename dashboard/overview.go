@@ -136,13 +136,15 @@ func (s *Server) Overview(ctx context.Context) (*Overview, error) {
 	var ov *Overview
 	err := s.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		ov, err = s.overview(ctx, tx)
+		ov, err = s.overview(ctx, tx, true)
 		return err
 	})
 	return ov, err
 }
 
-func (s *Server) overview(ctx context.Context, tx pgx.Tx) (*Overview, error) {
+// overview reads the overview in tx; withThroughput false leaves the
+// throughput out (the metrics scrape does not export it).
+func (s *Server) overview(ctx context.Context, tx pgx.Tx, withThroughput bool) (*Overview, error) {
 	minutes := int(s.cfg.ThroughputWindow / time.Minute)
 	ov := &Overview{CountCap: s.cfg.CountCap, States: []StateCount{}, Queues: []QueueStats{}}
 
@@ -150,7 +152,9 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx) (*Overview, error) {
 	batch.Queue(s.q(s.statesSQL), s.cfg.CountCap)
 	batch.Queue(s.q(overviewQueuesSQL), liveStates, s.cfg.CountCap)
 	batch.Queue(s.q(overviewPausedSQL))
-	batch.Queue(s.q(overviewThroughputSQL), minutes-1)
+	if withThroughput {
+		batch.Queue(s.q(overviewThroughputSQL), minutes-1)
+	}
 	br := tx.SendBatch(ctx, batch)
 	defer br.Close()
 
@@ -226,33 +230,10 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx) (*Overview, error) {
 
 	// Throughput.
 	perMinute := map[time.Time]*ThroughputPoint{}
-	rows, err = br.Query()
-	if err != nil {
-		return nil, fmt.Errorf("error reading throughput: %w", err)
-	}
-	for rows.Next() {
-		var minute time.Time
-		var state string
-		var n int64
-		if err := rows.Scan(&minute, &state, &n); err != nil {
-			return nil, fmt.Errorf("error scanning throughput: %w", err)
+	if withThroughput {
+		if err := readThroughput(br, perMinute); err != nil {
+			return nil, err
 		}
-		p := perMinute[minute.UTC()]
-		if p == nil {
-			p = &ThroughputPoint{Minute: minute.UTC()}
-			perMinute[minute.UTC()] = p
-		}
-		switch state {
-		case "completed":
-			p.Completed = n
-		case "discarded":
-			p.Discarded = n
-		case "cancelled":
-			p.Cancelled = n
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error reading throughput: %w", err)
 	}
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("error reading the overview: %w", err)
@@ -350,3 +331,37 @@ func (s *Server) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 // q qualifies a SQL constant with the dashboard's schema.
 func (s *Server) q(sql string) string { return queue.Qualify(s.schema, sql) }
+
+// readThroughput reads the throughput query's rows from the batch.
+func readThroughput(br pgx.BatchResults, perMinute map[time.Time]*ThroughputPoint) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("error reading throughput: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var minute time.Time
+		var state string
+		var n int64
+		if err := rows.Scan(&minute, &state, &n); err != nil {
+			return fmt.Errorf("error scanning throughput: %w", err)
+		}
+		p := perMinute[minute.UTC()]
+		if p == nil {
+			p = &ThroughputPoint{Minute: minute.UTC()}
+			perMinute[minute.UTC()] = p
+		}
+		switch state {
+		case "completed":
+			p.Completed = n
+		case "discarded":
+			p.Discarded = n
+		case "cancelled":
+			p.Cancelled = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("error reading throughput: %w", err)
+	}
+	return nil
+}
