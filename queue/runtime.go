@@ -265,7 +265,10 @@ func (rt *Runtime) stopStarted(ctx context.Context) error {
 func (rt *Runtime) Run(ctx context.Context) error {
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := rt.Start(sigCtx); err != nil {
+	// Start on ctx, not sigCtx: a signal that arrives while services are
+	// still starting must not fail their start (and the process with exit
+	// 1); it is seen right after, and the runtime stops cleanly.
+	if err := rt.Start(ctx); err != nil {
 		return err
 	}
 	<-sigCtx.Done()
