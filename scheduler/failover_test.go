@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,67 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
+
+var (
+	schedProcOnce sync.Once
+	schedProcBin  string
+	schedProcErr  error
+)
+
+// TestMain removes the test worker binary built by schedProcPath.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if schedProcBin != "" {
+		_ = os.RemoveAll(filepath.Dir(schedProcBin))
+	}
+	os.Exit(code)
+}
+
+// schedProcPath builds ./internal/schedproc once per test binary.
+func schedProcPath(t *testing.T) string {
+	t.Helper()
+	schedProcOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "schedproc-")
+		if err != nil {
+			schedProcErr = err
+			return
+		}
+		schedProcBin = filepath.Join(dir, "schedproc")
+		build := exec.Command("go", "build", "-o", schedProcBin, "./internal/schedproc")
+		build.Stderr = os.Stderr
+		schedProcErr = build.Run()
+	})
+	require.NoError(t, schedProcErr, "building the test worker")
+	return schedProcBin
+}
+
+// proc is a running test worker process.
+type proc struct {
+	id    string
+	cmd   *exec.Cmd
+	lines *bufio.Reader
+}
+
+// startSchedProc starts a test worker on db's schema and waits for it to
+// say it is ready. env adds variables.
+func startSchedProc(t *testing.T, db *pgtest.DB, id string, env ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(schedProcPath(t))
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema, "SCHEDPROC_ID="+id)
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p := &proc{id: id, cmd: cmd, lines: bufio.NewReader(out)}
+	line, err := p.lines.ReadString('\n')
+	require.NoError(t, err, "process %s did not start", id)
+	require.Equal(t, "ready", strings.TrimSpace(line))
+	return p
+}
 
 // TestFailoverSIGKILL runs two real worker processes on one @every 1s
 // schedule for 30 seconds and SIGKILLs the one that fired last, midway. The
@@ -31,31 +93,7 @@ func TestFailoverSIGKILL(t *testing.T) {
 	_, err := db.Pool.Exec(context.Background(), db.Q(`DROP INDEX /*schema*/river_job_tributary_schedule_fire`))
 	require.NoError(t, err)
 
-	bin := filepath.Join(t.TempDir(), "schedproc")
-	build := exec.Command("go", "build", "-o", bin, "./internal/schedproc")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run(), "building the test worker")
-
-	type proc struct {
-		id  string
-		cmd *exec.Cmd
-	}
-	startProc := func(id string) *proc {
-		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema, "SCHEDPROC_ID="+id)
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		if testing.Verbose() {
-			cmd.Stderr = os.Stderr
-		}
-		require.NoError(t, cmd.Start())
-		p := &proc{id: id, cmd: cmd}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		line, err := bufio.NewReader(out).ReadString('\n')
-		require.NoError(t, err, "process %s did not start", id)
-		require.Equal(t, "ready", strings.TrimSpace(line))
-		return p
-	}
+	startProc := func(id string) *proc { return startSchedProc(t, db, id) }
 	procs := map[string]*proc{"A": startProc("A"), "B": startProc("B")}
 	started := time.Now()
 
@@ -109,4 +147,53 @@ GROUP BY metadata->>'tributary_fire_at' HAVING count(*) > 1) d`)).Scan(&dups)
 		byProc[j.FiredBy]++
 	}
 	t.Logf("%d jobs over %s, expected %d; fired by %v", len(jobs), last.Sub(first), expected, fmt.Sprint(byProc))
+}
+
+// TestCrashMidFire SIGKILLs a process while it is inside a fire's
+// transaction, after it inserted the job and advanced next_run_at but before
+// the commit. Nothing of that fire survives; the other process fires the same
+// fire time, once.
+func TestCrashMidFire(t *testing.T) {
+	t.Parallel()
+
+	db := pgtest.New(t)
+	ctx := context.Background()
+
+	hanging := startSchedProc(t, db, "hang", "SCHEDPROC_HANG=1")
+	line, err := hanging.lines.ReadString('\n')
+	require.NoError(t, err)
+	fireAtText, ok := strings.CutPrefix(strings.TrimSpace(line), "hanging ")
+	require.True(t, ok, "unexpected line %q", line)
+	fireAt, err := time.Parse(time.RFC3339Nano, fireAtText)
+	require.NoError(t, err)
+
+	// The job is inserted but not committed: nobody else sees it.
+	require.Empty(t, firedJobs(t, db, "tick"))
+
+	survivor := startSchedProc(t, db, "survivor")
+	// While the row is locked, the survivor cannot fire this schedule.
+	require.Empty(t, firedJobs(t, db, "tick"))
+
+	require.NoError(t, hanging.cmd.Process.Signal(syscall.SIGKILL))
+	_ = hanging.cmd.Wait()
+
+	pgtest.WaitFor(t, 20*time.Second, "the survivor to fire past the crash", func() (bool, error) {
+		jobs := firedJobs(t, db, "tick")
+		return len(jobs) >= 3, nil
+	})
+	jobs := firedJobs(t, db, "tick")
+	require.Equal(t, fireAt, jobs[0].FireAt, "the crashed fire's time is fired again")
+	for i, j := range jobs {
+		require.Equal(t, "survivor", j.FiredBy, "job %d", j.ID)
+		if i > 0 {
+			require.Equal(t, time.Second, j.FireAt.Sub(jobs[i-1].FireAt))
+		}
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job
+WHERE metadata->>'tributary_fire_at' = $1`), formatFireTime(fireAt)).Scan(&n))
+	require.Equal(t, 1, n)
+
+	require.NoError(t, survivor.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, survivor.cmd.Wait())
 }

@@ -64,6 +64,18 @@ type Config struct {
 	// Defaults to the database's clock, so replicas whose own clocks
 	// disagree still agree on when a fire time has come.
 	NowFunc func() time.Time
+
+	// Test holds hooks for fault-injection tests. Leave it empty.
+	Test TestConfig
+}
+
+// TestConfig holds hooks for fault-injection tests.
+type TestConfig struct {
+	// BeforeCommitFunc is called inside a fire's transaction after its jobs
+	// were inserted and next_run_at advanced, just before the commit: a test
+	// process blocks here and is killed to show that a crash mid-fire leaves
+	// nothing behind.
+	BeforeCommitFunc func(ctx context.Context, schedule string, fireTimes []time.Time)
 }
 
 // Scheduler is the service that fires schedules: add schedules, then add it
@@ -442,6 +454,9 @@ func (s *Scheduler) fireOne(ctx context.Context, skip []string) (string, error) 
 		r.name, plan.next, lastRun, lastJob, outcome, inserted, skipped, now)
 	if err != nil {
 		return r.name, fmt.Errorf("error advancing schedule %q: %w", r.name, err)
+	}
+	if s.cfg.Test.BeforeCommitFunc != nil {
+		s.cfg.Test.BeforeCommitFunc(ctx, r.name, plan.fire)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return r.name, fmt.Errorf("error committing the fire of schedule %q: %w", r.name, err)

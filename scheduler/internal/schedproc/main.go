@@ -4,7 +4,11 @@
 // prints "ready" once started and stops on SIGINT/SIGTERM; the test kills
 // it with SIGKILL to simulate a crash.
 //
-// Environment: DATABASE_URL, TRIBUTARY_SCHEMA, SCHEDPROC_ID.
+// With SCHEDPROC_HANG=1 it blocks inside its first fire's transaction,
+// after inserting the job and before committing, and prints
+// "hanging FIRE_TIME" so the test can kill it there.
+//
+// Environment: DATABASE_URL, TRIBUTARY_SCHEMA, SCHEDPROC_ID, SCHEDPROC_HANG.
 package main
 
 import (
@@ -64,7 +68,17 @@ func run() error {
 		return err
 	}
 	queue.AddWorker(rt, &tickWorker{})
-	s := scheduler.New(rt.Client, scheduler.Config{ID: os.Getenv("SCHEDPROC_ID")})
+	scfg := scheduler.Config{ID: os.Getenv("SCHEDPROC_ID")}
+	if os.Getenv("SCHEDPROC_HANG") == "1" {
+		scfg.Test.BeforeCommitFunc = func(ctx context.Context, _ string, fireTimes []time.Time) {
+			if len(fireTimes) == 0 {
+				return
+			}
+			fmt.Println("hanging", fireTimes[len(fireTimes)-1].UTC().Format(time.RFC3339Nano))
+			<-ctx.Done() // until killed (or stopped)
+		}
+	}
+	s := scheduler.New(rt.Client, scfg)
 	if err := s.Add(scheduler.Schedule{Name: "tick", Spec: "@every 1s", Args: tickArgs{}, CatchUp: scheduler.CatchUpEach, CatchUpMax: 100}); err != nil {
 		return err
 	}
