@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
@@ -77,6 +76,8 @@ type Dispatcher struct {
 	riverInsertChannel                        string
 
 	handled, failed, panics, validation, givenUp atomic.Int64
+
+	completer *laneCompleter
 }
 
 // NewDispatcher returns a dispatcher for cfg's consumers.
@@ -96,6 +97,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		upsertConsumerSQL:  queue.Qualify(cfg.Schema, upsertConsumerSQL),
 		riverInsertChannel: cfg.Schema + ".river_insert",
 	}
+	d.completer = &laneCompleter{d: d}
 	for _, c := range cfg.Consumers {
 		if _, dup := d.consumers[c.Name()]; dup {
 			return nil, fmt.Errorf("consumer %q is given twice", c.Name())
@@ -272,20 +274,30 @@ func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *queue.Outbo
 }
 
 // completeInLane completes the job and hands its lane to the next event, in
-// one transaction, so the next event cannot start before this one is done
-// and cannot be forgotten if this process dies.
+// one transaction (shared with other completions, see laneCompleter), so
+// the next event cannot start before this one is done and cannot be
+// forgotten if this process dies.
 func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[DispatchArgs]) error {
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if err := d.advanceLane(ctx, tx, job.Args); err != nil {
-			return err
+	return d.completer.complete(ctx, job)
+}
+
+// wakeRiver tells River's producers that jobs became available in the
+// queues, as River's own insert does. It runs after the commit, as a
+// statement of its own: a NOTIFY inside a writing transaction holds
+// Postgres' global notify lock through that transaction's WAL flush,
+// serialising the commits of every worker; a read-only NOTIFY commits
+// without a flush.
+func (d *Dispatcher) wakeRiver(ctx context.Context, queueNames ...string) {
+	for _, q := range queueNames {
+		if q == "" {
+			continue
 		}
-		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("error completing dispatch in its lane: %w", err)
+		payload := fmt.Sprintf(`{"queue": %q}`, q)
+		if _, err := d.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, $2)", d.riverInsertChannel, payload); err != nil {
+			// The job is available; River's poll finds it without the nudge.
+			d.logger.WarnContext(ctx, "error waking River for a promoted dispatch", "error", err)
+		}
 	}
-	return nil
 }
 
 // onGiveUp applies the consumer's ordering policy to a dispatch that will
@@ -298,34 +310,43 @@ func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[D
 		logger.WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried", "policy", OrderingBlock)
 		return
 	}
+	var promotedQueue string
 	err := pgx.BeginFunc(context.WithoutCancel(ctx), d.pool, func(tx pgx.Tx) error {
-		return d.advanceLane(ctx, tx, job.Args)
+		var err error
+		promotedQueue, err = d.advanceLane(ctx, tx, job.Args)
+		return err
 	})
 	if err != nil {
 		// The job stays at the lane's head; a retry of it moves the lane on.
 		logger.ErrorContext(ctx, "error skipping past a failed dispatch", "error", err)
+		return
 	}
+	d.wakeRiver(ctx, promotedQueue)
 }
 
 // advanceLane moves the lane's head past args.Seq and makes the next
 // dispatch of the lane available. Two statements: the second needs a
 // snapshot taken after the lane row lock was granted, so that it sees a
 // dispatch a forwarder inserted while this transaction waited for the lock.
-func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchArgs) error {
+func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchArgs) (promotedQueue string, err error) {
 	var head int64
-	err := tx.QueryRow(ctx, d.advanceSQL, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
+	err = tx.QueryRow(ctx, d.advanceSQL, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not the head: a replay of a skipped dispatch, or a re-run after a
 		// crash between the lane update and River's bookkeeping.
-		return nil
+		return "", nil
 	}
 	if err != nil {
-		return fmt.Errorf("error advancing lane %s/%s: %w", args.Consumer, args.AggregateID, err)
+		return "", fmt.Errorf("error advancing lane %s/%s: %w", args.Consumer, args.AggregateID, err)
 	}
-	if _, err := tx.Exec(ctx, d.promoteSQL, args.Consumer, args.AggregateID, head, time.Now().UTC(), d.riverInsertChannel); err != nil {
-		return fmt.Errorf("error promoting the next dispatch of lane %s/%s: %w", args.Consumer, args.AggregateID, err)
+	err = tx.QueryRow(ctx, d.promoteSQL, args.Consumer, args.AggregateID, head, time.Now().UTC()).Scan(&promotedQueue)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil // the lane is idle now
 	}
-	return nil
+	if err != nil {
+		return "", fmt.Errorf("error promoting the next dispatch of lane %s/%s: %w", args.Consumer, args.AggregateID, err)
+	}
+	return promotedQueue, nil
 }
 
 const laneAdvanceSQL = `
@@ -334,17 +355,13 @@ SET head_seq = head_seq + 1, updated_at = $4
 WHERE consumer = $1 AND aggregate_id = $2 AND head_seq = $3
 RETURNING head_seq`
 
-// lanePromoteSQL makes the lane's next dispatch available and wakes River's
-// producers for its queue, as River's own insert does.
+// lanePromoteSQL makes the lane's next dispatch available.
 const lanePromoteSQL = `
-WITH promoted AS (
-    UPDATE /*schema*/river_job
-    SET state = 'available', scheduled_at = $4
-    WHERE state = 'pending' AND kind = 'tributary.event.dispatch'
-      AND (args ->> 'consumer') = $1 AND (args ->> 'aggregate_id') = $2 AND ((args ->> 'seq')::bigint) = $3
-    RETURNING queue
-)
-SELECT pg_notify($5, json_build_object('queue', queue)::text) FROM promoted`
+UPDATE /*schema*/river_job
+SET state = 'available', scheduled_at = $4
+WHERE state = 'pending' AND kind = 'tributary.event.dispatch'
+  AND (args ->> 'consumer') = $1 AND (args ->> 'aggregate_id') = $2 AND ((args ->> 'seq')::bigint) = $3
+RETURNING queue`
 
 const upsertConsumerSQL = `
 INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at)

@@ -384,6 +384,7 @@ func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
 // visibly CLAIMED; a crash rolls everything back and leaves them PENDING.
 func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 	var selected, sent int
+	var wakeOthers bool
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, f.claimSelectSQL, f.cfg.BatchSize, f.lockNS)
@@ -398,7 +399,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, f.claimSentSQL, ids, f.cfg.ID, now, f.channel)
+		rows, err = tx.Query(ctx, f.claimSentSQL, ids, f.cfg.ID, now)
 		if err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -420,8 +421,17 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 			}
 		}
 		sent = len(events)
+		for _, e := range events {
+			if e.AggregateID != "" {
+				wakeOthers = true
+				break
+			}
+		}
 		return nil
 	})
+	if wakeOthers && err == nil {
+		f.wakeForwarders(ctx)
+	}
 	if err != nil {
 		// Nothing was written; the rows are PENDING as before. Retry on the
 		// next sweep rather than at once.
@@ -494,7 +504,7 @@ func scanEvent(row pgx.CollectableRow) (positionedEvent, error) {
 
 // publish hands the batch to every plain publisher, then marks it SENT and
 // calls the transactional publishers in one transaction.
-func (f *Forwarder) publish(ctx context.Context, c claim) error {
+func (f *Forwarder) publish(ctx context.Context, c claim) (err error) {
 	var txPubs []TxPublisher
 	for _, p := range f.cfg.Publishers {
 		if tp, ok := p.(TxPublisher); ok {
@@ -506,13 +516,30 @@ func (f *Forwarder) publish(ctx context.Context, c claim) error {
 		}
 	}
 	ids := eventIDs(c.events)
+	var wakeOthers bool
+	defer func() {
+		if wakeOthers && err == nil {
+			f.wakeForwarders(ctx)
+		}
+	}()
 	return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, f.sentSQL, ids, f.cfg.ID, c.claimedAt, time.Now().UTC(), f.channel)
+		rows, err := tx.Query(ctx, f.sentSQL, ids, f.cfg.ID, c.claimedAt, time.Now().UTC())
 		if err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
-		sent, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
+		var sent []string
+		for rows.Next() {
+			var id string
+			var hasAggregate bool
+			if err := rows.Scan(&id, &hasAggregate); err != nil {
+				rows.Close()
+				return fmt.Errorf("error marking outbox rows sent: %w", err)
+			}
+			sent = append(sent, id)
+			wakeOthers = wakeOthers || hasAggregate
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
 		events := c.events
@@ -543,6 +570,17 @@ func (f *Forwarder) publish(ctx context.Context, c claim) error {
 		f.logger.DebugContext(ctx, "forwarded events", "count", len(events))
 		return nil
 	})
+}
+
+// wakeForwarders notifies every forwarder of the schema after a commit that
+// sent rows with aggregates: later rows of those aggregates may have been
+// held back by this batch. A statement of its own, after the commit: a
+// NOTIFY inside the writing transaction would hold Postgres' global notify
+// lock through its WAL flush.
+func (f *Forwarder) wakeForwarders(ctx context.Context) {
+	if _, err := f.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, '')", f.channel); err != nil {
+		f.logger.WarnContext(ctx, "error waking the other forwarders", "error", err)
+	}
 }
 
 func (f *Forwarder) fail(ctx context.Context, c claim, cause error) error {
@@ -591,41 +629,26 @@ RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, c
           o.payload, o.metadata, o.source_service, o.created_at`
 
 // claimSentSQL is claimUpdateSQL for the one-transaction path: the rows go
-// straight to SENT, and other forwarders are woken at commit when an
-// aggregate's later rows may have waited for these.
+// straight to SENT.
 const claimSentSQL = `
-WITH upd AS (
-    UPDATE /*schema*/tributary_outbox o
-    SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3
-    WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
-      AND (o.aggregate_id IS NULL OR NOT EXISTS (
-            SELECT 1 FROM /*schema*/tributary_outbox e
-            WHERE e.aggregate_id = o.aggregate_id
-              AND e.status IN ('PENDING', 'CLAIMED')
-              AND e.position < o.position
-              AND e.id <> ALL($1::uuid[])))
-    RETURNING o.id, o.position, o.event_type, o.event_version, o.event_kind, o.aggregate_id,
-              o.payload, o.metadata, o.source_service, o.created_at
-), wake AS (
-    SELECT pg_notify($4, '') FROM (SELECT 1 FROM upd WHERE aggregate_id IS NOT NULL LIMIT 1) AS one
-)
-SELECT upd.id::text, upd.position, upd.event_type, upd.event_version, upd.event_kind, coalesce(upd.aggregate_id, ''),
-       upd.payload, upd.metadata, upd.source_service, upd.created_at
-FROM upd LEFT JOIN wake ON true`
+UPDATE /*schema*/tributary_outbox o
+SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3
+WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
+  AND (o.aggregate_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM /*schema*/tributary_outbox e
+        WHERE e.aggregate_id = o.aggregate_id
+          AND e.status IN ('PENDING', 'CLAIMED')
+          AND e.position < o.position
+          AND e.id <> ALL($1::uuid[])))
+RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
+          o.payload, o.metadata, o.source_service, o.created_at`
 
-// sentSQL marks the rows still claimed by this claim SENT. When one had an
-// aggregate it wakes the other forwarders, whose next rows of that
-// aggregate may have waited for this batch.
+// sentSQL marks the rows still claimed by this claim SENT.
 const sentSQL = `
-WITH upd AS (
-    UPDATE /*schema*/tributary_outbox
-    SET status = 'SENT', sent_at = $4, last_error = NULL
-    WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3
-    RETURNING id, aggregate_id
-), wake AS (
-    SELECT pg_notify($5, '') FROM (SELECT 1 FROM upd WHERE aggregate_id IS NOT NULL LIMIT 1) AS one
-)
-SELECT upd.id::text FROM upd LEFT JOIN wake ON true`
+UPDATE /*schema*/tributary_outbox
+SET status = 'SENT', sent_at = $4, last_error = NULL
+WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3
+RETURNING id::text, aggregate_id IS NOT NULL`
 
 const failSQL = `
 UPDATE /*schema*/tributary_outbox
