@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
-	"cmp"
 	"runtime"
 	"slices"
 	"strings"
@@ -143,9 +140,6 @@ func benchPool(ctx context.Context, a *app, conns int) (*pgxpool.Pool, error) {
 	return queue.NewPool(ctx, cfg)
 }
 
-// benchBatch is the forwarder batch size of the benchmark runtime.
-var benchBatch = func() int { n, _ := strconv.Atoi(os.Getenv("B")); return cmp.Or(n, 1000) }()
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
 
 // benchRuntime starts a runtime on a fresh schema with the events machinery
@@ -173,7 +167,7 @@ func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, 
 		drop()
 		return nil, nil, nil, err
 	}
-	if _, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, Forwarder: events.ForwarderConfig{BatchSize: benchBatch}}); err != nil {
+	if _, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, Forwarder: events.ForwarderConfig{BatchSize: 1000}}); err != nil {
 		drop()
 		return nil, nil, nil, err
 	}
