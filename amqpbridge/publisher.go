@@ -121,6 +121,18 @@ func (p *Publisher) Stop(context.Context) error {
 	return nil
 }
 
+// Connect opens the connection now instead of on the first publish (to fail
+// fast at start-up, or to keep the dial out of a measurement).
+func (p *Publisher) Connect(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.session()
+	return err
+}
+
 // PublisherStats are cumulative counters.
 type PublisherStats struct {
 	Published, Confirmed, Reconnects uint64
