@@ -445,6 +445,15 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 			// finished; that job rewrites the same key.
 			return fmt.Errorf("batch %s of stream %q was taken over by another flush job", c.batchID, stream)
 		}
+		// Lock the job's row before measuring what is left. A stager that
+		// saw the stream due while this job was running skipped its
+		// enqueue as a duplicate, holding this row locked until it commits:
+		// waiting for it here makes its items visible to the measurement.
+		// A stager that comes later waits for this commit and then enqueues
+		// a new job.
+		if _, err := tx.Exec(ctx, w.q(lockJobSQL), job.ID); err != nil {
+			return fmt.Errorf("error locking flush job %d: %w", job.ID, err)
+		}
 		h, err := measureHead(ctx, tx, w.client.Schema(), stream, sc.MaxEvents)
 		if err != nil {
 			return err

@@ -51,6 +51,8 @@ FOR UPDATE`
 
 	jobStateSQL = `SELECT state FROM /*schema*/river_job WHERE id = $1`
 
+	lockJobSQL = `SELECT id FROM /*schema*/river_job WHERE id = $1 FOR UPDATE`
+
 	adoptClaimSQL = `
 UPDATE /*schema*/tributary_batch_object
 SET claimed_by_job = $2
