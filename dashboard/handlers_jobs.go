@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
@@ -215,5 +214,3 @@ func (s *Server) tableExists(ctx context.Context, db queue.DBTX, table string) (
 	}
 	return ok, nil
 }
-
-func lowerTrim(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
