@@ -21,15 +21,16 @@ func demoSchedule() scheduler.Schedule {
 	return scheduler.Schedule{Name: "demo.noop", Spec: "@every 1m", Args: demo.NoopArgs{}}
 }
 
-// installScheduler registers the clean-up worker and starts the scheduler
-// service with the built-in clean-up schedules and the demo schedule.
+// installScheduler registers the clean-up worker, starts the scheduler
+// service with the built-in clean-up schedules and the demo schedule, and
+// exports their counters on /metrics.
 func installScheduler(ctx context.Context, env *workerEnv) error {
 	cfg, err := scheduler.CleanupConfigFromLookup(os.LookupEnv)
 	if err != nil {
 		return err
 	}
 	rt := env.runtime
-	scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Logger: env.app.logger})
+	cleaner := scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Logger: env.app.logger})
 	s := scheduler.New(rt.Client, scheduler.Config{Logger: env.app.logger})
 	if err := s.Add(scheduler.CleanupSchedules(cfg)...); err != nil {
 		return err
@@ -37,6 +38,7 @@ func installScheduler(ctx context.Context, env *workerEnv) error {
 	if err := s.Add(demoSchedule()); err != nil {
 		return err
 	}
+	env.collectors = append(env.collectors, scheduler.NewCollector(s, cleaner))
 	return rt.AddService(s)
 }
 

@@ -103,3 +103,32 @@ func TestCLIWorkerBadCleanupConfig(t *testing.T) {
 		require.Contains(t, res.stderr, value)
 	}
 }
+
+// TestCLIWorkerCleansUp runs the real worker with the clean-up every second
+// and checks that SENT outbox rows past retention go, recent ones stay, and
+// /metrics counts the deletions.
+func TestCLIWorkerCleansUp(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(`
+INSERT INTO /*schema*/tributary_outbox
+    (id, event_type, event_version, event_kind, payload, metadata, source_service, status, retry_count, created_at, sent_at)
+SELECT gen_random_uuid(), 'test.cleanup', 1, 'domain', '{}', '{}', 'test', 'SENT', 0,
+       now() - CASE WHEN g <= 300 THEN interval '8 days' ELSE interval '1 day' END,
+       now() - CASE WHEN g <= 300 THEN interval '8 days' ELSE interval '1 day' END
+FROM generate_series(1, 400) g`))
+	require.NoError(t, err)
+
+	cmd, base := startDashboardProcess(t, db, []string{"TRIBUTARY_CLEANUP_SPEC=@every 1s"}, "worker", "--queues", "default=5", "--http", "127.0.0.1:0")
+	pgtest.WaitFor(t, 30*time.Second, "/metrics to count the clean-up", func() (bool, error) {
+		_, body := dashboardGet(t, base+"/metrics")
+		return strings.Contains(body, `tributary_cleanup_deleted_rows_total{target="outbox_sent"} 300`), nil
+	})
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox`)).Scan(&left))
+	require.Equal(t, 100, left, "rows not past retention stay")
+	_, body := dashboardGet(t, base+"/metrics")
+	require.Contains(t, body, "tributary_scheduler_fired_jobs_total")
+	require.Equal(t, 0, sigtermAndWait(t, cmd))
+}
