@@ -1,15 +1,3 @@
-// Package amqpbatch connects the AMQP batch-ACK consumer to batch staging:
-// its hand-off stages each batch of messages in one Postgres transaction,
-// and the consumer acks the batch only after that commit.
-//
-//	stager, _ := batch.NewStager(client, batch.ConfigFromQueue(cfg))
-//	consumer, _ := amqpbridge.NewBatchConsumer(bridgeCfg, amqpbridge.BatchConsumerConfig{
-//		Queue:   "access-logs",
-//		HandOff: amqpbatch.StageHandOff(stager, "access_logs"),
-//	})
-//
-// It lives apart from package batch so that batch does not depend on the
-// AMQP bridge.
 package amqpbatch
 
 import (
