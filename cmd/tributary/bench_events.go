@@ -32,6 +32,10 @@ type eventsThroughput struct {
 	Aggregates   int           `json:"aggregates"`
 	Duration     time.Duration `json:"duration_ns"`
 	EventsPerSec float64       `json:"events_per_sec"`
+	// Emitted and Forwarded are when the last event was written and when the
+	// last outbox row was SENT, from the start: where the time went.
+	Emitted   time.Duration `json:"emitted_ns"`
+	Forwarded time.Duration `json:"forwarded_ns"`
 }
 
 // eventsLatency is the outcome of the steady-rate part.
@@ -103,8 +107,8 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 			}
 			ratio := tp.EventsPerSec / base.JobsPerSec
 			if !asJSON {
-				fmt.Fprintf(a.stdout, "events     %8d events (%d aggregates) in %7.2fs  %9.0f events/s  (%.2fx the baseline)\n",
-					tp.Events, tp.Aggregates, tp.Duration.Seconds(), tp.EventsPerSec, ratio)
+				fmt.Fprintf(a.stdout, "events     %8d events (%d aggregates) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs)\n",
+					tp.Events, tp.Aggregates, tp.Duration.Seconds(), tp.EventsPerSec, ratio, tp.Emitted.Seconds(), tp.Forwarded.Seconds())
 			}
 			lat, err := benchEventsLatency(ctx, pool, emitPool, quiet, rate, latencyFor, aggregates, workers, noNotify)
 			if err != nil {
@@ -200,7 +204,7 @@ func benchMeta(i, aggregates int) events.Meta {
 func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers int, noNotify bool) (eventsThroughput, error) {
 	var handled atomic.Int64
 	done := make(chan time.Time, 1)
-	_, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
 		if handled.Add(1) == int64(n) {
 			done <- time.Now()
 		}
@@ -221,10 +225,29 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 			return eventsThroughput{}, err
 		}
 	}
+	emitted := time.Since(start)
+	forwarded := make(chan time.Duration, 1)
+	go func() {
+		q := queue.Qualify(rt.Schema(), `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_outbox WHERE status <> 'SENT')`)
+		for {
+			var left bool
+			if err := emitPool.QueryRow(ctx, q).Scan(&left); err != nil || !left {
+				forwarded <- time.Since(start)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
 	select {
 	case last := <-done:
 		d := last.Sub(start)
-		return eventsThroughput{Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds()}, nil
+		var fwd time.Duration
+		select {
+		case fwd = <-forwarded:
+		case <-time.After(5 * time.Second):
+		}
+		return eventsThroughput{Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds(),
+			Emitted: emitted, Forwarded: fwd}, nil
 	case <-time.After(30 * time.Minute):
 		return eventsThroughput{}, fmt.Errorf("only %d of %d events were handled within 30 minutes", handled.Load(), n)
 	case <-ctx.Done():

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tributary-run/tributary/queue"
 )
@@ -27,10 +29,15 @@ type BusConfig struct {
 // a TxPublisher, so with the Forwarder the dispatch jobs commit together
 // with the SENT mark: forwarding to the bus is exactly-once.
 type Bus struct {
-	client *queue.Client
-	logger *slog.Logger
+	client   *queue.Client
+	inserter *river.Client[pgx.Tx]
+	logger   *slog.Logger
 
 	consumersSQL, laneSQL string
+	riverInsertChannel    string
+
+	mu     sync.Mutex
+	queues []string // the queues of the consumers last read
 }
 
 // NewBus returns a bus that inserts dispatch jobs through client (a
@@ -39,12 +46,47 @@ func NewBus(client *queue.Client, cfg BusConfig) (*Bus, error) {
 	if client == nil {
 		return nil, errors.New("events: NewBus needs a client")
 	}
+	logger := cmp.Or(cfg.Logger, client.Logger())
+	// An insert-only River client of its own, whose insert notifications
+	// are rate-limited to nothing: River would NOTIFY inside the forwarder's
+	// transaction, and a NOTIFY in a writing transaction holds Postgres'
+	// global notify lock through the commit's WAL flush. AfterCommit sends
+	// the notification instead, once the jobs are visible.
+	inserter, err := river.NewClient(riverpgxv5.New(client.Pool()), &river.Config{
+		Schema: client.Schema(), Logger: logger,
+		FetchCooldown: 24 * time.Hour, FetchPollInterval: 24 * time.Hour,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error creating the bus's River client: %w", err)
+	}
 	return &Bus{
-		client:       client,
-		logger:       cmp.Or(cfg.Logger, client.Logger()),
-		consumersSQL: queue.Qualify(client.Schema(), busConsumersSQL),
-		laneSQL:      queue.Qualify(client.Schema(), laneReserveSQL),
+		client:             client,
+		inserter:           inserter,
+		logger:             logger,
+		consumersSQL:       queue.Qualify(client.Schema(), busConsumersSQL),
+		laneSQL:            queue.Qualify(client.Schema(), laneReserveSQL),
+		riverInsertChannel: client.Schema() + ".river_insert",
 	}, nil
+}
+
+// AfterCommit wakes River's producers for the consumers' queues once the
+// dispatch jobs committed: a read-only NOTIFY, which commits without a WAL
+// flush.
+func (b *Bus) AfterCommit(ctx context.Context) {
+	b.mu.Lock()
+	queues := b.queues
+	b.mu.Unlock()
+	if len(queues) == 0 {
+		return
+	}
+	payloads := make([]string, len(queues))
+	for i, q := range queues {
+		payloads[i] = fmt.Sprintf(`{"queue": %q}`, q)
+	}
+	if _, err := b.client.Pool().Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", b.riverInsertChannel, payloads); err != nil {
+		// The jobs are there; River's poll finds them without the nudge.
+		b.logger.WarnContext(ctx, "error waking River after dispatching events", "error", err)
+	}
 }
 
 // Name implements queue.OutboxPublisher.
@@ -52,9 +94,13 @@ func (b *Bus) Name() string { return "bus" }
 
 // PublishOutbox fans events out in a transaction of its own.
 func (b *Bus) PublishOutbox(ctx context.Context, events []queue.OutboxEvent) error {
-	return pgx.BeginFunc(ctx, b.client.Pool(), func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, b.client.Pool(), func(tx pgx.Tx) error {
 		return b.PublishOutboxTx(ctx, tx, events)
 	})
+	if err == nil {
+		b.AfterCommit(ctx)
+	}
+	return err
 }
 
 type busConsumer struct {
@@ -100,6 +146,18 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 	if err != nil {
 		return fmt.Errorf("error reading event consumers: %w", err)
 	}
+	queueSet := map[string]bool{}
+	for _, c := range consumers {
+		queueSet[c.queue] = true
+	}
+	queues := make([]string, 0, len(queueSet))
+	for q := range queueSet {
+		queues = append(queues, q)
+	}
+	sort.Strings(queues)
+	b.mu.Lock()
+	b.queues = queues
+	b.mu.Unlock()
 
 	type delivery struct {
 		c    *busConsumer
@@ -178,7 +236,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 		}
 		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
 	}
-	if _, err := b.client.River().InsertManyFastTx(ctx, tx, params); err != nil {
+	if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
 	}
 	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))

@@ -40,6 +40,23 @@ type TxPublisher interface {
 	PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error
 }
 
+// AfterCommitter is implemented by a TxPublisher with work to do once the
+// transaction that published committed (the Bus wakes River's producers).
+type AfterCommitter interface {
+	AfterCommit(ctx context.Context)
+}
+
+// afterCommit runs the transactional publishers' after-commit hooks.
+func (f *Forwarder) afterCommit(ctx context.Context) {
+	for _, p := range f.cfg.Publishers {
+		if ac, ok := p.(AfterCommitter); ok {
+			if _, tx := p.(TxPublisher); tx {
+				ac.AfterCommit(ctx)
+			}
+		}
+	}
+}
+
 // ForwarderConfig configures a Forwarder.
 type ForwarderConfig struct {
 	// Schema holds tributary's tables. Defaults to "public".
@@ -429,6 +446,9 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 		}
 		return nil
 	})
+	if sent > 0 && err == nil {
+		f.afterCommit(ctx)
+	}
 	if wakeOthers && err == nil {
 		f.wakeForwarders(ctx)
 	}
@@ -518,6 +538,9 @@ func (f *Forwarder) publish(ctx context.Context, c claim) (err error) {
 	ids := eventIDs(c.events)
 	var wakeOthers bool
 	defer func() {
+		if err == nil {
+			f.afterCommit(ctx)
+		}
 		if wakeOthers && err == nil {
 			f.wakeForwarders(ctx)
 		}
