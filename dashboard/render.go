@@ -267,7 +267,13 @@ func formatBytes(n int64) string {
 	}
 }
 
+// prettyShowMax bounds the JSON a page shows; the JSON API has it whole.
+const prettyShowMax = 64 << 10
+
 func prettyJSON(raw json.RawMessage) string {
+	if len(raw) > prettyShowMax {
+		return truncateUTF8(string(raw), prettyShowMax) + fmt.Sprintf("\n… (%s in all; the JSON API has it whole)", formatBytes(int64(len(raw))))
+	}
 	var buf bytes.Buffer
 	if err := json.Indent(&buf, raw, "", "  "); err != nil {
 		return string(raw)
