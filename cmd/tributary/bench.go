@@ -11,6 +11,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchAMQPCmd(a),
 		newBenchDashboardCmd(a),
 		newBenchEventsCmd(a),
+		newBenchCleanupCmd(a),
 	}
 }
 
