@@ -132,3 +132,22 @@ FROM generate_series(1, 400) g`))
 	require.Contains(t, body, "tributary_scheduler_fired_jobs_total")
 	require.Equal(t, 0, sigtermAndWait(t, cmd))
 }
+
+func TestCLIBenchCleanup(t *testing.T) {
+	t.Parallel()
+	res := cli(t, nil, []string{"DATABASE_URL=" + pgtest.DatabaseURL()}, "bench", "cleanup", "-n", "3000", "--batch", "500", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var out struct {
+		Rows       int `json:"rows"`
+		Kept       int `json:"kept"`
+		Statements int `json:"statements"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	require.Equal(t, 3000, out.Rows)
+	require.Equal(t, 300, out.Kept)
+	require.GreaterOrEqual(t, out.Statements, 7, "3000 rows in statements of at most 500, plus the one that finds none left")
+
+	res = cli(t, nil, []string{"DATABASE_URL=" + pgtest.DatabaseURL()}, "bench", "cleanup", "--batch", "0")
+	require.Equal(t, exitUsage, res.code, res.stderr)
+	require.Contains(t, res.stderr, "--batch 0")
+}
