@@ -313,16 +313,20 @@ func (s *Server) estimateFrom(ctx context.Context, db queue.DBTX, from, cond str
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
-// readTx runs fn in a read-only transaction with JIT off and a statement
-// timeout. JIT matters: the overview's recursive skip scan has a large
-// planner cost (the planner cannot know how few queues there are) that
+// readTx runs fn in a read-only transaction with JIT off, custom plans and
+// a statement timeout. JIT matters: the overview's recursive skip scan has a
+// large planner cost (the planner cannot know how few queues there are) that
 // passes jit_above_cost, and compiling it takes far longer than running it.
+// Custom plans matter because pgx prepares statements: after five runs
+// Postgres may switch to a generic plan, which for "state = $1" assumes an
+// average state and can walk the primary key through the whole table for a
+// state that has no jobs.
 func (s *Server) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		timeout := strconv.FormatInt(s.cfg.QueryTimeout.Milliseconds(), 10)
-		if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'off', true), set_config('statement_timeout', $1, true)", timeout); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_custom_plan', true), set_config('statement_timeout', $1, true)", timeout); err != nil {
 			return fmt.Errorf("error preparing a read transaction: %w", err)
 		}
 		return fn(tx)
