@@ -72,8 +72,9 @@ type Dispatcher struct {
 	logger    *slog.Logger
 	consumers map[string]*Consumer
 
-	advanceSQL, promoteSQL, upsertConsumerSQL string
-	riverInsertChannel                        string
+	advanceSQL, promoteSQL, upsertConsumerSQL                     string
+	lockLanesSQL, advanceManySQL, promoteManySQL, completeManySQL string
+	riverInsertChannel                                            string
 
 	handled, failed, panics, validation, givenUp atomic.Int64
 
@@ -95,6 +96,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		advanceSQL:         queue.Qualify(cfg.Schema, laneAdvanceSQL),
 		promoteSQL:         queue.Qualify(cfg.Schema, lanePromoteSQL),
 		upsertConsumerSQL:  queue.Qualify(cfg.Schema, upsertConsumerSQL),
+		lockLanesSQL:       queue.Qualify(cfg.Schema, lockLanesSQL),
+		advanceManySQL:     queue.Qualify(cfg.Schema, laneAdvanceManySQL),
+		promoteManySQL:     queue.Qualify(cfg.Schema, lanePromoteManySQL),
+		completeManySQL:    queue.Qualify(cfg.Schema, completeManySQL),
 		riverInsertChannel: cfg.Schema + ".river_insert",
 	}
 	d.completer = &laneCompleter{d: d}

@@ -117,27 +117,99 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 }
 
 func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion) ([]string, error) {
-	queues := map[string]bool{}
+	if len(batch) == 1 {
+		return c.completeOneTx(ctx, batch[0])
+	}
+	n := len(batch)
+	consumers, aggs, seqs, ids := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+	for i, req := range batch {
+		a := req.job.Args
+		consumers[i], aggs[i], seqs[i], ids[i] = a.Consumer, a.AggregateID, a.Seq, req.job.ID
+	}
+	var queues []string
 	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
-		for _, req := range batch {
-			q, err := c.d.advanceLane(ctx, tx, req.job.Args)
-			if err != nil {
-				return err
-			}
-			if q != "" {
-				queues[q] = true
-			}
-			// The job's own context: River finds its client (and the
-			// worker's metadata updates) there.
-			if _, err := river.JobCompleteTx[*riverpgxv5.Driver](req.ctx, tx, req.job); err != nil {
-				return fmt.Errorf("error completing job %d: %w", req.job.ID, err)
-			}
+		now := time.Now().UTC()
+		// Lock the lanes in the forwarder's order first, so the two never
+		// wait for each other in a cycle.
+		if _, err := tx.Exec(ctx, c.d.lockLanesSQL, consumers, aggs); err != nil {
+			return fmt.Errorf("error locking lanes: %w", err)
+		}
+		// Set-based: one statement per step for the whole batch. The
+		// promotion is a statement of its own, for the fresh snapshot.
+		if _, err := tx.Exec(ctx, c.d.advanceManySQL, consumers, aggs, seqs, now); err != nil {
+			return fmt.Errorf("error advancing lanes: %w", err)
+		}
+		rows, err := tx.Query(ctx, c.d.promoteManySQL, consumers, aggs, seqs, now)
+		if err != nil {
+			return fmt.Errorf("error promoting the next dispatches: %w", err)
+		}
+		if queues, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return fmt.Errorf("error promoting the next dispatches: %w", err)
+		}
+		// Complete the jobs as River's JobCompleteTx does (running ->
+		// completed); River's completer later finds them finalized and
+		// leaves them alone.
+		var completed int
+		if err := tx.QueryRow(ctx, c.d.completeManySQL, ids, now).Scan(&completed); err != nil {
+			return fmt.Errorf("error completing dispatch jobs: %w", err)
+		}
+		if completed != n {
+			return fmt.Errorf("only %d of %d dispatch jobs were still running", completed, n)
 		}
 		return nil
 	})
-	out := make([]string, 0, len(queues))
-	for q := range queues {
-		out = append(out, q)
-	}
-	return out, err
+	return queues, err
 }
+
+// completeOneTx completes one lane job with River's own JobCompleteTx.
+func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) ([]string, error) {
+	var q string
+	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
+		var err error
+		if q, err = c.d.advanceLane(ctx, tx, req.job.Args); err != nil {
+			return err
+		}
+		// The job's own context: River finds its client (and the worker's
+		// metadata updates) there.
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](req.ctx, tx, req.job); err != nil {
+			return fmt.Errorf("error completing job %d: %w", req.job.ID, err)
+		}
+		return nil
+	})
+	if q == "" {
+		return nil, err
+	}
+	return []string{q}, err
+}
+
+const lockLanesSQL = `
+SELECT 1 FROM /*schema*/tributary_event_lane l
+JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a
+ORDER BY l.consumer, l.aggregate_id
+FOR UPDATE OF l`
+
+const laneAdvanceManySQL = `
+UPDATE /*schema*/tributary_event_lane l
+SET head_seq = l.head_seq + 1, updated_at = $4
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
+WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
+
+// lanePromoteManySQL promotes, for each lane this batch advanced past its
+// job, the dispatch now at the head.
+const lanePromoteManySQL = `
+UPDATE /*schema*/river_job j
+SET state = 'available', scheduled_at = $4
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
+WHERE j.state = 'pending' AND j.kind = 'tributary.event.dispatch'
+  AND (j.args ->> 'consumer') = u.c AND (j.args ->> 'aggregate_id') = u.a AND ((j.args ->> 'seq')::bigint) = u.s + 1
+  AND EXISTS (SELECT 1 FROM /*schema*/tributary_event_lane l
+              WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s + 1)
+RETURNING j.queue`
+
+const completeManySQL = `
+WITH done AS (
+    UPDATE /*schema*/river_job SET state = 'completed', finalized_at = $2
+    WHERE id = ANY($1::bigint[]) AND state = 'running'
+    RETURNING 1
+)
+SELECT count(*) FROM done`
