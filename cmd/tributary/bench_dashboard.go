@@ -265,7 +265,10 @@ func seedJobs(ctx context.Context, pool *pgxpool.Pool, schema string, n int) err
 			attemptedAt, finalizedAt = at, at.Add(5*time.Millisecond)
 		case r < 975:
 			state, attempt = "discarded", 25
-			at := created.Add(time.Hour)
+			at := created.Add(time.Minute)
+			if at.After(now) {
+				at = now
+			}
 			attemptedAt, finalizedAt = at, at
 			errs = []any{errorJSON}
 		case r < 980:
