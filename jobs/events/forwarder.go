@@ -27,6 +27,7 @@ const (
 	ForwardBatchSizeDefault     = 500
 	ForwardSweepIntervalDefault = time.Second
 	ForwardPollIntervalDefault  = 10 * time.Millisecond
+	ForwardConcurrencyDefault   = 2
 	StaleClaimAfterDefault      = 5 * time.Minute
 	ForwardMaxRetriesDefault    = 10
 )
@@ -104,6 +105,13 @@ type ForwarderConfig struct {
 	// Defaults to 10.
 	MaxRetries int
 
+	// Concurrency is how many batches the forwarder works on at once. They
+	// claim disjoint rows (SKIP LOCKED) and keep per-aggregate order the
+	// same way separate forwarders do.
+	//
+	// Defaults to 2.
+	Concurrency int
+
 	// AfterClaimFunc, when set, runs after each claim commits and before
 	// the batch is published. Tests use it to stop a forwarder between the
 	// two, as a crash would.
@@ -156,6 +164,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
 	cfg.PollInterval = min(cmp.Or(cfg.PollInterval, ForwardPollIntervalDefault), cfg.SweepInterval)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
+	cfg.Concurrency = max(cmp.Or(cfg.Concurrency, ForwardConcurrencyDefault), 1)
 	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
 	oneTx := cfg.AfterClaimFunc == nil
 	for _, p := range cfg.Publishers {
@@ -212,11 +221,15 @@ func (f *Forwarder) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.cancel = cancel
 	f.done = make(chan struct{})
-	wake := make(chan struct{}, 1)
+	wakes := make([]chan struct{}, f.cfg.Concurrency)
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); f.listenLoop(runCtx, conn, wake) }()
-	go func() { defer wg.Done(); f.forwardLoop(runCtx, wake) }()
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+		wg.Add(1)
+		go func() { defer wg.Done(); f.forwardLoop(runCtx, wakes[i], i == 0) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); f.listenLoop(runCtx, conn, wakes) }()
 	go func() { wg.Wait(); close(f.done) }()
 	f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
 	return nil
@@ -257,7 +270,7 @@ func (f *Forwarder) listen(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- struct{}) {
+func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wakes []chan struct{}) {
 	defer func() {
 		if conn != nil {
 			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -280,7 +293,7 @@ func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- 
 				}
 				continue
 			}
-			signal(wake) // notifications may have been missed while down
+			signal(wakes) // notifications may have been missed while down
 		}
 		_, err := conn.WaitForNotification(ctx)
 		if err != nil {
@@ -294,21 +307,25 @@ func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wake chan<- 
 			conn = nil
 			continue
 		}
-		signal(wake)
+		signal(wakes)
 	}
 }
 
-func signal(ch chan<- struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
+func signal(chs []chan struct{}) {
+	for _, ch := range chs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
-func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}) {
+func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}, sweeper bool) {
 	ticker := time.NewTicker(f.cfg.SweepInterval)
 	defer ticker.Stop()
-	f.resetStale(ctx)
+	if sweeper {
+		f.resetStale(ctx)
+	}
 	// Between notifications the forwarder polls: every PollInterval while
 	// batches keep finding rows, backing off to SweepInterval when idle.
 	idle := f.cfg.PollInterval
@@ -339,7 +356,9 @@ func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}) {
 			idle = f.cfg.PollInterval
 		case <-timer.C:
 		case <-ticker.C:
-			f.resetStale(ctx)
+			if sweeper {
+				f.resetStale(ctx)
+			}
 		}
 	}
 }

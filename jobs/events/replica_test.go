@@ -113,7 +113,7 @@ func TestReplicasInProcess(t *testing.T) {
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, db.Q(replica.CreateLogSQL))
 	require.NoError(t, err)
-	n := replicaEvents(1000)
+	n := replicaEvents(500)
 
 	var forwarders []*events.Forwarder
 	for i := range 3 {
@@ -134,7 +134,7 @@ func TestReplicasInProcess(t *testing.T) {
 }
 
 // TestReplicasSeparateProcesses runs three worker processes on one schema.
-// The normal run uses 2,000 events over 200 aggregates (1,000 in process);
+// The normal run uses 1,500 events over 200 aggregates (500 in process);
 // `make chaos` sets EVENTS_REPLICA_N=10000 for the full-size run.
 func TestReplicasSeparateProcesses(t *testing.T) {
 	t.Parallel()
@@ -142,7 +142,7 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, db.Q(replica.CreateLogSQL))
 	require.NoError(t, err)
-	n := replicaEvents(2000)
+	n := replicaEvents(1500)
 
 	bin := filepath.Join(t.TempDir(), "replicaworker")
 	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./internal/replica/replicaworker")
