@@ -35,7 +35,7 @@ func PerDelivery(fn InsertFunc) InsertBatchFunc {
 	}
 }
 
-// InboundPrefetchDefault is the inbound bridge's prefetch; its batches hold up to half of it.
+// InboundPrefetchDefault is the inbound bridge's default prefetch.
 const InboundPrefetchDefault = 300
 
 // InboundConfig configures an Inbound bridge.
@@ -46,10 +46,14 @@ type InboundConfig struct {
 	DB TxBeginner
 	// Insert inserts a batch in the transaction. Required; see JobInserter.
 	Insert InsertBatchFunc
-	// Prefetch is the channel's prefetch; a batch (one transaction) holds at
-	// most half of it, and two batches are inserted at once (acked in
-	// order). Defaults to 300.
+	// Prefetch is the channel's prefetch. Defaults to 300.
 	Prefetch int
+	// Concurrency is how many batches are inserted at once, each in its own
+	// transaction; they are acked in order. Defaults to 2.
+	Concurrency int
+	// BatchSize is the most deliveries one transaction inserts. Defaults to
+	// Prefetch / Concurrency, so the broker keeps every inserter busy.
+	BatchSize int
 }
 
 // Inbound is the inbound bridge: it turns a queue's messages into rows (River
@@ -71,12 +75,14 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and an insert function", ic.Queue)
 	}
 	prefetch := cmp.Or(ic.Prefetch, InboundPrefetchDefault)
+	concurrency := cmp.Or(ic.Concurrency, 2)
+	batchSize := cmp.Or(ic.BatchSize, max(1, prefetch/max(1, concurrency)))
 	in := &Inbound{}
 	bc, err := NewBatchConsumer(cfg, BatchConsumerConfig{
 		Queue:              ic.Queue,
-		MaxEvents:          max(1, prefetch/2),
+		MaxEvents:          batchSize,
 		Prefetch:           prefetch,
-		HandOffConcurrency: 2,
+		HandOffConcurrency: concurrency,
 		MaxBytes:           1 << 62,
 		FlushWhenIdle:      true,
 		Name:               "amqp inbound " + cfg.QueueName(ic.Queue),

@@ -37,16 +37,22 @@ type Options struct {
 	// either nil it is skipped.
 	DB   amqpbridge.TxBeginner
 	Jobs amqpbridge.JobEnqueuer
+	// InboundConcurrency and InboundBatchSize tune the inbound bridge
+	// (InboundConfig.Concurrency, BatchSize); zero takes its defaults.
+	InboundConcurrency, InboundBatchSize int
 	// JobKind of the inserted jobs. Defaults to "bench.amqp".
 	JobKind string
 	// Logger for the bridge. Defaults to a discarding logger.
 	Logger *slog.Logger
 }
 
-// Result holds the measured rates in messages per second.
+// Result holds the measured rates in messages per second (medians over the
+// rounds) and the ratios tributary / bare (medians of the per-round ratios:
+// the two runs of a round follow each other, so load from elsewhere on the
+// machine hits both alike).
 type Result struct {
-	PublishBare, PublishBridge float64
-	InboundBare, InboundBridge float64
+	PublishBare, PublishBridge, PublishRatio float64
+	InboundBare, InboundBridge, InboundRatio float64
 }
 
 // Run runs the benchmark and writes a small report to w.
@@ -151,16 +157,18 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 		fmt.Fprintln(w)
 	}
 	res.PublishBare, res.PublishBridge = median(pubBare), median(pubBridge)
+	res.PublishRatio = medianRatio(pubBridge, pubBare)
 	fmt.Fprintf(w, "publish with confirms (window %d): bare amqp091-go %.0f msg/s, tributary Publisher %.0f msg/s, ratio %.2f (goal >= 0.80)\n",
-		opts.ConfirmWindow, res.PublishBare, res.PublishBridge, res.PublishBridge/res.PublishBare)
+		opts.ConfirmWindow, res.PublishBare, res.PublishBridge, res.PublishRatio)
 	if !withDB {
 		fmt.Fprintln(w, "inbound AMQP -> job: skipped (no database)")
 		return res, nil
 	}
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
+	res.InboundRatio = medianRatio(inBridge, inBare)
 	fmt.Fprintf(w, "inbound (prefetch %d, multiple ack): bare amqp091-go consume+ack %.0f msg/s, tributary AMQP -> River job %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
-		opts.Prefetch, res.InboundBare, res.InboundBridge, res.InboundBridge/res.InboundBare)
-	fmt.Fprintf(w, "(median of %d rounds, alternating which side goes first)\n", opts.Rounds)
+		opts.Prefetch, res.InboundBare, res.InboundBridge, res.InboundRatio)
+	fmt.Fprintf(w, "(rates: medians of %d rounds, alternating which side goes first; ratios: median of the per-round ratios, each from two back-to-back runs)\n", opts.Rounds)
 	return res, nil
 }
 
@@ -175,6 +183,14 @@ func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[(len(s)-1)/2]
+}
+
+func medianRatio(num, den []float64) float64 {
+	r := make([]float64, len(num))
+	for i := range num {
+		r[i] = num[i] / den[i]
+	}
+	return median(r)
 }
 
 func purge(conn *amqp.Connection, queues ...string) error {
@@ -325,7 +341,7 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 
 func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts Options) (time.Duration, error) {
 	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
-		Queue: q, DB: opts.DB, Prefetch: opts.Prefetch,
+		Queue: q, DB: opts.DB, Prefetch: opts.Prefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
 		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),
 	})
 	if err != nil {
