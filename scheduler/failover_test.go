@@ -4,51 +4,95 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/queue"
 )
 
-var (
-	schedProcOnce sync.Once
-	schedProcBin  string
-	schedProcErr  error
-)
-
-// TestMain removes the test worker binary built by schedProcPath.
+// TestMain doubles as the test worker process: started with
+// SCHEDPROC_MAIN=1, the test binary runs schedProcMain instead of the tests,
+// so the failover tests need no separate build.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if schedProcBin != "" {
-		_ = os.RemoveAll(filepath.Dir(schedProcBin))
+	if os.Getenv("SCHEDPROC_MAIN") == "1" {
+		os.Exit(schedProcMain())
 	}
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
-// schedProcPath builds ./internal/schedproc once per test binary.
-func schedProcPath(t *testing.T) string {
-	t.Helper()
-	schedProcOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "schedproc-")
-		if err != nil {
-			schedProcErr = err
-			return
-		}
-		schedProcBin = filepath.Join(dir, "schedproc")
-		build := exec.Command("go", "build", "-o", schedProcBin, "./internal/schedproc")
-		build.Stderr = os.Stderr
-		schedProcErr = build.Run()
+// schedProcMain is a minimal worker process: a runtime with one @every 1s
+// schedule "tick" (catch-up each, so a late replica inserts every fire
+// time) and a no-op worker for its kind. It prints "ready" once started and
+// stops on SIGINT/SIGTERM; tests kill it with SIGKILL to simulate a crash.
+// With SCHEDPROC_HANG=1 it blocks inside its first fire's transaction,
+// after inserting the job and before committing, and prints
+// "hanging FIRE_TIME".
+func schedProcMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "schedproc:", err)
+		return 1
+	}
+	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return fail(err)
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer pool.Close()
+	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
+		Schema:          os.Getenv("TRIBUTARY_SCHEMA"),
+		Logger:          logger,
+		Queues:          map[string]int{"default": 2},
+		ShutdownTimeout: 2 * time.Second,
 	})
-	require.NoError(t, schedProcErr, "building the test worker")
-	return schedProcBin
+	if err != nil {
+		return fail(err)
+	}
+	queue.AddWorker(rt, &noopWorker{})
+	scfg := Config{ID: os.Getenv("SCHEDPROC_ID")}
+	if os.Getenv("SCHEDPROC_HANG") == "1" {
+		scfg.Test.BeforeCommitFunc = func(ctx context.Context, _ string, fireTimes []time.Time) {
+			if len(fireTimes) == 0 {
+				return
+			}
+			fmt.Println("hanging", fireTimes[len(fireTimes)-1].UTC().Format(time.RFC3339Nano))
+			<-ctx.Done() // until killed (or stopped)
+		}
+	}
+	s := New(rt.Client, scfg)
+	if err := s.Add(Schedule{Name: "tick", Spec: "@every 1s", Args: noopArgs{}, CatchUp: CatchUpEach, CatchUpMax: 100}); err != nil {
+		return fail(err)
+	}
+	if err := rt.AddService(s); err != nil {
+		return fail(err)
+	}
+	if err := rt.Start(ctx); err != nil {
+		return fail(err)
+	}
+	fmt.Println("ready")
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.Stop(stopCtx); err != nil {
+		return fail(err)
+	}
+	return 0
 }
 
 // proc is a running test worker process.
@@ -62,8 +106,8 @@ type proc struct {
 // say it is ready. env adds variables.
 func startSchedProc(t *testing.T, db *pgtest.DB, id string, env ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(schedProcPath(t))
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema, "SCHEDPROC_ID="+id)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "SCHEDPROC_MAIN=1", "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema, "SCHEDPROC_ID="+id)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
