@@ -10,7 +10,7 @@ echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -
 echo "postgres: ${DATABASE_URL%%\?*}"
 run() { echo; echo "\$ tributary $*"; "$bin" "$@"; }
 run bench jobs -n "${BENCH_JOBS_N:-100000}" --rounds "${BENCH_ROUNDS:-3}"
-for sub in events batch amqp; do
+for sub in events batch amqp cleanup dashboard; do
 	if "$bin" bench "$sub" --help >/dev/null 2>&1; then
 		run bench "$sub"
 	fi
