@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,9 @@ type FlushWorker struct {
 	cfg    FlusherConfig
 	logger *slog.Logger
 
+	mu    sync.Mutex
+	sizes map[string]float64 // average item size of each stream's last object
+
 	objects atomic.Uint64
 	items   atomic.Uint64
 	bytes   atomic.Uint64
@@ -122,7 +126,7 @@ func NewFlushWorker(client *queue.Client, cfg FlusherConfig) (*FlushWorker, erro
 		return nil, fmt.Errorf("invalid gzip level %d: %w", cfg.CompressionLevel, err)
 	}
 	logger := cmp.Or(cfg.Logger, client.Logger())
-	return &FlushWorker{client: client, cfg: cfg, logger: logger}, nil
+	return &FlushWorker{client: client, cfg: cfg, logger: logger, sizes: map[string]float64{}}, nil
 }
 
 // Timeout bounds one flush job.
@@ -182,13 +186,23 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 	sc := w.cfg.Streams.For(stream)
 	for n := 1; ; n++ {
 		t0 := time.Now()
-		c, err := w.nextClaim(ctx, job.ID, stream, sc)
+		c, busy, err := w.nextClaim(ctx, job.ID, stream, sc)
 		if err != nil {
 			w.failed.Add(1)
 			return err
 		}
-		if c == nil {
+		if busy {
 			return nil
+		}
+		if c == nil {
+			if n > 2*w.cfg.MaxBatchesPerJob {
+				return nil
+			}
+			completed, err := w.completeIfIdle(ctx, job, stream, sc)
+			if err != nil || completed {
+				return err
+			}
+			continue
 		}
 		t1 := time.Now()
 		wr, err := w.writeObject(ctx, stream, c)
@@ -216,6 +230,9 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 			w.failed.Add(1)
 			return err
 		}
+		w.mu.Lock()
+		w.sizes[stream] = float64(wr.bytes) / float64(wr.items)
+		w.mu.Unlock()
 		w.objects.Add(1)
 		w.items.Add(uint64(wr.items))
 		w.bytes.Add(uint64(wr.bytes))
@@ -231,10 +248,10 @@ func (w *FlushWorker) q(sql string) string { return queue.Qualify(w.client.Schem
 
 // nextClaim returns the batch to write next: this job's own claim from an
 // earlier attempt, an orphaned claim it adopts, or a new claim if the
-// stream is due. nil means nothing to do.
-func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string, sc StreamConfig) (*claim, error) {
-	var out *claim
-	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
+// stream is due. nil means nothing is due; busy means another live flush
+// job holds the stream's claim.
+func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string, sc StreamConfig) (out *claim, busy bool, err error) {
+	err = pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
 		var c claim
 		var owner int64
 		err := tx.QueryRow(ctx, w.q(selectClaimSQL), stream).Scan(&c.rowID, &c.batchID, &c.key, &c.firstID, &c.lastID, &owner)
@@ -249,6 +266,7 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 					// Another flush job (enqueued without uniqueness) owns
 					// the stream's batch; it will finish it.
 					w.logger.InfoContext(ctx, "stream is being flushed by another job", "stream", stream, "job_id", owner)
+					busy = true
 					return nil
 				}
 				if _, err := tx.Exec(ctx, w.q(adoptClaimSQL), c.rowID, jobID, owner); err != nil {
@@ -267,10 +285,22 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 		var firstID, lastID *int64
 		var count int
 		var bytes int64
-		err = tx.QueryRow(ctx, w.q(measureClaimSQL), stream, sc.MaxEvents, sc.MaxBytes).Scan(
-			&h.events, &h.bytes, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
-		if err != nil {
-			return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)
+		measure := func(limit int) error {
+			err := tx.QueryRow(ctx, w.q(measureClaimSQL), stream, limit, sc.MaxBytes).Scan(
+				&h.events, &h.bytes, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
+			if err != nil {
+				return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)
+			}
+			return nil
+		}
+		limit := headLimit(sc, w.avgSize(stream))
+		if err := measure(limit); err != nil {
+			return err
+		}
+		if !h.conclusive(sc, limit) {
+			if err := measure(sc.MaxEvents); err != nil {
+				return err
+			}
 		}
 		if oldest != nil {
 			h.oldest = *oldest
@@ -287,6 +317,7 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 				// A concurrent flush claimed the stream first; it will
 				// write that batch.
+				busy = true
 				return nil
 			}
 			return fmt.Errorf("error claiming a batch of stream %q: %w", stream, err)
@@ -294,7 +325,38 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 		out = &c
 		return nil
 	})
-	return out, err
+	return out, busy, err
+}
+
+// completeIfIdle completes the job when its stream is not due, measuring
+// under the job's row lock (see finish for why); it returns false when the
+// stream became due meanwhile.
+func (w *FlushWorker) completeIfIdle(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig) (bool, error) {
+	completed := false
+	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, w.q(lockJobSQL), job.ID); err != nil {
+			return fmt.Errorf("error locking flush job %d: %w", job.ID, err)
+		}
+		h, err := measureHeadFor(ctx, tx, w.client.Schema(), stream, sc, w.avgSize(stream))
+		if err != nil {
+			return err
+		}
+		if h.due(sc, time.Now().UTC()) {
+			return nil
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("error completing flush job %d: %w", job.ID, err)
+		}
+		completed = true
+		return nil
+	})
+	return completed, err
+}
+
+func (w *FlushWorker) avgSize(stream string) float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sizes[stream]
 }
 
 // jobLive reports whether a flush job may still finish its batch.
@@ -454,7 +516,7 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 		if _, err := tx.Exec(ctx, w.q(lockJobSQL), job.ID); err != nil {
 			return fmt.Errorf("error locking flush job %d: %w", job.ID, err)
 		}
-		h, err := measureHead(ctx, tx, w.client.Schema(), stream, sc.MaxEvents)
+		h, err := measureHeadFor(ctx, tx, w.client.Schema(), stream, sc, w.avgSize(stream))
 		if err != nil {
 			return err
 		}

@@ -106,9 +106,40 @@ func (b *testBundle) writtenItems(t *testing.T, stream string) int {
 
 func (b *testBundle) waitWritten(t *testing.T, stream string, n int, timeout time.Duration) {
 	t.Helper()
-	pgtest.WaitFor(t, timeout, fmt.Sprintf("%d items of %s written", n, stream), func() (bool, error) {
-		return b.writtenItems(t, stream) >= n, nil
-	})
+	// Tests share one small pool and two cores with every other package's
+	// tests; the timeout is generous and only matters when something hangs.
+	timeout = max(timeout, time.Minute)
+	deadline := time.Now().Add(timeout)
+	for b.writtenItems(t, stream) < n {
+		if time.Now().After(deadline) {
+			b.dumpState(t)
+			t.Fatalf("timed out after %s waiting for %d items of %s written (%d are)", timeout, n, stream, b.writtenItems(t, stream))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dumpState logs the flush jobs, objects and staged items, to explain a
+// timeout.
+func (b *testBundle) dumpState(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{
+		`SELECT id, state, attempt, args::text, coalesce(errors::text, '') FROM /*schema*/river_job ORDER BY id`,
+		`SELECT id, stream, status, first_item_id, last_item_id, item_count, claimed_by_job FROM /*schema*/tributary_batch_object ORDER BY id`,
+		`SELECT stream, count(*), min(id), max(id) FROM /*schema*/tributary_batch_item GROUP BY stream`,
+	} {
+		rows, err := b.db.Pool.Query(ctx, b.db.Q(q))
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Logf("%v", vals)
+		}
+		rows.Close()
+	}
 }
 
 // checkExactlyOnce decodes every object in the sink and requires that the

@@ -37,6 +37,10 @@ type Stager struct {
 type tally struct {
 	events int
 	bytes  int64
+	// seenEvents and seenBytes are never reset: the average item size
+	// bounds how much of the stream a measurement reads.
+	seenEvents int64
+	seenBytes  int64
 }
 
 // NewStager returns a stager that enqueues flush jobs through client.
@@ -109,10 +113,11 @@ func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payl
 	s.staged.Add(uint64(len(lines)))
 	s.bytes.Add(uint64(total))
 
-	if !s.shouldMeasure(stream, len(lines), total, sc) {
+	measure, avg := s.shouldMeasure(stream, len(lines), total, sc)
+	if !measure {
 		return nil
 	}
-	h, err := measureHead(ctx, tx, schema, stream, sc.MaxEvents)
+	h, err := measureHeadFor(ctx, tx, schema, stream, sc, avg)
 	if err != nil {
 		return err
 	}
@@ -136,7 +141,9 @@ func (s *Stager) Stage(ctx context.Context, stream string, payloads ...[]byte) e
 // (including calls whose transaction later rolled back).
 func (s *Stager) Staged() (items, bytes uint64) { return s.staged.Load(), s.bytes.Load() }
 
-func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc StreamConfig) bool {
+// shouldMeasure counts a staging call and says whether to measure the
+// stream now, with the average item size seen so far.
+func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc StreamConfig) (bool, float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tally[stream]
@@ -146,11 +153,13 @@ func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc Stream
 	}
 	t.events += events
 	t.bytes += bytes
+	t.seenEvents += int64(events)
+	t.seenBytes += bytes
 	if t.events >= max(1, sc.MaxEvents/4) || t.bytes >= max(1, sc.MaxBytes/4) {
-		*t = tally{}
-		return true
+		t.events, t.bytes = 0, 0
+		return true, float64(t.seenBytes) / float64(t.seenEvents)
 	}
-	return false
+	return false, 0
 }
 
 // prepare validates payloads and turns each into one line: valid JSON
@@ -200,6 +209,33 @@ func (h head) due(sc StreamConfig, now time.Time) bool {
 		return false
 	}
 	return h.events >= sc.MaxEvents || h.bytes >= sc.MaxBytes || now.Sub(h.oldest) >= sc.MaxAge
+}
+
+// headLimit is how many items a measurement reads: MaxEvents, unless the
+// average item size says MaxBytes is reached long before (objects bounded
+// by bytes, with a large MaxEvents).
+func headLimit(sc StreamConfig, avgSize float64) int {
+	if avgSize <= 0 {
+		return sc.MaxEvents
+	}
+	return int(min(float64(sc.MaxEvents), 2*float64(sc.MaxBytes)/avgSize+64))
+}
+
+// conclusive reports whether a measurement of limit items decided fullness;
+// if not (the items were smaller than estimated), read MaxEvents.
+func (h head) conclusive(sc StreamConfig, limit int) bool {
+	return h.events < limit || limit >= sc.MaxEvents || h.bytes >= sc.MaxBytes
+}
+
+// measureHeadFor measures the head of a stream, reading only as far as
+// needed given the average item size.
+func measureHeadFor(ctx context.Context, db queue.DBTX, schema, stream string, sc StreamConfig, avgSize float64) (head, error) {
+	limit := headLimit(sc, avgSize)
+	h, err := measureHead(ctx, db, schema, stream, limit)
+	if err != nil || h.conclusive(sc, limit) {
+		return h, err
+	}
+	return measureHead(ctx, db, schema, stream, sc.MaxEvents)
 }
 
 func measureHead(ctx context.Context, db queue.DBTX, schema, stream string, limit int) (head, error) {
