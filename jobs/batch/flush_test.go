@@ -34,8 +34,9 @@ type setupOpts struct {
 	streams  Config
 	sinkURL  string
 	wrap     func(Sink) Sink // wraps the sink the worker uses
-	interval time.Duration
-	noWorker bool
+	interval   time.Duration
+	noWorker   bool
+	maxBatches int
 }
 
 func setup(t *testing.T, o setupOpts) *testBundle {
@@ -65,6 +66,8 @@ func setup(t *testing.T, o setupOpts) *testBundle {
 			Prefix:    sink.Prefix(),
 			RetryBase: 20 * time.Millisecond,
 			RetryMax:  200 * time.Millisecond,
+
+			MaxBatchesPerJob: o.maxBatches,
 		}, AgeTimerConfig{Interval: cmpDur(o.interval, time.Hour)})
 		require.NoError(t, err)
 	})
@@ -528,4 +531,33 @@ func TestFlushLateItemInRange(t *testing.T) {
 		require.Equal(t, 2, late.writes[key], "the same key was written twice")
 	}
 	require.Equal(t, 0, b.stagedCount(t, "a"))
+}
+
+// TestFlushBacklogChainsJobs: a backlog larger than one job's share is
+// drained by successor jobs, each enqueued in its predecessor's completing
+// transaction.
+func TestFlushBacklogChainsJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{
+		streams:    Config{Defaults: StreamConfig{MaxEvents: 2, MaxAge: time.Hour}},
+		maxBatches: 2,
+		noWorker:   true,
+	})
+	ctx := context.Background()
+	var payloads [][]byte
+	for i := range 11 {
+		payloads = append(payloads, item("chain", i))
+	}
+	require.NoError(t, b.stager.Stage(ctx, "chain", payloads...))
+	pgtest.StartRuntime(t, b.db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		_, err := Register(rt, FlusherConfig{Streams: Config{Defaults: StreamConfig{MaxEvents: 2, MaxAge: time.Hour}}, Sink: b.sink, MaxBatchesPerJob: 2},
+			AgeTimerConfig{Interval: time.Hour})
+		require.NoError(t, err)
+	})
+	b.waitWritten(t, "chain", 10, 20*time.Second)
+	b.checkExactlyOnce(t, "chain", 10)
+	pgtest.WaitFor(t, 20*time.Second, "3 completed flush jobs", func() (bool, error) {
+		return b.db.CountJobs(t, rivertype.JobStateCompleted) == 3, nil
+	})
+	require.Equal(t, 1, b.stagedCount(t, "chain"))
 }
