@@ -31,9 +31,9 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	streams  Config
-	sinkURL  string
-	wrap     func(Sink) Sink // wraps the sink the worker uses
+	streams    Config
+	sinkURL    string
+	wrap       func(Sink) Sink // wraps the sink the worker uses
 	interval   time.Duration
 	noWorker   bool
 	maxBatches int
