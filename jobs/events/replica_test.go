@@ -144,37 +144,9 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 	require.NoError(t, err)
 	n := replicaEvents(1500)
 
-	bin := filepath.Join(t.TempDir(), "replicaworker")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./internal/replica/replicaworker")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the replica worker: %s", out)
-
-	dbURL := pgtest.DatabaseURL()
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
-	var procs []*exec.Cmd
+	bin := buildReplicaWorker(t)
 	for i := range 3 {
-		cmd := exec.Command(bin)
-		cmd.Env = append(os.Environ(),
-			"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
-			"TRIBUTARY_SCHEMA="+db.Schema,
-			fmt.Sprint("REPLICA_NAME=proc-", i),
-			"REPLICA_FAIL_RATE=0.05",
-			"REPLICA_MAX_LATENCY=2ms",
-		)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		procs = append(procs, cmd)
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("replica %d stderr:\n%s", i, stderr.String())
-			}
-		})
+		startReplica(t, bin, db, fmt.Sprint("proc-", i))
 	}
 	pgtest.WaitFor(t, 60*time.Second, "the replicas to register their consumers", func() (bool, error) {
 		var c int
@@ -202,4 +174,102 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE state <> 'completed'`)).Scan(&notCompleted))
 	require.Zero(t, notCompleted)
 	_ = queue.OutboxEvent{}
+}
+
+// buildReplicaWorker builds the replica worker binary into a temporary
+// directory.
+func buildReplicaWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "replicaworker")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./internal/replica/replicaworker")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the replica worker: %s", out)
+	return bin
+}
+
+// startReplica starts one replica worker process on the test's schema; it
+// is stopped with SIGTERM when the test ends. env adds variables.
+func startReplica(t *testing.T, bin string, db *pgtest.DB, name string, env ...string) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	dbURL := pgtest.DatabaseURL()
+	sep := "?"
+	if strings.Contains(dbURL, "?") {
+		sep = "&"
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
+		"TRIBUTARY_SCHEMA="+db.Schema,
+		"REPLICA_NAME="+name,
+		"REPLICA_FAIL_RATE=0.05",
+		"REPLICA_MAX_LATENCY=2ms",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	stderr := &lockedBuilder{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		<-exited
+		if t.Failed() {
+			t.Logf("replica %s stderr:\n%s", name, stderr.String())
+		}
+	})
+	return cmd, exited
+}
+
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestStaleClaimKilledProcess kills a worker process (SIGKILL) right after
+// its forwarder claimed rows; another process returns them to PENDING after
+// the cut-off and forwards them.
+func TestStaleClaimKilledProcess(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(replica.CreateLogSQL))
+	require.NoError(t, err)
+	bin := buildReplicaWorker(t)
+
+	victim, victimExited := startReplica(t, bin, db, "victim", "REPLICA_BROKER=1", "REPLICA_DIE_AFTER_CLAIM=1")
+	pgtest.WaitFor(t, 60*time.Second, "the victim to register its consumers", func() (bool, error) {
+		var c int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_event_consumer`)).Scan(&c)
+		return c == len(replica.ConsumerNames), err
+	})
+	const n = 100
+	emitReplicaEvents(t, db, n, 10)
+	select {
+	case <-victimExited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the victim did not die after claiming")
+	}
+	require.Equal(t, "signal: killed", victim.ProcessState.String())
+	var claimed int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox WHERE status = 'CLAIMED' AND claimed_by = 'victim'`)).Scan(&claimed))
+	require.Positive(t, claimed, "the dead forwarder's claim is left behind")
+
+	startReplica(t, bin, db, "survivor", "REPLICA_BROKER=1", "REPLICA_STALE_AFTER=1s")
+	waitReplicaLog(t, db, n, 2*time.Minute)
+	checkReplicaLog(t, db, n)
+	var notSent int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox WHERE status <> 'SENT' OR claimed_by <> 'survivor'`)).Scan(&notSent))
+	require.Zero(t, notSent, "every row was sent by the survivor after the reset")
 }

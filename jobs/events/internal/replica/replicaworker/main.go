@@ -1,7 +1,9 @@
 // Command replicaworker is one replica of the events replica test: a worker
 // process with the replica consumers and a forwarder, until SIGTERM.
 // Configuration comes from DATABASE_URL, TRIBUTARY_SCHEMA, REPLICA_NAME,
-// REPLICA_FAIL_RATE and REPLICA_MAX_LATENCY.
+// REPLICA_FAIL_RATE and REPLICA_MAX_LATENCY; REPLICA_BROKER adds a plain
+// publisher, REPLICA_DIE_AFTER_CLAIM kills the process with SIGKILL right
+// after its first claim, REPLICA_STALE_AFTER sets the stale-claim cut-off.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/tributary-run/tributary/jobs/events"
@@ -52,12 +55,31 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if _, err := events.Install(rt, events.InstallConfig{
-		Consumers: consumers,
-		Forwarder: events.ForwarderConfig{ID: name, SweepInterval: 200 * time.Millisecond, BatchSize: 200},
-	}); err != nil {
+	fcfg := events.ForwarderConfig{ID: name, SweepInterval: 200 * time.Millisecond, BatchSize: 200}
+	if d, err := time.ParseDuration(os.Getenv("REPLICA_STALE_AFTER")); err == nil {
+		fcfg.StaleClaimAfter = d
+	}
+	if os.Getenv("REPLICA_BROKER") != "" {
+		// A plain (non-transactional) publisher beside the bus, as the AMQP
+		// bridge is: forwarding then claims rows (CLAIMED) before publishing.
+		fcfg.Publishers = []queue.OutboxPublisher{acceptAll{}}
+	}
+	if os.Getenv("REPLICA_DIE_AFTER_CLAIM") != "" {
+		fcfg.AfterClaimFunc = func(ctx context.Context, evs []queue.OutboxEvent) error {
+			fmt.Fprintf(os.Stderr, "claimed %d rows, dying\n", len(evs))
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	if _, err := events.Install(rt, events.InstallConfig{Consumers: consumers, Forwarder: fcfg}); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stdout, "ready")
 	return rt.Run(ctx)
 }
+
+// acceptAll is a plain publisher that accepts every batch.
+type acceptAll struct{}
+
+func (acceptAll) Name() string { return "accept-all" }
+
+func (acceptAll) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error { return nil }
