@@ -50,6 +50,12 @@ type DispatcherConfig struct {
 	// Consumers run by this worker process. Every process that works the
 	// consumers' queues must run the same consumers.
 	Consumers []*Consumer
+
+	// LaneRepairInterval is how often the dispatcher promotes lane heads
+	// left pending (a safety net; see RepairLanes). -1 turns it off.
+	//
+	// Defaults to 30 seconds.
+	LaneRepairInterval time.Duration
 }
 
 // DispatcherStats are a dispatcher's counters since it was created.
@@ -78,7 +84,10 @@ type Dispatcher struct {
 
 	handled, failed, panics, validation, givenUp atomic.Int64
 
-	completer *laneCompleter
+	completer  *laneCompleter
+	repairSQL  string
+	stopRepair context.CancelFunc
+	repairDone chan struct{}
 }
 
 // NewDispatcher returns a dispatcher for cfg's consumers.
@@ -103,6 +112,10 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		riverInsertChannel: cfg.Schema + ".river_insert",
 	}
 	d.completer = &laneCompleter{d: d}
+	d.repairSQL = queue.Qualify(cfg.Schema, laneRepairSQL)
+	if d.cfg.LaneRepairInterval == 0 {
+		d.cfg.LaneRepairInterval = LaneRepairIntervalDefault
+	}
 	for _, c := range cfg.Consumers {
 		if _, dup := d.consumers[c.Name()]; dup {
 			return nil, fmt.Errorf("consumer %q is given twice", c.Name())
@@ -154,11 +167,31 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
 		d.logger.DebugContext(ctx, "consumer event types", "consumer", c.Name(), "event_types", types)
 	}
+	if d.cfg.LaneRepairInterval > 0 && len(d.consumers) > 0 {
+		repairCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		d.stopRepair = cancel
+		d.repairDone = make(chan struct{})
+		go func() {
+			defer close(d.repairDone)
+			d.runLaneRepair(repairCtx, d.cfg.LaneRepairInterval)
+		}()
+	}
 	return nil
 }
 
-// Stop implements queue.Service; dispatch jobs stop with River.
-func (d *Dispatcher) Stop(ctx context.Context) error { return nil }
+// Stop stops the lane repair; dispatch jobs stop with River.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	if d.stopRepair == nil {
+		return nil
+	}
+	d.stopRepair()
+	select {
+	case <-d.repairDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // NextRetry follows the consumer's retry delays.
 func (d *Dispatcher) NextRetry(job *river.Job[DispatchArgs]) time.Time {

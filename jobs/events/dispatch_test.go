@@ -236,3 +236,40 @@ func TestDispatchFailures(t *testing.T) {
 }
 
 var _ = queue.OutboxEvent{}
+
+func TestLaneRepair(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := fastConsumer(t, "repair", nil)
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
+	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Consumers: []*events.Consumer{c}, LaneRepairInterval: -1})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	bus, err := events.NewBus(db.Client(t), events.BusConfig{})
+	require.NoError(t, err)
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{bus}})
+	require.NoError(t, err)
+	em := newEmitter(t, db)
+	first, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
+	require.NoError(t, err)
+	second, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: "z"})
+	require.NoError(t, err)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	id1, s1, _ := dispatchJob(t, db, "repair", first)
+	_, s2, _ := dispatchJob(t, db, "repair", second)
+	require.Equal(t, "available", s1)
+	require.Equal(t, "pending", s2)
+
+	// The first completes but its promotion is lost (as if edited by hand).
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'completed', finalized_at = now() WHERE id = $1`), id1)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = 2, updated_at = now() - interval '1 minute'`))
+	require.NoError(t, err)
+
+	require.Equal(t, 1, d.RepairLanes(ctx))
+	_, s2, _ = dispatchJob(t, db, "repair", second)
+	require.Equal(t, "available", s2)
+	require.Zero(t, d.RepairLanes(ctx), "nothing left to repair")
+}
