@@ -29,23 +29,20 @@ type FlushArgs struct {
 // Kind returns "batch.flush".
 func (FlushArgs) Kind() string { return FlushKind }
 
-// flushUniqueStates keeps one flush job per stream queued, waiting for a
-// retry, or running. A completed job does not count, so the next threshold
-// can enqueue again at once.
-var flushUniqueStates = []rivertype.JobState{
-	rivertype.JobStateAvailable,
-	rivertype.JobStatePending,
-	rivertype.JobStateRetryable,
-	rivertype.JobStateRunning,
-	rivertype.JobStateScheduled,
-}
-
 // InsertOpts makes flush jobs unique per stream (so a burst of staging
-// enqueues one job, not thousands) and gives them many attempts.
+// enqueues one job, not thousands) and gives them many attempts. Unique
+// while queued, waiting for a retry or running; a completed job does not
+// count, so the next threshold can enqueue again at once.
 func (FlushArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{
 		MaxAttempts: FlushMaxAttemptsDefault,
-		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: flushUniqueStates},
+		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+			rivertype.JobStateAvailable,
+			rivertype.JobStatePending,
+			rivertype.JobStateRetryable,
+			rivertype.JobStateRunning,
+			rivertype.JobStateScheduled,
+		}},
 	}
 }
 

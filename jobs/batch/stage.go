@@ -18,8 +18,6 @@ import (
 // about twice as fast as an INSERT of unnested arrays for large batches.
 const copyFromMin = 64
 
-var itemColumns = []string{"stream", "payload", "byte_size", "created_at"}
-
 // Stager stages items for batch flushes in the caller's transactions. It is
 // safe for concurrent use; create one per process and share it.
 type Stager struct {
@@ -95,7 +93,8 @@ func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payl
 	case len(lines) < copyFromMin:
 		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemsSQL), stream, now, lines, sizes)
 	default:
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{schema, "tributary_batch_item"}, itemColumns,
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{schema, "tributary_batch_item"},
+			[]string{"stream", "payload", "byte_size", "created_at"},
 			pgx.CopyFromFunc(func() func() ([]any, error) {
 				i := -1
 				return func() ([]any, error) {
