@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tributary-run/tributary/amqpbridge"
@@ -53,6 +54,9 @@ type Options struct {
 type Result struct {
 	PublishBare, PublishBridge, PublishRatio float64
 	InboundBare, InboundBridge, InboundRatio float64
+	// InsertOnly is the rate of the inbound bridge's inserts (same batch
+	// size and concurrency) with no broker involved.
+	InsertOnly float64
 }
 
 // Run runs the benchmark and writes a small report to w.
@@ -168,6 +172,14 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 	res.InboundRatio = medianRatio(inBridge, inBare)
 	fmt.Fprintf(w, "inbound (prefetch %d, multiple ack): bare amqp091-go consume+ack %.0f msg/s, tributary AMQP -> River job %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
 		opts.Prefetch, res.InboundBare, res.InboundBridge, res.InboundRatio)
+	// The bridge's ceiling on this machine right now: the same inserts
+	// without RabbitMQ.
+	d, err := dbOnly(ctx, opts)
+	if err != nil {
+		return res, fmt.Errorf("database-only insert: %w", err)
+	}
+	res.InsertOnly = rate(opts.Messages, d)
+	fmt.Fprintf(w, "reference: the same River batch inserts without RabbitMQ %.0f jobs/s (the inbound bridge's ceiling here)\n", res.InsertOnly)
 	fmt.Fprintf(w, "(rates: medians of %d rounds, alternating which side goes first; ratios: median of the per-round ratios, each from two back-to-back runs)\n", opts.Rounds)
 	return res, nil
 }
@@ -337,6 +349,53 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 		}
 	}
 	return time.Since(start), nil
+}
+
+// dbOnly inserts opts.Messages jobs like the inbound bridge does (batches of
+// its batch size, its number of concurrent transactions), without AMQP.
+func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
+	concurrency := cmp.Or(opts.InboundConcurrency, 2)
+	batchSize := cmp.Or(opts.InboundBatchSize, max(1, opts.Prefetch/concurrency))
+	insert := amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
+	body := makeBody(opts.BodyBytes)
+	batches := make(chan int)
+	errs := make(chan error, concurrency)
+	start := time.Now()
+	for range concurrency {
+		go func() {
+			var err error
+			for n := range batches {
+				if err != nil {
+					continue
+				}
+				ds := make([]*amqpbridge.Delivery, n)
+				for i := range ds {
+					ds[i] = &amqpbridge.Delivery{Body: body}
+				}
+				var tx pgx.Tx
+				if tx, err = opts.DB.Begin(ctx); err != nil {
+					continue
+				}
+				if err = insert(ctx, tx, ds); err != nil {
+					_ = tx.Rollback(ctx)
+					continue
+				}
+				err = tx.Commit(ctx)
+			}
+			errs <- err
+		}()
+	}
+	for left := opts.Messages; left > 0; left -= batchSize {
+		batches <- min(left, batchSize)
+	}
+	close(batches)
+	var firstErr error
+	for range concurrency {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return time.Since(start), firstErr
 }
 
 func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts Options) (time.Duration, error) {

@@ -27,9 +27,11 @@ func TestRun(t *testing.T) {
 	t.Log(out.String())
 	require.Contains(t, out.String(), "publish with confirms (window 512)")
 	require.Contains(t, out.String(), "inbound (prefetch 300, multiple ack)")
+	require.Contains(t, out.String(), "without RabbitMQ")
 	require.Positive(t, res.PublishBare)
 	require.Positive(t, res.PublishBridge)
 	require.Positive(t, res.InboundBare)
 	require.Positive(t, res.InboundBridge)
-	require.Equal(t, 2000, db.CountJobs(t), "two rounds of 1,000 jobs")
+	require.Positive(t, res.InsertOnly)
+	require.Equal(t, 3000, db.CountJobs(t), "two rounds of 1,000 jobs, and 1,000 without AMQP")
 }
