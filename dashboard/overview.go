@@ -22,6 +22,10 @@ var jobStates = []string{"available", "running", "retryable", "scheduled", "pend
 // the overview breaks them down by queue.
 var liveStates = []string{"available", "running", "retryable", "scheduled", "pending"}
 
+// finalStates are the states of finished jobs. Live states are counted per
+// queue and summed; these are counted on their own.
+var finalStates = []string{"completed", "discarded", "cancelled"}
+
 // Count is a number of rows that is exact up to the count cap and the
 // planner's estimate above it.
 type Count struct {
@@ -78,7 +82,7 @@ type Overview struct {
 // would read the whole table.
 func overviewStatesSQL() string {
 	var b strings.Builder
-	for i, state := range jobStates {
+	for i, state := range finalStates {
 		if i > 0 {
 			b.WriteString("\nUNION ALL\n")
 		}
@@ -127,7 +131,7 @@ const overviewThroughputSQL = `
 SELECT date_trunc('minute', j.finalized_at), j.state::text, count(*)
 FROM /*schema*/river_job j
 WHERE j.state IN ('completed', 'discarded', 'cancelled')
-  AND j.finalized_at >= date_trunc('minute', now()) - make_interval(mins => $1)
+  AND j.finalized_at >= greatest($2::timestamptz, date_trunc('minute', now()) - make_interval(mins => $1))
 GROUP BY 1, 2`
 
 // Overview reads the overview. Its cost does not grow with the number of
@@ -148,12 +152,14 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx, withThroughput bool) (
 	minutes := int(s.cfg.ThroughputWindow / time.Minute)
 	ov := &Overview{CountCap: s.cfg.CountCap, States: []StateCount{}, Queues: []QueueStats{}}
 
+	var queriedFrom time.Time
 	batch := &pgx.Batch{}
 	batch.Queue(s.q(s.statesSQL), s.cfg.CountCap)
 	batch.Queue(s.q(overviewQueuesSQL), liveStates, s.cfg.CountCap)
 	batch.Queue(s.q(overviewPausedSQL))
 	if withThroughput {
-		batch.Queue(s.q(overviewThroughputSQL), minutes-1)
+		queriedFrom = s.throughput.uncachedFrom()
+		batch.Queue(s.q(overviewThroughputSQL), minutes-1, queriedFrom)
 	}
 	br := tx.SendBatch(ctx, batch)
 	defer br.Close()
@@ -241,7 +247,26 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx, withThroughput bool) (
 
 	// Estimates for whatever reached the cap: a planner estimate costs a
 	// plan, not a scan.
-	for _, state := range jobStates {
+	for _, p := range cappedPairs {
+		est, err := s.estimate(ctx, tx, "j.state = $1::/*schema*/river_job_state AND j.queue = $2", p.state, p.queue)
+		if err != nil {
+			return nil, err
+		}
+		qs := byQueue[p.queue]
+		qs.States[p.state] = Count{N: max(est, qs.States[p.state].N), Approximate: true}
+	}
+	// A live state's count is the sum over its queues (approximate when one
+	// of them is), so live jobs are counted once, not twice.
+	for _, state := range liveStates {
+		var c Count
+		for _, qs := range byQueue {
+			qc := qs.States[state]
+			c.N += qc.N
+			c.Approximate = c.Approximate || qc.Approximate
+		}
+		ov.States = append(ov.States, StateCount{State: state, Count: c})
+	}
+	for _, state := range finalStates {
 		n := counts[state]
 		c := Count{N: n}
 		if n >= int64(s.cfg.CountCap) {
@@ -252,14 +277,6 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx, withThroughput bool) (
 			c = Count{N: max(est, n), Approximate: true}
 		}
 		ov.States = append(ov.States, StateCount{State: state, Count: c})
-	}
-	for _, p := range cappedPairs {
-		est, err := s.estimate(ctx, tx, "j.state = $1::/*schema*/river_job_state AND j.queue = $2", p.state, p.queue)
-		if err != nil {
-			return nil, err
-		}
-		qs := byQueue[p.queue]
-		qs.States[p.state] = Count{N: max(est, qs.States[p.state].N), Approximate: true}
 	}
 
 	for _, qs := range byQueue {
@@ -274,14 +291,8 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx, withThroughput bool) (
 	}
 	sort.Slice(ov.Queues, func(i, j int) bool { return ov.Queues[i].Queue < ov.Queues[j].Queue })
 
-	start := ov.TakenAt.UTC().Truncate(time.Minute).Add(-time.Duration(minutes-1) * time.Minute)
-	for i := range minutes {
-		m := start.Add(time.Duration(i) * time.Minute)
-		if p := perMinute[m]; p != nil {
-			ov.Throughput = append(ov.Throughput, *p)
-		} else {
-			ov.Throughput = append(ov.Throughput, ThroughputPoint{Minute: m})
-		}
+	if withThroughput {
+		ov.Throughput = s.throughput.merge(ov.TakenAt, minutes, queriedFrom, perMinute)
 	}
 	return ov, nil
 }

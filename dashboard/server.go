@@ -29,6 +29,8 @@ type Server struct {
 	auth     *authenticator
 	handler  http.Handler
 
+	throughput *throughputCache
+
 	// SQL built once from constants.
 	statesSQL      string
 	outboxCountSQL string
@@ -49,6 +51,7 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 		logger: cfg.Logger,
 		auth:   newAuthenticator(cfg.Token, cfg.SessionTTL),
 
+		throughput:     &throughputCache{},
 		statesSQL:      overviewStatesSQL(),
 		outboxCountSQL: outboxCountSQL(),
 	}
