@@ -108,8 +108,12 @@ func installBatch(ctx context.Context, env *workerEnv) error {
 		return usagef("invalid BATCH_SINK_URL: %v", err)
 	}
 	streams := batch.ConfigFromQueue(cfg)
-	_, err = batch.Register(env.runtime,
+	fw, err := batch.Register(env.runtime,
 		batch.FlusherConfig{Streams: streams, Sink: sink, Logger: env.app.logger},
 		batch.AgeTimerConfig{Streams: streams, Interval: cfg.BatchTimerInterval, Logger: env.app.logger})
-	return err
+	if err != nil {
+		return err
+	}
+	env.collectors = append(env.collectors, batch.NewCollector(nil, fw))
+	return nil
 }
