@@ -473,8 +473,8 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 	}
 	if err != nil {
 		// Nothing was written; the rows are PENDING as before. Retry on the
-		// next sweep rather than at once.
-		f.failures.Add(1)
+		// next poll rather than at once.
+		f.failures.Add(int64(max(selected, 1)))
 		return false, err
 	}
 	if sent > 0 {
