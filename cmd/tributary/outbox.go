@@ -21,9 +21,11 @@ func installEvents(ctx context.Context, env *workerEnv) error {
 	if err != nil {
 		return err
 	}
-	if _, err := events.Install(env.runtime, events.InstallConfig{Consumers: []*events.Consumer{c}}); err != nil {
+	inst, err := events.Install(env.runtime, events.InstallConfig{Consumers: []*events.Consumer{c}})
+	if err != nil {
 		return err
 	}
+	env.collectors = append(env.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
 	if !env.demo {
 		return nil
 	}
