@@ -210,7 +210,8 @@ func TestBatchShutdownSIGTERM(t *testing.T) {
 	t.Parallel()
 	cfg, b := testConfig(t, amqptest.UniqueName("batchsigterm"))
 	topo := cfg.Topology(b.queue)
-	cleanupTopology(t, b.conn, topo)
+	// The worker process runs with the default retry tiers.
+	cleanupTopology(t, b.conn, Config{}.Topology(b.queue))
 
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "batchdemo")
