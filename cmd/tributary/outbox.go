@@ -21,7 +21,9 @@ func installEvents(ctx context.Context, env *workerEnv) error {
 	if err != nil {
 		return err
 	}
-	inst, err := events.Install(env.runtime, events.InstallConfig{Consumers: []*events.Consumer{c}})
+	icfg := events.InstallConfig{Consumers: []*events.Consumer{c}}
+	icfg.Forwarder.Publishers = env.outboxPublishers
+	inst, err := events.Install(env.runtime, icfg)
 	if err != nil {
 		return err
 	}

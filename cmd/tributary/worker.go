@@ -28,6 +28,10 @@ type workerEnv struct {
 	// dashboard's /metrics (served with --http); the dashboard installer
 	// runs last and registers them.
 	collectors []prometheus.Collector
+
+	// outboxPublishers are extra destinations for the outbox forwarder
+	// besides the in-database bus (the AMQP outbound bridge).
+	outboxPublishers []queue.OutboxPublisher
 }
 
 // installer registers workers and adds services to the worker's runtime.
@@ -49,6 +53,7 @@ func workerInstallers() []installer {
 		}},
 		{name: "scheduler", install: installScheduler},
 		{name: "batch flushes", install: installBatch},
+		{name: "AMQP bridge", install: installAMQP},
 		{name: "events", install: installEvents},
 		{name: "dashboard", install: installDashboard}, // last: it registers env.collectors
 	}
