@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -42,40 +43,29 @@ func newMigrateCmd(a *app) *cobra.Command {
 		}
 		return nil
 	}
-	up := &cobra.Command{
-		Use:   "up",
-		Short: "Apply every pending migration",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, closeFn, err := migrator(cmd)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			res, err := m.Up(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printResult("migrate", res)
-		},
+	// step builds up or down: both run one Migrator method and print what it
+	// changed.
+	step := func(use, short, verb string, fn func(*migrations.Migrator, context.Context) (*migrations.Result, error)) *cobra.Command {
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				m, closeFn, err := migrator(cmd)
+				if err != nil {
+					return err
+				}
+				defer closeFn()
+				res, err := fn(m, cmd.Context())
+				if err != nil {
+					return err
+				}
+				return printResult(verb, res)
+			},
+		}
 	}
-	down := &cobra.Command{
-		Use:   "down",
-		Short: "Roll back the latest tributary migration (River's are left alone)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, closeFn, err := migrator(cmd)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			res, err := m.Down(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printResult("roll back", res)
-		},
-	}
+	up := step("up", "Apply every pending migration", "migrate", (*migrations.Migrator).Up)
+	down := step("down", "Roll back the latest tributary migration (River's are left alone)", "roll back", (*migrations.Migrator).Down)
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "List applied and pending migrations",
