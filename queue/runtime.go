@@ -103,8 +103,9 @@ type Runtime struct {
 	started  []Service
 	running  bool
 
-	hardStopping   atomic.Bool
-	softStopCancel context.CancelFunc // set while River's soft stop runs
+	hardStopping      atomic.Bool
+	softStopCancel    context.CancelFunc // set while River's soft stop runs
+	hardStopRequested bool               // HardStop was called
 }
 
 // RuntimeConfigFrom fills the runtime settings that come from the
@@ -271,14 +272,20 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
-	<-sigCtx.Done()
-	stop()
-	rt.logger.InfoContext(ctx, "shutting down; a second signal cancels running jobs at once", "timeout", rt.cfg.ShutdownTimeout)
-
-	// A second signal skips the rest of the soft stop.
+	// Listen for the second signal before the first one's listener goes, so
+	// no signal falls between the two and kills the process.
 	second := make(chan os.Signal, 1)
 	signal.Notify(second, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(second)
+	<-sigCtx.Done()
+	stop()
+	select { // the first signal was delivered to both listeners
+	case <-second:
+	default:
+	}
+	rt.logger.InfoContext(ctx, "shutting down; a second signal cancels running jobs at once", "timeout", rt.cfg.ShutdownTimeout)
+
+	// A second signal skips the rest of the soft stop.
 	stopped := make(chan struct{})
 	defer close(stopped)
 	go func() {
@@ -295,11 +302,13 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	return rt.Stop(stopCtx)
 }
 
-// HardStop ends the soft part of a stop in progress: running jobs are
-// cancelled now instead of after ShutdownTimeout. It does nothing when no
-// stop is in progress.
+// HardStop ends the soft part of a stop: running jobs are cancelled now
+// instead of after ShutdownTimeout. Called before River's turn in a stop
+// (while other services are still stopping), it makes that turn skip the
+// soft part.
 func (rt *Runtime) HardStop() {
 	rt.mu.Lock()
+	rt.hardStopRequested = true
 	cancel := rt.softStopCancel
 	rt.mu.Unlock()
 	if cancel != nil {
@@ -323,6 +332,9 @@ func (s *riverService) Stop(ctx context.Context) error {
 	defer cancel()
 	s.rt.mu.Lock()
 	s.rt.softStopCancel = cancel
+	if s.rt.hardStopRequested {
+		cancel()
+	}
 	s.rt.mu.Unlock()
 	err := s.rt.river.Stop(softCtx)
 	if err == nil {

@@ -70,6 +70,7 @@ func stopWorker(t *testing.T, cmd *exec.Cmd, limit time.Duration) (time.Duration
 		return time.Since(start), code
 	case <-time.After(limit):
 		_ = cmd.Process.Kill()
+		<-done // Wait has returned; the cleanup does not wait again
 		t.Fatalf("worker did not exit within %s of SIGTERM", limit)
 		return 0, -1
 	}
