@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -284,6 +286,21 @@ type outboxRow struct {
 }
 
 func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) ([]string, error) {
+	// On a pool or connection, run the aggregate locks and the insert in one
+	// transaction of our own: the locks must be held until the rows commit.
+	if _, isTx := tx.(pgx.Tx); !isTx {
+		if db, ok := tx.(interface {
+			Begin(ctx context.Context) (pgx.Tx, error)
+		}); ok {
+			var ids []string
+			err := pgx.BeginFunc(ctx, db, func(t pgx.Tx) error {
+				var err error
+				ids, err = e.insert(ctx, t, rows)
+				return err
+			})
+			return ids, err
+		}
+	}
 	n := len(rows)
 	ids := make([]string, n)
 	types := make([]string, n)
@@ -295,6 +312,9 @@ func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) (
 	for i, r := range rows {
 		ids[i], types[i], versions[i], kinds[i], aggs[i], payloads[i], metas[i] = r.id, r.eventType, r.version, r.kind, r.aggregateID, r.payload, r.metadata
 	}
+	if err := lockAggregates(ctx, tx, aggs); err != nil {
+		return nil, err
+	}
 	now := e.cfg.NowFunc().UTC()
 	args := []any{ids, types, versions, kinds, aggs, payloads, metas, e.cfg.SourceService, now}
 	if !e.cfg.NoNotify {
@@ -305,6 +325,47 @@ func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) (
 	}
 	return ids, nil
 }
+
+// lockAggregates takes a transaction-level advisory lock per aggregate the
+// rows are about, in sorted order, before the rows get their positions.
+//
+// Emit order is the outbox position, an identity value assigned at insert,
+// not at commit. Without the lock, two transactions emitting for one
+// aggregate at once could commit in the opposite order of their positions,
+// and the forwarder, which cannot see the uncommitted earlier row, would
+// deliver the later event first. With it, a second emitter for the
+// aggregate waits until the first commits or rolls back, so position order
+// and commit order agree. (Apps that lock the aggregate's own row already
+// serialise this way; the lock makes it hold for all.) A transaction that
+// emits for aggregates A then B in two calls while another emits for B then
+// A can deadlock; Postgres aborts one of them with a deadlock error.
+func lockAggregates(ctx context.Context, tx queue.DBTX, aggs []*string) error {
+	set := map[string]struct{}{}
+	for _, a := range aggs {
+		if a != nil {
+			set[*a] = struct{}{}
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(set))
+	for a := range set {
+		keys = append(keys, a)
+	}
+	slices.Sort(keys)
+	if _, err := tx.Exec(ctx, emitLockSQL, keys); err != nil {
+		return fmt.Errorf("error locking the aggregates of %d event(s): %w", len(aggs), err)
+	}
+	return nil
+}
+
+// emitLockSQL locks the aggregates in the order given (sorted by the
+// caller), so two emitters never wait on each other in a cycle within one
+// call.
+const emitLockSQL = `
+SELECT count(pg_advisory_xact_lock(hashtextextended('tributary.emit.' || k.a, 0)))
+FROM (SELECT a FROM unnest($1::text[]) WITH ORDINALITY AS u(a, ord) ORDER BY ord) AS k`
 
 // outboxInsertSQL inserts rows in emit order and queues one notification,
 // which Postgres delivers when the transaction commits.
