@@ -175,6 +175,10 @@ func (c *BatchConsumer) Start(ctx context.Context) error {
 // broker had already delivered), then closes the channel and connections.
 // When ctx ends first, the hand-off is cancelled and the connection closed:
 // the unacked messages are redelivered later.
+// abandonGrace is how long Stop waits, after its deadline, for a hand-off
+// to return before it gives up on it.
+const abandonGrace = 2 * time.Second
+
 func (c *BatchConsumer) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() { close(c.stop) })
 	if c.baseCancel == nil {
@@ -190,7 +194,14 @@ func (c *BatchConsumer) Stop(ctx context.Context) error {
 			_ = c.sess.conn.Close()
 		}
 		c.mu.Unlock()
-		<-c.done
+		// A hand-off that ignores its cancelled context must not hold the
+		// process past its shutdown deadline: give it a short grace, then
+		// abandon it (its messages are unacked and will be redelivered).
+		select {
+		case <-c.done:
+		case <-time.After(abandonGrace):
+			c.logger.WarnContext(ctx, "batch consumer abandoned a hand-off that ignored cancellation", "queue", c.topo.Main)
+		}
 		return fmt.Errorf("batch consumer %q stopped before its buffer was handed off: %w", c.topo.Main, ctx.Err())
 	}
 }
