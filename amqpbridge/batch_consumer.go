@@ -207,34 +207,10 @@ func (c *BatchConsumer) Stop(ctx context.Context) error {
 }
 
 func (c *BatchConsumer) connect(ctx context.Context, declared *bool) (*consumerSession, error) {
-	conn, err := dial(c.cfg, c.name)
+	sess, err := c.openSession(ctx, c.name, "batch consumer", declared, c.bc.Prefetch)
 	if err != nil {
 		return nil, err
 	}
-	if !*declared {
-		if _, err := declareTopology(ctx, c.logger, conn.Channel, c.topo); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-		*declared = true
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error opening batch consumer channel: %w", err)
-	}
-	if err := ch.Qos(c.bc.Prefetch, 0, false); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error setting prefetch %d: %w", c.bc.Prefetch, err)
-	}
-	gen := c.gen.Add(1)
-	tag := fmt.Sprintf("%s#%d", c.name, gen)
-	deliveries, err := ch.Consume(c.topo.Main, tag, false, false, false, false, nil)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error subscribing to %q: %w", c.topo.Main, err)
-	}
-	sess := &consumerSession{conn: conn, ch: ch, gen: gen, tag: tag, deliveries: deliveries}
 	c.mu.Lock()
 	c.sess = sess
 	c.mu.Unlock()

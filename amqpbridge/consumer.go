@@ -202,34 +202,10 @@ func (c *Consumer) Stop(ctx context.Context) error {
 // connect opens a connection and channel, declares the topology (once) and
 // subscribes.
 func (c *Consumer) connect(ctx context.Context) (*consumerSession, error) {
-	conn, err := dial(c.cfg, c.name)
+	sess, err := c.openSession(ctx, c.name, "consumer", &c.declared, c.cc.Prefetch)
 	if err != nil {
 		return nil, err
 	}
-	if !c.declared {
-		if _, err := declareTopology(ctx, c.logger, conn.Channel, c.topo); err != nil {
-			_ = conn.Close()
-			return nil, err
-		}
-		c.declared = true
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error opening consumer channel: %w", err)
-	}
-	if err := ch.Qos(c.cc.Prefetch, 0, false); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error setting prefetch %d: %w", c.cc.Prefetch, err)
-	}
-	gen := c.gen.Add(1)
-	tag := fmt.Sprintf("%s#%d", c.name, gen)
-	deliveries, err := ch.Consume(c.topo.Main, tag, false, false, false, false, nil)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("error subscribing to %q: %w", c.topo.Main, err)
-	}
-	sess := &consumerSession{conn: conn, ch: ch, gen: gen, tag: tag, deliveries: deliveries}
 	c.mu.Lock()
 	c.sess = sess
 	c.mu.Unlock()

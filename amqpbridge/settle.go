@@ -24,6 +24,40 @@ type settlement struct {
 	stats  consumerCounters
 }
 
+// openSession dials, declares the topology once (*declared records it),
+// sets the prefetch and starts consuming the main queue on a channel of a
+// new generation. what names the consumer kind in errors.
+func (c *settlement) openSession(ctx context.Context, name, what string, declared *bool, prefetch int) (*consumerSession, error) {
+	conn, err := dial(c.cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	if !*declared {
+		if _, err := declareTopology(ctx, c.logger, conn.Channel, c.topo); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+		*declared = true
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error opening %s channel: %w", what, err)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error setting prefetch %d: %w", prefetch, err)
+	}
+	gen := c.gen.Add(1)
+	tag := fmt.Sprintf("%s#%d", name, gen)
+	deliveries, err := ch.Consume(c.topo.Main, tag, false, false, false, false, nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("error subscribing to %q: %w", c.topo.Main, err)
+	}
+	return &consumerSession{conn: conn, ch: ch, gen: gen, tag: tag, deliveries: deliveries}, nil
+}
+
 func (c *settlement) ackDelivery(d *Delivery) error {
 	if d.Generation != c.gen.Load() {
 		c.stats.stale.Add(1)
