@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -19,21 +17,7 @@ import (
 
 func cliStdin(t *testing.T, db *pgtest.DB, stdin []byte, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	cmd.Env = baseEnv(db, nil)
-	cmd.Stdin = bytes.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exitErr, ok := err.(*exec.ExitError); ok {
-		code = exitErr.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running tributary %v: %v", args, err)
-	}
-	return cliResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	return cliWithStdin(t, db, nil, stdin, args...)
 }
 
 func outboxCount(t *testing.T, db *pgtest.DB) int {

@@ -49,10 +49,19 @@ type cliResult struct {
 // ("K=V") override the inherited environment.
 func cli(t *testing.T, db *pgtest.DB, env []string, args ...string) cliResult {
 	t.Helper()
+	return cliWithStdin(t, db, env, nil, args...)
+}
+
+// cliWithStdin is cli with stdin fed to the process (nil: none).
+func cliWithStdin(t *testing.T, db *pgtest.DB, env []string, stdin []byte, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = baseEnv(db, env)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
