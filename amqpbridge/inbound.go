@@ -35,8 +35,11 @@ func PerDelivery(fn InsertFunc) InsertBatchFunc {
 	}
 }
 
-// InboundPrefetchDefault is the inbound bridge's default prefetch.
-const InboundPrefetchDefault = 300
+// Inbound bridge defaults.
+const (
+	InboundPrefetchDefault    = 1000
+	InboundConcurrencyDefault = 4
+)
 
 // InboundConfig configures an Inbound bridge.
 type InboundConfig struct {
@@ -46,10 +49,12 @@ type InboundConfig struct {
 	DB TxBeginner
 	// Insert inserts a batch in the transaction. Required; see JobInserter.
 	Insert InsertBatchFunc
-	// Prefetch is the channel's prefetch. Defaults to 300.
+	// Prefetch is the channel's prefetch: the most unacked messages held
+	// in memory. Defaults to 1000; lower it for large messages (it bounds
+	// messages, not bytes: 1000 messages of MaxMessageBytes each are 1 GiB).
 	Prefetch int
 	// Concurrency is how many batches are inserted at once, each in its own
-	// transaction; they are acked in order. Defaults to 2.
+	// transaction; they are acked in order. Defaults to 4.
 	Concurrency int
 	// BatchSize is the most deliveries one transaction inserts. Defaults to
 	// Prefetch / Concurrency, so the broker keeps every inserter busy.
@@ -75,7 +80,7 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and an insert function", ic.Queue)
 	}
 	prefetch := cmp.Or(ic.Prefetch, InboundPrefetchDefault)
-	concurrency := cmp.Or(ic.Concurrency, 2)
+	concurrency := cmp.Or(ic.Concurrency, InboundConcurrencyDefault)
 	batchSize := cmp.Or(ic.BatchSize, max(1, prefetch/max(1, concurrency)))
 	in := &Inbound{}
 	bc, err := NewBatchConsumer(cfg, BatchConsumerConfig{

@@ -32,8 +32,12 @@ type Options struct {
 	BodyBytes int
 	// ConfirmWindow for both publish loops. Defaults to 512.
 	ConfirmWindow int
-	// Prefetch for both consume loops. Defaults to 300.
+	// Prefetch of the bare consume loop. Defaults to 300.
 	Prefetch int
+	// BridgePrefetch is the inbound bridge's prefetch
+	// (InboundConfig.Prefetch). Defaults to its default,
+	// amqpbridge.InboundPrefetchDefault.
+	BridgePrefetch int
 	// DB and Jobs enable the inbound measurement (AMQP -> River job); with
 	// either nil it is skipped.
 	DB   amqpbridge.TxBeginner
@@ -67,6 +71,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 	opts.BodyBytes = cmp.Or(opts.BodyBytes, 200)
 	opts.ConfirmWindow = cmp.Or(opts.ConfirmWindow, 512)
 	opts.Prefetch = cmp.Or(opts.Prefetch, 300)
+	opts.BridgePrefetch = cmp.Or(opts.BridgePrefetch, amqpbridge.InboundPrefetchDefault)
 	opts.JobKind = cmp.Or(opts.JobKind, "bench.amqp")
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -170,8 +175,8 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 	}
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
 	res.InboundRatio = medianRatio(inBridge, inBare)
-	fmt.Fprintf(w, "inbound (prefetch %d, multiple ack): bare amqp091-go consume+ack %.0f msg/s, tributary AMQP -> River job %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
-		opts.Prefetch, res.InboundBare, res.InboundBridge, res.InboundRatio)
+	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
+		opts.Prefetch, res.InboundBare, opts.BridgePrefetch, inboundConcurrency(opts), inboundBatchSize(opts), res.InboundBridge, res.InboundRatio)
 	// The bridge's ceiling on this machine right now: the same inserts
 	// without RabbitMQ.
 	d, err := dbOnly(ctx, opts)
@@ -351,11 +356,20 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 	return time.Since(start), nil
 }
 
+// inboundConcurrency and inboundBatchSize are the inbound bridge's settings
+// as NewInbound resolves them.
+func inboundConcurrency(opts Options) int {
+	return cmp.Or(opts.InboundConcurrency, amqpbridge.InboundConcurrencyDefault)
+}
+
+func inboundBatchSize(opts Options) int {
+	return cmp.Or(opts.InboundBatchSize, max(1, opts.BridgePrefetch/inboundConcurrency(opts)))
+}
+
 // dbOnly inserts opts.Messages jobs like the inbound bridge does (batches of
 // its batch size, its number of concurrent transactions), without AMQP.
 func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
-	concurrency := cmp.Or(opts.InboundConcurrency, 2)
-	batchSize := cmp.Or(opts.InboundBatchSize, max(1, opts.Prefetch/concurrency))
+	concurrency, batchSize := inboundConcurrency(opts), inboundBatchSize(opts)
 	insert := amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
 	body := makeBody(opts.BodyBytes)
 	batches := make(chan int)
@@ -400,7 +414,7 @@ func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
 
 func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts Options) (time.Duration, error) {
 	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
-		Queue: q, DB: opts.DB, Prefetch: opts.Prefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
+		Queue: q, DB: opts.DB, Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
 		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),
 	})
 	if err != nil {

@@ -1,6 +1,12 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"os"
+	"runtime/pprof"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
 
 // benchCommands lists the `tributary bench` subcommands. Each feature adds
 // its constructor here.
@@ -24,4 +30,26 @@ func newBenchCmd(a *app) *cobra.Command {
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// cpuProfileFlag adds --cpuprofile to a benchmark's flags.
+func cpuProfileFlag(f *pflag.FlagSet, path *string) {
+	f.StringVar(path, "cpuprofile", "", "write a CPU profile of the run to this file")
+}
+
+// startCPUProfile starts a CPU profile into path ("" does nothing) and
+// returns the function that stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("cannot create --cpuprofile %q: %v", path, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -13,16 +13,19 @@ import (
 
 func newBenchAMQPCmd(a *app) *cobra.Command {
 	var (
-		n, rounds, bodyBytes int
-		asJSON               bool
+		n, rounds, bodyBytes         int
+		prefetch, concurrency, batch int
+		asJSON                       bool
+		cpuProfile                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "amqp",
 		Short: "Publish-with-confirms and inbound AMQP -> job throughput beside bare amqp091-go loops",
 		Long: `Publish N persistent messages with confirms through tributary's Publisher and
 through a bare amqp091-go loop (confirm window 512), then turn them into River
-jobs with the inbound bridge beside a bare consumer (prefetch 300, multiple
-ack) that inserts nothing. Jobs go to a temporary schema that is dropped
+jobs with the inbound bridge (at its default prefetch and inserters unless
+--bridge-prefetch / --inbound-concurrency / --inbound-batch say otherwise)
+beside a bare consumer (prefetch 300, multiple ack) that inserts nothing. Jobs go to a temporary schema that is dropped
 afterwards. The sides alternate for --rounds R rounds; it prints every round,
 the median rates, and the median of the per-round ratios (the two runs of a
 round follow each other, so load from elsewhere hits both alike) beside the
@@ -31,6 +34,9 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || rounds < 1 || bodyBytes < 2 {
 				return usagef("-n %d, --rounds %d and --body-bytes %d must be positive", n, rounds, bodyBytes)
+			}
+			if prefetch < 1 || concurrency < 1 || batch < 0 {
+				return usagef("--bridge-prefetch %d and --inbound-concurrency %d must be at least 1 and --inbound-batch %d not negative", prefetch, concurrency, batch)
 			}
 			ctx := cmd.Context()
 			pool, err := a.pool(ctx)
@@ -51,11 +57,17 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			opts := amqpbench.Options{
 				URL: amqpbridge.ConfigFromQueue(a.cfg, quiet).URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 				DB: pool, Jobs: client, Logger: quiet,
+				BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
 			}
 			out := a.stdout
 			if asJSON {
 				out = a.stderr
 			}
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			res, err := amqpbench.Run(ctx, opts, out)
 			if err != nil {
 				return err
@@ -75,6 +87,10 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 	cmd.Flags().IntVarP(&n, "n", "n", 20000, "messages per measurement")
 	cmd.Flags().IntVar(&rounds, "rounds", 5, "alternate the two sides this many times; medians count")
 	cmd.Flags().IntVar(&bodyBytes, "body-bytes", 200, "size of each JSON body")
+	cmd.Flags().IntVar(&prefetch, "bridge-prefetch", amqpbridge.InboundPrefetchDefault, "the inbound bridge's prefetch")
+	cmd.Flags().IntVar(&concurrency, "inbound-concurrency", amqpbridge.InboundConcurrencyDefault, "the inbound bridge's concurrent inserting transactions")
+	cmd.Flags().IntVar(&batch, "inbound-batch", 0, "the most messages per inserting transaction (0: prefetch / concurrency)")
+	cpuProfileFlag(cmd.Flags(), &cpuProfile)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document (the report goes to stderr)")
 	return cmd
 }

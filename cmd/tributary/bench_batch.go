@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -95,17 +94,11 @@ removed afterwards.`,
 				return err
 			}
 			defer pool.Close()
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return usagef("cannot create --cpuprofile %q: %v", cpuProfile, err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 			if a.cfg.LogLevel == "debug" {
 				quiet = a.logger
@@ -136,7 +129,7 @@ removed afterwards.`,
 	f.Int64Var(&o.MaxBytes, "max-bytes", queue.BatchMaxBytesDefault, "payload bytes per object")
 	f.StringVar(&o.SinkURL, "sink", "", "sink URL (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }
 

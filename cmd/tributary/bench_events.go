@@ -57,6 +57,7 @@ func newBenchEventsCmd(a *app) *cobra.Command {
 	var n, aggregates, rate, workers int
 	var latencyFor time.Duration
 	var asJSON, noNotify bool
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Emit N events and handle them through outbox, forwarder, bus and dispatch, beside bench jobs",
@@ -93,6 +94,11 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 			}
 			defer emitPool.Close()
 			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			stopProfile, err := startCPUProfile(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 
 			base, err := bench.Tributary(ctx, pool, bench.JobsOptions{N: n, Logger: quiet})
 			if err != nil {
@@ -130,6 +136,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&workers, "workers", 200, "dispatch workers of the benchmark runtime")
 	f.BoolVar(&noNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
+	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }
 
