@@ -28,10 +28,12 @@ var benchEvent = events.Define[benchEventPayload]("bench.event", nil)
 
 // eventsThroughput is the outcome of the throughput part.
 type eventsThroughput struct {
-	Events       int           `json:"events"`
-	Aggregates   int           `json:"aggregates"`
-	Duration     time.Duration `json:"duration_ns"`
-	EventsPerSec float64       `json:"events_per_sec"`
+	// DispatchBatch is the consumer's ConsumerConfig.DispatchBatch.
+	DispatchBatch int           `json:"dispatch_batch"`
+	Events        int           `json:"events"`
+	Aggregates    int           `json:"aggregates"`
+	Duration      time.Duration `json:"duration_ns"`
+	EventsPerSec  float64       `json:"events_per_sec"`
 	// Emitted and Forwarded are when the last event was written and when the
 	// last outbox row was SENT, from the start: where the time went.
 	Emitted   time.Duration `json:"emitted_ns"`
@@ -40,13 +42,14 @@ type eventsThroughput struct {
 
 // eventsLatency is the outcome of the steady-rate part.
 type eventsLatency struct {
-	TargetRate   int           `json:"target_rate"`
-	AchievedRate float64       `json:"achieved_rate"`
-	Events       int           `json:"events"`
-	P50          time.Duration `json:"p50_ns"`
-	P90          time.Duration `json:"p90_ns"`
-	P99          time.Duration `json:"p99_ns"`
-	Max          time.Duration `json:"max_ns"`
+	DispatchBatch int           `json:"dispatch_batch"`
+	TargetRate    int           `json:"target_rate"`
+	AchievedRate  float64       `json:"achieved_rate"`
+	Events        int           `json:"events"`
+	P50           time.Duration `json:"p50_ns"`
+	P90           time.Duration `json:"p90_ns"`
+	P99           time.Duration `json:"p99_ns"`
+	Max           time.Duration `json:"max_ns"`
 	// ForwardP50 and ForwardP99 are the part from emit to SENT (the
 	// forwarder's share), read from the outbox's created_at and sent_at.
 	ForwardP50 time.Duration `json:"forward_p50_ns"`
@@ -54,7 +57,7 @@ type eventsLatency struct {
 }
 
 func newBenchEventsCmd(a *app) *cobra.Command {
-	var n, aggregates, rate, workers int
+	var n, aggregates, rate, workers, dispatchBatch int
 	var latencyFor time.Duration
 	var asJSON, noNotify bool
 	var cpuProfile string
@@ -67,9 +70,11 @@ func newBenchEventsCmd(a *app) *cobra.Command {
      runtime (the tributary side of ` + "`bench jobs`" + `);
   2. throughput: N events emitted in transactions of 1,000 while a worker
      runtime forwards and handles them with a no-op handler; events/s from
-     the first emit to the last handler done;
+     the first emit to the last handler done. Once with one dispatch job per
+     event, once with the consumer's DispatchBatch set to --dispatch-batch;
   3. latency: events emitted one per transaction at a steady --rate for
-     --latency-for; time from the emit's commit to its handler's start.
+     --latency-for; time from the emit's commit to its handler's start, for
+     the same two consumers.
 
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits
@@ -78,6 +83,13 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || rate < 1 || workers < 1 || aggregates < 0 {
 				return usagef("-n, --rate and --workers must be at least 1 and --aggregates not negative")
+			}
+			if dispatchBatch < 1 || dispatchBatch > events.DispatchBatchMax {
+				return usagef("invalid --dispatch-batch %d: want 1 to %d (1 skips the batched runs)", dispatchBatch, events.DispatchBatchMax)
+			}
+			batches := []int{1}
+			if dispatchBatch > 1 {
+				batches = append(batches, dispatchBatch)
 			}
 			ctx := cmd.Context()
 			pool, err := a.pool(ctx)
@@ -107,24 +119,38 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 			if !asJSON {
 				fmt.Fprintf(a.stdout, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s\n", base.Jobs, base.Duration.Seconds(), base.JobsPerSec)
 			}
-			tp, err := benchEventsThroughput(ctx, pool, emitPool, quiet, n, aggregates, workers, noNotify)
-			if err != nil {
-				return err
+			var tps []eventsThroughput
+			for _, db := range batches {
+				tp, err := benchEventsThroughput(ctx, pool, emitPool, quiet, n, aggregates, workers, db, noNotify)
+				if err != nil {
+					return err
+				}
+				tps = append(tps, tp)
+				if !asJSON {
+					fmt.Fprintf(a.stdout, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs)\n",
+						tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds())
+				}
 			}
-			ratio := tp.EventsPerSec / base.JobsPerSec
-			if !asJSON {
-				fmt.Fprintf(a.stdout, "events     %8d events (%d aggregates) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs)\n",
-					tp.Events, tp.Aggregates, tp.Duration.Seconds(), tp.EventsPerSec, ratio, tp.Emitted.Seconds(), tp.Forwarded.Seconds())
-			}
-			lat, err := benchEventsLatency(ctx, pool, emitPool, quiet, rate, latencyFor, aggregates, workers, noNotify)
-			if err != nil {
-				return err
+			var lats []eventsLatency
+			for _, db := range batches {
+				lat, err := benchEventsLatency(ctx, pool, emitPool, quiet, rate, latencyFor, aggregates, workers, db, noNotify)
+				if err != nil {
+					return err
+				}
+				lats = append(lats, lat)
+				if !asJSON {
+					fmt.Fprintf(a.stdout, "latency    %d events at %d/s (achieved %.0f/s, dispatch batch %d), commit to handler start: p50 %s  p90 %s  p99 %s  max %s; emit to SENT p50 %s p99 %s\n",
+						lat.Events, lat.TargetRate, lat.AchievedRate, db, ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max), ms(lat.ForwardP50), ms(lat.ForwardP99))
+				}
 			}
 			if asJSON {
-				return a.printJSON(map[string]any{"baseline": base, "throughput": tp, "ratio": ratio, "latency": lat, "cpus": runtime.NumCPU()})
+				ratios := make([]float64, len(tps))
+				for i, tp := range tps {
+					ratios[i] = tp.EventsPerSec / base.JobsPerSec
+				}
+				return a.printJSON(map[string]any{"baseline": base, "throughput": tps, "ratios": ratios, "latency": lats, "cpus": runtime.NumCPU()})
 			}
-			fmt.Fprintf(a.stdout, "latency    %d events at %d/s (achieved %.0f/s), commit to handler start: p50 %s  p90 %s  p99 %s  max %s; emit to SENT p50 %s p99 %s  (%d CPUs)\n",
-				lat.Events, lat.TargetRate, lat.AchievedRate, ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max), ms(lat.ForwardP50), ms(lat.ForwardP99), runtime.NumCPU())
+			fmt.Fprintf(a.stdout, "(%d CPUs)\n", runtime.NumCPU())
 			return nil
 		},
 	}
@@ -134,6 +160,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&rate, "rate", 500, "events per second in the latency part")
 	f.DurationVar(&latencyFor, "latency-for", 20*time.Second, "length of the latency part")
 	f.IntVar(&workers, "workers", 200, "dispatch workers of the benchmark runtime")
+	f.IntVar(&dispatchBatch, "dispatch-batch", 100, "the batched consumer's DispatchBatch (1: only the one-job-per-event runs)")
 	f.BoolVar(&noNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	cpuProfileFlag(f, &cpuProfile)
@@ -155,12 +182,12 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microse
 
 // benchRuntime starts a runtime on a fresh schema with the events machinery
 // and one consumer whose handler calls onHandle.
-func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, workers int, noNotify bool, onHandle func(m events.Message[benchEventPayload])) (*queue.Runtime, *events.Emitter, func(), error) {
+func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, workers, dispatchBatch int, noNotify bool, onHandle func(m events.Message[benchEventPayload])) (*queue.Runtime, *events.Emitter, func(), error) {
 	schema, drop, err := bench.TempSchema(ctx, pool, "bench_events")
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench"})
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench", DispatchBatch: dispatchBatch})
 	if err != nil {
 		drop()
 		return nil, nil, nil, err
@@ -208,10 +235,10 @@ func benchMeta(i, aggregates int) events.Meta {
 	return events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}
 }
 
-func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers int, noNotify bool) (eventsThroughput, error) {
+func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers, dispatchBatch int, noNotify bool) (eventsThroughput, error) {
 	var handled atomic.Int64
 	done := make(chan time.Time, 1)
-	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, dispatchBatch, noNotify, func(m events.Message[benchEventPayload]) {
 		if handled.Add(1) == int64(n) {
 			done <- time.Now()
 		}
@@ -253,7 +280,7 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 		case fwd = <-forwarded:
 		case <-time.After(5 * time.Second):
 		}
-		return eventsThroughput{Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds(),
+		return eventsThroughput{DispatchBatch: dispatchBatch, Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds(),
 			Emitted: emitted, Forwarded: fwd}, nil
 	case <-time.After(30 * time.Minute):
 		return eventsThroughput{}, fmt.Errorf("only %d of %d events were handled within 30 minutes", handled.Load(), n)
@@ -262,14 +289,14 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 	}
 }
 
-func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers int, noNotify bool) (eventsLatency, error) {
+func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers, dispatchBatch int, noNotify bool) (eventsLatency, error) {
 	total := max(1, int(float64(rate)*length.Seconds()))
 	var mu sync.Mutex
 	committed := make(map[int]time.Time, total)
 	started := make(map[int]time.Time, total)
 	var handled atomic.Int64
 	done := make(chan struct{})
-	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, noNotify, func(m events.Message[benchEventPayload]) {
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, dispatchBatch, noNotify, func(m events.Message[benchEventPayload]) {
 		now := time.Now()
 		mu.Lock()
 		started[m.Payload.N] = now
@@ -339,7 +366,7 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 	}
 	slices.Sort(lat)
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	return eventsLatency{TargetRate: rate, AchievedRate: float64(total) / emitted.Seconds(), Events: total,
+	return eventsLatency{DispatchBatch: dispatchBatch, TargetRate: rate, AchievedRate: float64(total) / emitted.Seconds(), Events: total,
 		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: lat[len(lat)-1],
 		ForwardP50: time.Duration(fwd50 * float64(time.Second)), ForwardP99: time.Duration(fwd99 * float64(time.Second))}, nil
 }

@@ -104,12 +104,13 @@ func (b *Bus) PublishOutbox(ctx context.Context, events []queue.OutboxEvent) err
 }
 
 type busConsumer struct {
-	name         string
-	patterns     []string
-	queue        string
-	maxAttempts  int
-	source       string
-	skipOwnKinds []string
+	name          string
+	patterns      []string
+	queue         string
+	maxAttempts   int
+	source        string
+	skipOwnKinds  []string
+	dispatchBatch int
 }
 
 func (c *busConsumer) wants(ev *queue.OutboxEvent) bool {
@@ -140,7 +141,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 	}
 	consumers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*busConsumer, error) {
 		var c busConsumer
-		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds)
+		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch)
 		return &c, err
 	})
 	if err != nil {
@@ -166,10 +167,17 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 	}
 	var deliveries []delivery
 	laneCount := map[laneKey]int64{}
+	// Events without an aggregate for a consumer that takes them in
+	// batches, in emit order.
+	batched := map[*busConsumer][]queue.OutboxEvent{}
 	for i := range events {
 		ev := &events[i]
 		for _, c := range consumers {
 			if !c.wants(ev) {
+				continue
+			}
+			if ev.AggregateID == "" && c.dispatchBatch > 1 {
+				batched[c] = append(batched[c], *ev)
 				continue
 			}
 			d := delivery{c: c, ev: ev}
@@ -180,7 +188,20 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 			deliveries = append(deliveries, d)
 		}
 	}
-	if len(deliveries) == 0 {
+	var params []river.InsertManyParams
+	for _, c := range consumers {
+		evs := batched[c]
+		for len(evs) > 0 {
+			n := min(len(evs), c.dispatchBatch)
+			var args river.JobArgs = DispatchBatchArgs{Consumer: c.name, Events: evs[:n]}
+			if n == 1 {
+				args = DispatchArgs{Consumer: c.name, Event: evs[0]}
+			}
+			params = append(params, river.InsertManyParams{Args: args, InsertOpts: &river.InsertOpts{Queue: c.queue, MaxAttempts: c.maxAttempts}})
+			evs = evs[n:]
+		}
+	}
+	if len(deliveries) == 0 && len(params) == 0 {
 		return nil
 	}
 
@@ -221,8 +242,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 		}
 	}
 
-	params := make([]river.InsertManyParams, len(deliveries))
-	for i, d := range deliveries {
+	for _, d := range deliveries {
 		args := DispatchArgs{Consumer: d.c.name, Event: *d.ev}
 		opts := &river.InsertOpts{Queue: d.c.queue, MaxAttempts: d.c.maxAttempts}
 		if d.ev.AggregateID != "" {
@@ -234,7 +254,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 			opts.Pending = ls.next > ls.head
 			ls.next++
 		}
-		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
 	if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
@@ -244,7 +264,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 }
 
 const busConsumersSQL = `
-SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
 FROM /*schema*/tributary_event_consumer ORDER BY name`
 
 // laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"log/slog"
+	"sync"
 )
 
 type ctxKey int
@@ -24,13 +25,28 @@ func CorrelationID(ctx context.Context) string {
 // and type, aggregate and correlation id as attributes. Outside a handler it
 // returns slog.Default().
 func Logger(ctx context.Context) *slog.Logger {
-	if l, ok := ctx.Value(ctxKeyLogger).(*slog.Logger); ok {
-		return l
+	if l, ok := ctx.Value(ctxKeyLogger).(*lazyLogger); ok {
+		return l.get()
 	}
 	return slog.Default()
 }
 
-func withHandlerContext(ctx context.Context, correlationID string, logger *slog.Logger) context.Context {
+// lazyLogger builds a handler's logger on first use: slog's With formats
+// the attributes at once, work that most handlers (which never log) would
+// pay for on every event.
+type lazyLogger struct {
+	base   *slog.Logger
+	attrs  []any
+	once   sync.Once
+	logger *slog.Logger
+}
+
+func (l *lazyLogger) get() *slog.Logger {
+	l.once.Do(func() { l.logger = l.base.With(l.attrs...) })
+	return l.logger
+}
+
+func withHandlerContext(ctx context.Context, correlationID string, logger *lazyLogger) context.Context {
 	ctx = context.WithValue(ctx, ctxKeyCorrelation, correlationID)
 	return context.WithValue(ctx, ctxKeyLogger, logger)
 }

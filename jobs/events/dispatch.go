@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,7 @@ type Dispatcher struct {
 
 	advanceSQL, promoteSQL, upsertConsumerSQL                     string
 	lockLanesSQL, advanceManySQL, promoteManySQL, completeManySQL string
+	insertRemaindersSQL                                           string
 	riverInsertChannel                                            string
 
 	handled, failed, panics, validation, givenUp atomic.Int64
@@ -98,18 +100,19 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	d := &Dispatcher{
-		pool:               pool,
-		cfg:                cfg,
-		logger:             cfg.Logger.With("component", "dispatcher"),
-		consumers:          map[string]*Consumer{},
-		advanceSQL:         queue.Qualify(cfg.Schema, laneAdvanceSQL),
-		promoteSQL:         queue.Qualify(cfg.Schema, lanePromoteSQL),
-		upsertConsumerSQL:  queue.Qualify(cfg.Schema, upsertConsumerSQL),
-		lockLanesSQL:       queue.Qualify(cfg.Schema, lockLanesSQL),
-		advanceManySQL:     queue.Qualify(cfg.Schema, laneAdvanceManySQL),
-		promoteManySQL:     queue.Qualify(cfg.Schema, lanePromoteManySQL),
-		completeManySQL:    queue.Qualify(cfg.Schema, completeManySQL),
-		riverInsertChannel: cfg.Schema + ".river_insert",
+		pool:                pool,
+		cfg:                 cfg,
+		logger:              cfg.Logger.With("component", "dispatcher"),
+		consumers:           map[string]*Consumer{},
+		advanceSQL:          queue.Qualify(cfg.Schema, laneAdvanceSQL),
+		promoteSQL:          queue.Qualify(cfg.Schema, lanePromoteSQL),
+		upsertConsumerSQL:   queue.Qualify(cfg.Schema, upsertConsumerSQL),
+		lockLanesSQL:        queue.Qualify(cfg.Schema, lockLanesSQL),
+		advanceManySQL:      queue.Qualify(cfg.Schema, laneAdvanceManySQL),
+		promoteManySQL:      queue.Qualify(cfg.Schema, lanePromoteManySQL),
+		completeManySQL:     queue.Qualify(cfg.Schema, completeManySQL),
+		insertRemaindersSQL: queue.Qualify(cfg.Schema, insertRemaindersSQL),
+		riverInsertChannel:  cfg.Schema + ".river_insert",
 	}
 	d.completer = &laneCompleter{d: d}
 	d.repairSQL = queue.Qualify(cfg.Schema, laneRepairSQL)
@@ -125,9 +128,11 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 	return d, nil
 }
 
-// Register adds the dispatch worker to rt and the dispatcher as a service.
+// Register adds the dispatch workers to rt and the dispatcher as a
+// service.
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	queue.AddWorker(rt, d)
+	queue.AddWorker[DispatchBatchArgs](rt, &batchWorker{d: d})
 	return rt.AddService(d)
 }
 
@@ -161,7 +166,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			kinds[i] = string(k)
 		}
 		types := c.RegisteredEventTypes()
-		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now); err != nil {
+		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now, c.cfg.DispatchBatch); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
 		}
 		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
@@ -204,49 +209,69 @@ func (d *Dispatcher) NextRetry(job *river.Job[DispatchArgs]) time.Time {
 // Work runs the consumer's handlers for the event, in registration order.
 func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	args := job.Args
-	ev := &args.Event
 	c := d.consumers[args.Consumer]
 	if c == nil {
 		return fmt.Errorf("%w: %q (registered here: %v)", errNoConsumer, args.Consumer, d.consumerNames())
 	}
-	logger := d.cfg.Logger.With("consumer", c.Name(), "event_id", ev.ID, "event_type", ev.EventType,
-		"correlation_id", ev.Metadata.CorrelationID, "job_id", job.ID, "attempt", job.Attempt)
-	if ev.AggregateID != "" {
-		logger = logger.With("aggregate_id", ev.AggregateID, "seq", args.Seq)
-	}
-	hctx := withHandlerContext(ctx, ev.Metadata.CorrelationID, logger)
-	start := time.Now()
-	lastAttempt := job.Attempt >= job.MaxAttempts
-
-	err := d.runHandlers(hctx, c, ev, job.Attempt)
-	var verr *ValidationError
-	terminal := errors.As(err, &verr) || isCancel(err) || (err != nil && lastAttempt)
-	d.processed(hctx, c, ev, job.Attempt, time.Since(start), err, terminal)
-
+	r := d.deliver(ctx, c, &args.Event, job.ID, job.Attempt, job.MaxAttempts, args.Seq)
 	switch {
-	case err == nil:
-		d.handled.Add(1)
+	case r.err == nil:
 		if args.AggregateID == "" {
 			return nil
 		}
 		return d.completeInLane(ctx, job)
-	case verr != nil:
+	case r.validation != nil:
+		d.onGiveUp(ctx, c, job, r.logger.get())
+		return river.JobCancel(r.err)
+	case r.terminal:
+		d.onGiveUp(ctx, c, job, r.logger.get())
+		return r.err
+	default:
+		return r.err
+	}
+}
+
+// deliveryResult is the outcome of one delivery of an event to a consumer.
+type deliveryResult struct {
+	err        error
+	validation *ValidationError // set for a validation failure
+	terminal   bool             // the delivery is not retried
+	logger     *lazyLogger
+}
+
+// deliver runs c's handlers for ev as the given attempt, calls the
+// consumer's OnProcessedFunc, counts and logs the outcome. Dispatch jobs and
+// batched dispatch jobs both deliver through it.
+func (d *Dispatcher) deliver(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, jobID int64, attempt, maxAttempts int, seq int64) deliveryResult {
+	attrs := []any{"consumer", c.Name(), "event_id", ev.ID, "event_type", ev.EventType,
+		"correlation_id", ev.Metadata.CorrelationID, "job_id", jobID, "attempt", attempt}
+	if ev.AggregateID != "" {
+		attrs = append(attrs, "aggregate_id", ev.AggregateID, "seq", seq)
+	}
+	r := deliveryResult{logger: &lazyLogger{base: d.cfg.Logger, attrs: attrs}}
+	hctx := withHandlerContext(ctx, ev.Metadata.CorrelationID, r.logger)
+	start := time.Now()
+	r.err = d.runHandlers(hctx, c, ev, attempt)
+	errors.As(r.err, &r.validation)
+	r.terminal = r.validation != nil || isCancel(r.err) || (r.err != nil && attempt >= maxAttempts)
+	d.processed(hctx, c, ev, attempt, time.Since(start), r.err, r.terminal)
+
+	switch {
+	case r.err == nil:
+		d.handled.Add(1)
+	case r.validation != nil:
 		d.validation.Add(1)
 		d.givenUp.Add(1)
-		logger.ErrorContext(ctx, "event failed validation, not retrying", "error", verr.Err)
-		d.onGiveUp(ctx, c, job, logger)
-		return river.JobCancel(err)
-	case terminal:
+		r.logger.get().ErrorContext(ctx, "event failed validation, not retrying", "error", r.validation.Err)
+	case r.terminal:
 		d.failed.Add(1)
 		d.givenUp.Add(1)
-		logger.ErrorContext(ctx, "event handler failed for good, dispatch discarded", "error", err)
-		d.onGiveUp(ctx, c, job, logger)
-		return err
+		r.logger.get().ErrorContext(ctx, "event handler failed for good, dispatch discarded", "error", r.err)
 	default:
 		d.failed.Add(1)
-		logger.WarnContext(ctx, "event handler failed, will retry", "error", err, "retry_in", c.retryDelay(job.Attempt))
-		return err
+		r.logger.get().WarnContext(ctx, "event handler failed, will retry", "error", r.err, "retry_in", c.retryDelay(attempt))
 	}
+	return r
 }
 
 func isCancel(err error) bool {
@@ -263,24 +288,29 @@ func (d *Dispatcher) consumerNames() []string {
 	return names
 }
 
-// runHandlers decodes the payload once per definition and runs every
-// matching handler; a panic is recovered into a PanicError.
+// runHandlers decodes the payload once per definition, all of them before
+// any handler runs (so a payload that fails one handler's validation runs
+// none of them), then runs every matching handler in registration order; a
+// panic is recovered into a PanicError.
 func (d *Dispatcher) runHandlers(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, attempt int) error {
-	decoded := map[Definition]any{}
-	for _, s := range c.handlersFor(ev.EventType) {
-		var payload any
-		if s.def != nil {
-			p, ok := decoded[s.def]
-			if !ok {
-				var err error
-				if p, err = s.def.decode(ev.Payload); err != nil {
-					return &ValidationError{EventID: ev.ID, EventType: ev.EventType, Err: err}
-				}
-				decoded[s.def] = p
-			}
-			payload = p
+	subs := c.handlersFor(ev.EventType)
+	payloads := make([]any, len(subs))
+	for i, s := range subs {
+		if s.def == nil {
+			continue
 		}
-		if err := d.call(ctx, s, ev, payload, c.Name(), attempt); err != nil {
+		if j := slices.IndexFunc(subs[:i], func(o Subscription) bool { return o.def == s.def }); j >= 0 {
+			payloads[i] = payloads[j]
+			continue
+		}
+		p, err := s.def.decode(ev.Payload)
+		if err != nil {
+			return &ValidationError{EventID: ev.ID, EventType: ev.EventType, Err: err}
+		}
+		payloads[i] = p
+	}
+	for i, s := range subs {
+		if err := d.call(ctx, s, ev, payloads[i], c.Name(), attempt); err != nil {
 			return err
 		}
 	}
@@ -291,8 +321,9 @@ func (d *Dispatcher) call(ctx context.Context, s Subscription, ev *queue.OutboxE
 	defer func() {
 		if r := recover(); r != nil {
 			d.panics.Add(1)
-			Logger(ctx).ErrorContext(ctx, "event handler panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = &PanicError{Value: r}
+			stack := string(debug.Stack())
+			Logger(ctx).ErrorContext(ctx, "event handler panicked", "panic", fmt.Sprint(r), "stack", stack)
+			err = &PanicError{Value: r, Stack: stack}
 		}
 	}()
 	return s.call(ctx, ev, payload, consumer, attempt)
@@ -402,7 +433,8 @@ WHERE state = 'pending' AND kind = 'tributary.event.dispatch'
 RETURNING queue`
 
 const upsertConsumerSQL = `
-INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at, dispatch_batch)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
-    source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at`
+    source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at,
+    dispatch_batch = excluded.dispatch_batch`

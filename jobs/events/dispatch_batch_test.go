@@ -1,0 +1,204 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// batchJobs counts the batched dispatch jobs of a consumer by state.
+func batchJobs(t *testing.T, db *pgtest.DB, consumer string) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), db.Q(`
+        SELECT state::text, count(*) FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch_batch' AND args->>'consumer' = $1 GROUP BY 1`), consumer)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func TestDispatchBatch(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	batched := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 50 })
+	handle := func(ctx context.Context, m events.Message[orderPlaced]) error {
+		rec.add(call{consumer: m.Consumer, eventID: m.ID, attempt: m.Attempt, payload: m.Payload})
+		switch m.Payload.OrderID {
+		case "flaky":
+			if m.Attempt == 1 {
+				return fmt.Errorf("flaky the first time")
+			}
+		case "boom":
+			if m.Attempt == 1 {
+				panic("kaboom")
+			}
+		case "always":
+			return fmt.Errorf("always failing")
+		}
+		return nil
+	}
+	events.On(batched, orderPlacedEvent, handle)
+	// A consumer without batching gets every event as well.
+	plain := fastConsumer(t, "plain", nil)
+	events.On(plain, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+		rec.add(call{consumer: m.Consumer, eventID: m.ID, attempt: m.Attempt})
+		return nil
+	})
+	// One forwarding loop, so the emit's rows are forwarded in one batch.
+	_, inst := startEvents(t, db, events.ForwarderConfig{Concurrency: 1}, batched, plain)
+	loose := newEmitter(t, db, looseOrderEvent)
+
+	// One transaction, so one forwarded batch and one batched job.
+	var items []events.Emission
+	for i := range 20 {
+		items = append(items, events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: fmt.Sprintf("ok-%d", i), Amount: 1}})
+	}
+	items = append(items,
+		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "flaky", Amount: 1}},
+		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "boom", Amount: 1}},
+		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "always", Amount: 1}},
+		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "invalid", Amount: -1}},
+	)
+	ids, err := loose.EmitManyTx(ctx, db.Pool, items)
+	require.NoError(t, err)
+	flaky, boom, always, invalid := ids[20], ids[21], ids[22], ids[23]
+
+	pgtest.WaitFor(t, 20*time.Second, "the always-failing event to be discarded", func() (bool, error) {
+		_, state, _ := dispatchJob(t, db, "batched", always)
+		return state == string(rivertype.JobStateDiscarded), nil
+	})
+	pgtest.WaitFor(t, 10*time.Second, "the flaky and panicking events to succeed on their retry", func() (bool, error) {
+		_, s1, _ := dispatchJob(t, db, "batched", flaky)
+		_, s2, _ := dispatchJob(t, db, "batched", boom)
+		return s1 == string(rivertype.JobStateCompleted) && s2 == string(rivertype.JobStateCompleted), nil
+	})
+	pgtest.WaitFor(t, 10*time.Second, "the plain consumer to get every event", func() (bool, error) {
+		return rec.count(func(c call) bool { return c.consumer == "plain" }) == len(ids)-1, nil // the invalid one fails its validation
+	})
+
+	require.Equal(t, map[string]int{"completed": 1}, batchJobs(t, db, "batched"), "the events travelled in one batched job")
+	require.Empty(t, batchJobs(t, db, "plain"), "the plain consumer got one job per event")
+
+	callsOf := func(id string) []int {
+		var attempts []int
+		for _, c := range rec.snapshot() {
+			if c.consumer == "batched" && c.eventID == id {
+				attempts = append(attempts, c.attempt)
+			}
+		}
+		return attempts
+	}
+	for i := range 20 {
+		require.Equal(t, []int{1}, callsOf(ids[i]), "event %d handled exactly once", i)
+		_, state, _ := dispatchJob(t, db, "batched", ids[i])
+		require.Empty(t, state, "a successful batched event has no job of its own")
+	}
+	require.Equal(t, []int{1, 2}, callsOf(flaky), "the failed event was retried as attempt 2")
+	require.Equal(t, []int{1, 2}, callsOf(boom), "the panic was recovered and retried")
+	require.Equal(t, []int{1, 2, 3, 4}, callsOf(always), "one attempt plus the consumer's three retries")
+	require.Empty(t, callsOf(invalid), "a payload failing validation never reaches the handler")
+
+	_, state, errs := dispatchJob(t, db, "batched", invalid)
+	require.Equal(t, string(rivertype.JobStateCancelled), state, "validation failures are not retried")
+	require.Contains(t, errs, "amount must not be negative", "the reason is recorded on the job")
+	_, _, errs = dispatchJob(t, db, "batched", boom)
+	require.Contains(t, errs, "kaboom")
+	_, _, errs = dispatchJob(t, db, "batched", always)
+	for attempt := 1; attempt <= 4; attempt++ {
+		require.Contains(t, errs, fmt.Sprintf(`\"attempt\": %d`, attempt), "every attempt's error is on the discarded job")
+	}
+
+	st := inst.Dispatcher.Stats()
+	require.GreaterOrEqual(t, st.Panics, int64(1))
+	require.GreaterOrEqual(t, st.ValidationFailures, int64(2), "once per consumer")
+}
+
+// TestDispatchBatchShutdown stops a worker in the middle of a batch: the
+// events not yet handled move to a new batched job, and the next worker
+// handles only those.
+func TestDispatchBatchShutdown(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	started := make(chan struct{})
+	consumer := func(block bool) *events.Consumer {
+		c := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 10 })
+		events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+			if block && m.Payload.OrderID == "o-3" {
+				close(started)
+				<-ctx.Done() // held until the shutdown cancels it
+				return ctx.Err()
+			}
+			rec.add(call{eventID: m.ID, attempt: m.Attempt})
+			return nil
+		})
+		return c
+	}
+	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{ShutdownTimeout: 200 * time.Millisecond}, func(rt *queue.Runtime) {
+		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{consumer(true)}})
+		require.NoError(t, err)
+	})
+	em := newEmitter(t, db)
+	var items []events.Emission
+	for i := range 8 {
+		items = append(items, events.Emission{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: fmt.Sprintf("o-%d", i), Amount: 1}})
+	}
+	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	require.NoError(t, err)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the batch did not reach the blocking event")
+	}
+	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	require.NoError(t, rt.Stop(stopCtx))
+	require.Equal(t, 3, rec.count(nil), "o-0 to o-2 ran before the shutdown")
+	require.Equal(t, map[string]int{"completed": 1, "available": 1}, batchJobs(t, db, "batched"),
+		"the interrupted batch completed and left the rest as a new batch")
+
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{consumer(false)}})
+		require.NoError(t, err)
+	})
+	pgtest.WaitFor(t, 15*time.Second, "the rest of the batch", func() (bool, error) {
+		return rec.count(nil) == len(ids), nil
+	})
+	for _, id := range ids {
+		require.Equal(t, 1, rec.count(func(c call) bool { return c.eventID == id }), "event %s handled once", id)
+	}
+	pgtest.WaitFor(t, 10*time.Second, "both batched jobs completed", func() (bool, error) {
+		st := batchJobs(t, db, "batched")
+		return st["completed"] == 2 && len(st) == 1, nil
+	})
+}
+
+func TestConsumerDispatchBatchValidation(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{-1, events.DispatchBatchMax + 1} {
+		_, err := events.NewConsumer(events.ConsumerConfig{Name: "c", DispatchBatch: n})
+		require.ErrorContains(t, err, fmt.Sprintf("invalid DispatchBatch %d", n))
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "c"})
+	require.NoError(t, err)
+	require.Equal(t, 1, c.Config().DispatchBatch)
+}

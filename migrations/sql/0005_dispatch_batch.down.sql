@@ -1,0 +1,1 @@
+ALTER TABLE tributary_event_consumer DROP COLUMN IF EXISTS dispatch_batch;
