@@ -213,6 +213,8 @@ func TestBatchConsumer(t *testing.T) {
 // lets it buffer a partial batch, sends SIGTERM, and checks the batch was
 // handed off and acked before the connection closed: nothing is left in the
 // queue, and a restarted process never sees those messages again.
+// TestWorkerAMQPBatchQueueSIGTERM (cmd/tributary) does the same with
+// `tributary worker` staging into Postgres.
 func TestBatchShutdownSIGTERM(t *testing.T) {
 	t.Parallel()
 	cfg, b := testConfig(t, amqptest.UniqueName("batchsigterm"))

@@ -100,7 +100,9 @@ func printBatches(a *app, streams []batch.StreamStatus, objs []batch.Object) err
 }
 
 // installBatch registers the flush worker and the age timer, writing to
-// BATCH_SINK_URL with the S3_BATCH_* thresholds.
+// BATCH_SINK_URL with the S3_BATCH_* thresholds, and builds the process's
+// one stager (env.batchStager) with the same thresholds for the installers
+// after it that stage items.
 func installBatch(ctx context.Context, env *workerEnv) error {
 	cfg := env.app.cfg
 	sink, err := batch.OpenSink(ctx, cfg.BatchSinkURL)
@@ -114,6 +116,11 @@ func installBatch(ctx context.Context, env *workerEnv) error {
 	if err != nil {
 		return err
 	}
-	env.collectors = append(env.collectors, batch.NewCollector(nil, fw))
+	stager, err := batch.NewStager(env.runtime.Client, streams)
+	if err != nil {
+		return err
+	}
+	env.batchStager = stager
+	env.collectors = append(env.collectors, batch.NewCollector(stager, fw))
 	return nil
 }

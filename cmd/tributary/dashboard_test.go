@@ -18,9 +18,17 @@ import (
 	"github.com/tributary-run/tributary/jobs/demo"
 )
 
-// startServing starts the binary with args and waits for the dashboard's
-// "dashboard listening" log line; it returns the base URL.
+// startDashboardProcess starts the binary with args and waits for the
+// dashboard's "dashboard listening" log line; it returns the base URL.
 func startDashboardProcess(t *testing.T, db *pgtest.DB, env []string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd, _, base := startServing(t, db, env, args...)
+	return cmd, base
+}
+
+// startServing is startDashboardProcess that also returns the process's
+// output.
+func startServing(t *testing.T, db *pgtest.DB, env []string, args ...string) (*exec.Cmd, *syncBuffer, string) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = baseEnv(db, env)
@@ -45,7 +53,7 @@ func startDashboardProcess(t *testing.T, db *pgtest.DB, env []string, args ...st
 		}
 		return false, nil
 	})
-	return cmd, "http://" + addr
+	return cmd, logs, "http://" + addr
 }
 
 func dashboardGet(t *testing.T, url string) (int, string) {

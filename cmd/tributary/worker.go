@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/demo"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
@@ -32,6 +33,10 @@ type workerEnv struct {
 	// outboxPublishers are extra destinations for the outbox forwarder
 	// besides the in-database bus (the AMQP outbound bridge).
 	outboxPublishers []queue.OutboxPublisher
+
+	// batchStager stages items for the batch flushes installBatch
+	// registers; one per process, shared by every installer that stages.
+	batchStager *batch.Stager
 }
 
 // installer registers workers and adds services to the worker's runtime.
