@@ -223,7 +223,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 		for i, k := range keys {
 			cs[i], as[i], ns[i] = k.consumer, k.aggregate, laneCount[k]
 		}
-		rows, err := tx.Query(ctx, b.laneSQL, cs, as, ns, time.Now().UTC())
+		rows, err := tx.Query(ctx, b.laneSQL, customPlan, cs, as, ns, time.Now().UTC())
 		if err != nil {
 			return fmt.Errorf("error reserving lane sequence numbers: %w", err)
 		}

@@ -399,7 +399,7 @@ func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[D
 // dispatch a forwarder inserted while this transaction waited for the lock.
 func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchArgs) (promotedQueue string, err error) {
 	var head int64
-	err = tx.QueryRow(ctx, d.advanceSQL, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
+	err = tx.QueryRow(ctx, d.advanceSQL, customPlan, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not the head: a replay of a skipped dispatch, or a re-run after a
 		// crash between the lane update and River's bookkeeping.
@@ -408,7 +408,7 @@ func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchAr
 	if err != nil {
 		return "", fmt.Errorf("error advancing lane %s/%s: %w", args.Consumer, args.AggregateID, err)
 	}
-	err = tx.QueryRow(ctx, d.promoteSQL, args.Consumer, args.AggregateID, head, time.Now().UTC()).Scan(&promotedQueue)
+	err = tx.QueryRow(ctx, d.promoteSQL, customPlan, args.Consumer, args.AggregateID, head, time.Now().UTC()).Scan(&promotedQueue)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil // the lane is idle now
 	}

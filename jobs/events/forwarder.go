@@ -366,7 +366,7 @@ func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}, sweep
 // resetStale returns rows claimed longer than StaleClaimAfter to PENDING.
 func (f *Forwarder) resetStale(ctx context.Context) {
 	cutoff := time.Now().Add(-f.cfg.StaleClaimAfter)
-	tag, err := f.pool.Exec(ctx, f.staleSQL, cutoff)
+	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, cutoff)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
@@ -423,19 +423,15 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 	var wakeOthers bool
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, f.claimSelectSQL, f.cfg.BatchSize, f.lockNS)
+		ids, candidates, err := f.selectClaim(ctx, tx)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("error claiming outbox rows: %w", err)
-		}
-		selected = len(ids)
+		selected = candidates
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err = tx.Query(ctx, f.claimSentSQL, ids, f.cfg.ID, now)
+		rows, err := tx.Query(ctx, f.claimSentSQL, customPlan, ids, f.cfg.ID, now)
 		if err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -485,25 +481,44 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 	return selected >= f.cfg.BatchSize, nil
 }
 
+// selectClaim locks the next PENDING rows and returns the ids of those
+// this transaction may claim (see claimSelectSQL), and how many rows it
+// looked at.
+func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx) (ids []string, candidates int, err error) {
+	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.BatchSize, f.lockNS)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var mine bool
+		if err := rows.Scan(&id, &mine); err != nil {
+			return nil, 0, err
+		}
+		candidates++
+		if mine {
+			ids = append(ids, id)
+		}
+	}
+	return ids, candidates, rows.Err()
+}
+
 func (f *Forwarder) claim(ctx context.Context) (claim, error) {
 	c := claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
 	var claimed []positionedEvent
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, f.claimSelectSQL, f.cfg.BatchSize, f.lockNS)
+		ids, candidates, err := f.selectClaim(ctx, tx)
 		if err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		c.selected = len(ids)
+		c.selected = candidates
 		if len(ids) == 0 {
 			return nil
 		}
 		// A second statement, so a fresh snapshot sees claims that other
 		// forwarders committed while this one waited for the locks.
-		rows, err = tx.Query(ctx, f.claimUpdateSQL, ids, f.cfg.ID, c.claimedAt)
+		rows, err := tx.Query(ctx, f.claimUpdateSQL, customPlan, ids, f.cfg.ID, c.claimedAt)
 		if err != nil {
 			return err
 		}
@@ -565,7 +580,7 @@ func (f *Forwarder) publish(ctx context.Context, c claim) (err error) {
 		}
 	}()
 	return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, f.sentSQL, ids, f.cfg.ID, c.claimedAt, time.Now().UTC())
+		rows, err := tx.Query(ctx, f.sentSQL, customPlan, ids, f.cfg.ID, c.claimedAt, time.Now().UTC())
 		if err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -626,7 +641,7 @@ func (f *Forwarder) wakeForwarders(ctx context.Context) {
 }
 
 func (f *Forwarder) fail(ctx context.Context, c claim, cause error) error {
-	tag, err := f.pool.Exec(ctx, f.failSQL, eventIDs(c.events), f.cfg.ID, c.claimedAt, cause.Error(), f.cfg.MaxRetries, time.Now().UTC())
+	tag, err := f.pool.Exec(ctx, f.failSQL, customPlan, eventIDs(c.events), f.cfg.ID, c.claimedAt, cause.Error(), f.cfg.MaxRetries, time.Now().UTC())
 	if err != nil {
 		return fmt.Errorf("error recording the forwarding failure: %w", err)
 	}
@@ -642,17 +657,28 @@ func eventIDs(events []queue.OutboxEvent) []string {
 	return ids
 }
 
-// claimSelectSQL locks up to $1 PENDING rows in emit order. A row with an
-// aggregate is taken only when this transaction also gets the aggregate's
-// advisory lock, so two forwarders never claim events of one aggregate at
-// the same time (which would let them be sent out of order).
+// claimSelectSQL locks the next $1 PENDING rows in emit order (skipping
+// rows another forwarder holds) and tells for each whether this
+// transaction may claim it: a row with an aggregate only when the
+// transaction also gets the aggregate's advisory lock, so two forwarders
+// never claim events of one aggregate at the same time (which would let
+// them be sent out of order). The candidates are picked first, in a CTE the
+// planner cannot merge, and only they are tried: with the lock function in
+// the scan's WHERE, a plan that sorts after scanning (what Postgres picks
+// while the outbox has no statistics yet) called it on every PENDING row,
+// taking an advisory lock per aggregate of the whole backlog; enough of
+// them exhaust the shared lock table ("out of shared memory").
 const claimSelectSQL = `
-SELECT id::text FROM /*schema*/tributary_outbox
-WHERE status = 'PENDING'
-  AND (aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0)))
-ORDER BY position
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
+WITH candidate AS MATERIALIZED (
+    SELECT id, aggregate_id, position FROM /*schema*/tributary_outbox
+    WHERE status = 'PENDING'
+    ORDER BY position
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT id::text, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
+FROM candidate
+ORDER BY position`
 
 // claimUpdateSQL claims the locked rows, leaving out any row that has an
 // earlier unfinished row of its aggregate outside this batch (claimed by

@@ -229,3 +229,34 @@ func TestForwarderFailures(t *testing.T) {
 		require.Positive(t, inst.Forwarder.Stats().StaleResets)
 	})
 }
+
+// TestClaimLocksOnlyItsCandidates claims 10 rows of an outbox holding 2,000
+// PENDING rows of 2,000 aggregates, in a schema without statistics (the
+// state in which Postgres planned the claim as scan, filter, then sort): the
+// claim may take at most one advisory lock per row it looks at, not one per
+// aggregate of the backlog.
+func TestClaimLocksOnlyItsCandidates(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	em := newEmitter(t, db)
+	items := make([]events.Emission, 2000)
+	for i := range items {
+		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: "x"}, Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%d", i)}}
+	}
+	_, err := em.EmitManyTx(ctx, db.Pool, items)
+	require.NoError(t, err)
+
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, BatchSize: 10, Publishers: []queue.OutboxPublisher{&watchPublisher{}}})
+	require.NoError(t, err)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	ids, candidates, err := f.SelectClaim(ctx, tx)
+	require.NoError(t, err)
+	require.Len(t, ids, 10)
+	require.Equal(t, 10, candidates)
+	var locks int
+	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
+	require.Equal(t, 10, locks, "one advisory lock per claimed aggregate")
+}

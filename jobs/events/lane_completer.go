@@ -131,15 +131,15 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 		now := time.Now().UTC()
 		// Lock the lanes in the forwarder's order first, so the two never
 		// wait for each other in a cycle.
-		if _, err := tx.Exec(ctx, c.d.lockLanesSQL, consumers, aggs); err != nil {
+		if _, err := tx.Exec(ctx, c.d.lockLanesSQL, customPlan, consumers, aggs); err != nil {
 			return fmt.Errorf("error locking lanes: %w", err)
 		}
 		// Set-based: one statement per step for the whole batch. The
 		// promotion is a statement of its own, for the fresh snapshot.
-		if _, err := tx.Exec(ctx, c.d.advanceManySQL, consumers, aggs, seqs, now); err != nil {
+		if _, err := tx.Exec(ctx, c.d.advanceManySQL, customPlan, consumers, aggs, seqs, now); err != nil {
 			return fmt.Errorf("error advancing lanes: %w", err)
 		}
-		rows, err := tx.Query(ctx, c.d.promoteManySQL, consumers, aggs, seqs, now)
+		rows, err := tx.Query(ctx, c.d.promoteManySQL, customPlan, consumers, aggs, seqs, now)
 		if err != nil {
 			return fmt.Errorf("error promoting the next dispatches: %w", err)
 		}
@@ -150,7 +150,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 		// completed); River's completer later finds them finalized and
 		// leaves them alone.
 		var completed int
-		if err := tx.QueryRow(ctx, c.d.completeManySQL, ids, now).Scan(&completed); err != nil {
+		if err := tx.QueryRow(ctx, c.d.completeManySQL, customPlan, ids, now).Scan(&completed); err != nil {
 			return fmt.Errorf("error completing dispatch jobs: %w", err)
 		}
 		if completed != n {
@@ -195,15 +195,24 @@ FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
 WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
 
 // lanePromoteManySQL promotes, for each lane this batch advanced past its
-// job, the dispatch now at the head.
+// job, the dispatch now at the head. The pending job is looked up per lane
+// in a LATERAL subquery (LIMIT 1 keeps the planner from flattening it),
+// which always probes tributary_dispatch_pending_idx with the lane's key. As
+// a plain join, the plan Postgres picked while river_job had no statistics
+// yet walked the whole partial index for each batch: 560 ms per batch of 100
+// over 20,000 pending jobs, against 3 ms.
 const lanePromoteManySQL = `
 UPDATE /*schema*/river_job j
 SET state = 'available', scheduled_at = $4
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
-WHERE j.state = 'pending' AND j.kind = 'tributary.event.dispatch'
-  AND (j.args ->> 'consumer') = u.c AND (j.args ->> 'aggregate_id') = u.a AND ((j.args ->> 'seq')::bigint) = u.s + 1
-  AND EXISTS (SELECT 1 FROM /*schema*/tributary_event_lane l
-              WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s + 1)
+JOIN /*schema*/tributary_event_lane l ON l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s + 1
+CROSS JOIN LATERAL (
+    SELECT p.id FROM /*schema*/river_job p
+    WHERE p.state = 'pending' AND p.kind = 'tributary.event.dispatch'
+      AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a AND ((p.args ->> 'seq')::bigint) = u.s + 1
+    LIMIT 1
+) next
+WHERE j.id = next.id AND j.state = 'pending'
 RETURNING j.queue`
 
 const completeManySQL = `

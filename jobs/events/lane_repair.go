@@ -34,7 +34,7 @@ func (d *Dispatcher) runLaneRepair(ctx context.Context, interval time.Duration) 
 // RepairLanes promotes stuck lane heads once and returns how many.
 func (d *Dispatcher) RepairLanes(ctx context.Context) int {
 	now := time.Now().UTC()
-	rows, err := d.pool.Query(ctx, d.repairSQL, now.Add(-laneRepairQuietFor), now)
+	rows, err := d.pool.Query(ctx, d.repairSQL, customPlan, now.Add(-laneRepairQuietFor), now)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)
@@ -64,8 +64,13 @@ const laneRepairSQL = `
 UPDATE /*schema*/river_job j
 SET state = 'available', scheduled_at = $2
 FROM /*schema*/tributary_event_lane l
+CROSS JOIN LATERAL (
+    SELECT p.id FROM /*schema*/river_job p
+    WHERE p.state = 'pending' AND p.kind = 'tributary.event.dispatch'
+      AND (p.args ->> 'consumer') = l.consumer AND (p.args ->> 'aggregate_id') = l.aggregate_id
+      AND ((p.args ->> 'seq')::bigint) = l.head_seq
+    LIMIT 1
+) head
 WHERE l.head_seq <= l.last_seq AND l.updated_at < $1
-  AND j.state = 'pending' AND j.kind = 'tributary.event.dispatch'
-  AND (j.args ->> 'consumer') = l.consumer AND (j.args ->> 'aggregate_id') = l.aggregate_id
-  AND ((j.args ->> 'seq')::bigint) = l.head_seq
+  AND j.id = head.id AND j.state = 'pending'
 RETURNING j.queue, l.consumer, l.aggregate_id, l.head_seq`
