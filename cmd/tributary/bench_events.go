@@ -71,7 +71,8 @@ func newBenchEventsCmd(a *app) *cobra.Command {
   2. throughput: N events emitted in transactions of 1,000 while a worker
      runtime forwards and handles them with a no-op handler; events/s from
      the first emit to the last handler done. Once with one dispatch job per
-     event, once with the consumer's DispatchBatch set to --dispatch-batch;
+     event (DispatchBatch 1), once with the consumer's DispatchBatch set to
+     --dispatch-batch (default 100, the consumer default);
   3. latency: events emitted one per transaction at a steady --rate for
      --latency-for; time from the emit's commit to its handler's start, for
      the same two consumers.
@@ -160,7 +161,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&rate, "rate", 500, "events per second in the latency part")
 	f.DurationVar(&latencyFor, "latency-for", 20*time.Second, "length of the latency part")
 	f.IntVar(&workers, "workers", 200, "dispatch workers of the benchmark runtime")
-	f.IntVar(&dispatchBatch, "dispatch-batch", 100, "the batched consumer's DispatchBatch (1: only the one-job-per-event runs)")
+	f.IntVar(&dispatchBatch, "dispatch-batch", events.DispatchBatchDefault, "the batched consumer's DispatchBatch (default: the consumer default; 1: only the one-job-per-event runs)")
 	f.BoolVar(&noNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	cpuProfileFlag(f, &cpuProfile)

@@ -74,23 +74,37 @@ type ConsumerConfig struct {
 	// its outcome. It must not block for long.
 	OnProcessedFunc func(ctx context.Context, p Processed)
 
-	// DispatchBatch, when above 1, lets one dispatch job carry up to this
-	// many of the consumer's events that have no aggregate: the forwarder
-	// groups the events of each batch it forwards, and the job runs their
-	// handlers one after another. It saves a River job per event, which is
-	// most of the cost of an event with a fast handler; the price is that
-	// the events of one job share a worker slot (a slow handler delays the
-	// rest of its job) and that a crash of the worker redelivers the whole
-	// job. A failing event leaves the batch as a dispatch job of its own,
-	// retried on the consumer's delays as any other. Events with an
-	// aggregate always travel one per job, through their lane.
+	// DispatchBatch is the most of the consumer's events without an
+	// aggregate that one dispatch job carries. The forwarder groups the
+	// events of each batch it forwards (so a quiet outbox still gives jobs
+	// of one or two events), and the job runs their handlers one after
+	// another. It saves a River job per event, which is most of the cost of
+	// an event whose handler is fast. An event that fails leaves the batch
+	// as a dispatch job of its own, retried on the consumer's delays as any
+	// other; a worker crash redelivers the events of the batch not yet
+	// recorded. Events with an aggregate always travel one per job, through
+	// their lane. 1 turns batching off: one job per event.
 	//
-	// Defaults to 1 (one job per event); at most DispatchBatchMax.
+	// Defaults to DispatchBatchDefault (100); at most DispatchBatchMax.
 	DispatchBatch int
+
+	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
+	// one worker slot: once its handlers have run this long, the events not
+	// yet handled become dispatch jobs of their own, which any free worker
+	// takes. So slow handlers run in parallel as with one job per event, and
+	// fast ones keep the saving. Negative: never split.
+	//
+	// Defaults to 50 ms.
+	DispatchBatchSplitAfter time.Duration
 }
 
-// DispatchBatchMax is the largest ConsumerConfig.DispatchBatch.
-const DispatchBatchMax = 1000
+// Batched dispatch limits and defaults (ConsumerConfig.DispatchBatch and
+// DispatchBatchSplitAfter).
+const (
+	DispatchBatchDefault           = 100
+	DispatchBatchMax               = 1000
+	DispatchBatchSplitAfterDefault = 50 * time.Millisecond
+)
 
 // Processed is the outcome of one dispatch attempt, for OnProcessedFunc.
 type Processed struct {
@@ -210,9 +224,14 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		}
 	}
 	if cfg.DispatchBatch < 0 || cfg.DispatchBatch > DispatchBatchMax {
-		return nil, fmt.Errorf("consumer %s: invalid DispatchBatch %d: want 1 to %d", cfg.Name, cfg.DispatchBatch, DispatchBatchMax)
+		return nil, fmt.Errorf("consumer %s: invalid DispatchBatch %d: want 1 to %d (0 for the default, %d)", cfg.Name, cfg.DispatchBatch, DispatchBatchMax, DispatchBatchDefault)
 	}
-	cfg.DispatchBatch = max(cfg.DispatchBatch, 1)
+	if cfg.DispatchBatch == 0 {
+		cfg.DispatchBatch = DispatchBatchDefault
+	}
+	if cfg.DispatchBatchSplitAfter == 0 {
+		cfg.DispatchBatchSplitAfter = DispatchBatchSplitAfterDefault
+	}
 	return &Consumer{cfg: cfg}, nil
 }
 

@@ -15,8 +15,7 @@ import (
 )
 
 // DispatchBatchKind is the River job kind of a batched dispatch: several
-// events without an aggregate for one consumer whose DispatchBatch is above
-// 1.
+// events without an aggregate for one consumer (ConsumerConfig.DispatchBatch).
 const DispatchBatchKind = "tributary.event.dispatch_batch"
 
 // DispatchBatchArgs are a batched dispatch job's arguments: the events, in
@@ -61,15 +60,17 @@ type batchRemainder struct {
 }
 
 // workBatch delivers the job's events one after another, exactly as a
-// dispatch job each would. When every event succeeded the job completes as
-// usual. Otherwise, in one transaction, each failed event becomes a
-// dispatch job of its own that has made its attempt: retryable after the
-// consumer's delay, discarded after the last attempt, or cancelled for a
-// validation failure. So from the first failure on, an event is retried,
-// listed and replayed as if it had never been batched. A shutdown that
-// interrupts the batch moves the events not yet delivered to a new batch
-// job, available at once, so a restart does not deliver the finished ones
-// again.
+// dispatch job each would. When every event succeeded, the job completes as
+// usual. Otherwise one transaction records what is left:
+//   - each failed event becomes a dispatch job of its own that has made its
+//     attempt: retryable after the consumer's delay, discarded after the
+//     last attempt, or cancelled for a validation failure. From then on it
+//     is retried, listed and replayed as if it had never been batched;
+//   - once the batch has run for DispatchBatchSplitAfter, the events not yet
+//     delivered become dispatch jobs of their own, for any free worker;
+//   - a shutdown that interrupts the batch moves the events not yet
+//     delivered to a new batch job, so a restart does not deliver the
+//     finished ones again.
 func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatchArgs]) error {
 	c := d.consumers[job.Args.Consumer]
 	if c == nil {
@@ -77,11 +78,19 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 	}
 	events := job.Args.Events
 	maxAttempts := c.maxAttempts()
-	now := time.Now().UTC()
+	start := time.Now()
+	now := start.UTC()
+	split := c.cfg.DispatchBatchSplitAfter
 	var rems []batchRemainder
 	for i := range events {
 		if ctx.Err() != nil {
 			rems = append(rems, d.restOfBatch(job, events[i:]))
+			break
+		}
+		if i > 0 && split > 0 && time.Since(start) >= split {
+			// Slow handlers: let free workers take the rest, one each.
+			rems = append(rems, splitBatch(c, events[i:])...)
+			d.logger.DebugContext(ctx, "split a batched dispatch", "consumer", c.Name(), "job_id", job.ID, "handled", i, "split_off", len(events)-i)
 			break
 		}
 		ev := &events[i]
@@ -132,6 +141,20 @@ func (d *Dispatcher) restOfBatch(job *river.Job[DispatchBatchArgs], rest []queue
 		state: rivertype.JobStateAvailable, maxAttempts: job.MaxAttempts, scheduledAt: time.Now().UTC(),
 		args: DispatchBatchArgs{Consumer: job.Args.Consumer, Events: rest},
 	}
+}
+
+// splitBatch makes each of events a dispatch job of its own, available at
+// once and not yet attempted.
+func splitBatch(c *Consumer, events []queue.OutboxEvent) []batchRemainder {
+	now := time.Now().UTC()
+	rems := make([]batchRemainder, len(events))
+	for i, ev := range events {
+		rems[i] = batchRemainder{
+			state: rivertype.JobStateAvailable, maxAttempts: c.maxAttempts(), scheduledAt: now,
+			args: DispatchArgs{Consumer: c.Name(), Event: ev},
+		}
+	}
+	return rems
 }
 
 // attemptError renders err as River records a failed attempt.

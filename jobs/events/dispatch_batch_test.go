@@ -57,7 +57,7 @@ func TestDispatchBatch(t *testing.T) {
 	}
 	events.On(batched, orderPlacedEvent, handle)
 	// A consumer without batching gets every event as well.
-	plain := fastConsumer(t, "plain", nil)
+	plain := fastConsumer(t, "plain", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 1 })
 	events.On(plain, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
 		rec.add(call{consumer: m.Consumer, eventID: m.ID, attempt: m.Attempt})
 		return nil
@@ -200,5 +200,46 @@ func TestConsumerDispatchBatchValidation(t *testing.T) {
 	}
 	c, err := events.NewConsumer(events.ConsumerConfig{Name: "c"})
 	require.NoError(t, err)
-	require.Equal(t, 1, c.Config().DispatchBatch)
+	require.Equal(t, events.DispatchBatchDefault, c.Config().DispatchBatch)
+	require.Equal(t, events.DispatchBatchSplitAfterDefault, c.Config().DispatchBatchSplitAfter)
+}
+
+// TestDispatchBatchSplitsForSlowHandlers gives a batch of 10 events a
+// handler slower than the split time: the first event runs in the batch, and
+// the other nine leave it as dispatch jobs of their own, each handled once.
+func TestDispatchBatchSplitsForSlowHandlers(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	c := fastConsumer(t, "slow", func(cfg *events.ConsumerConfig) {
+		cfg.DispatchBatch = 10
+		cfg.DispatchBatchSplitAfter = 20 * time.Millisecond
+	})
+	events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+		time.Sleep(30 * time.Millisecond) // the handler's work, slower than the split time
+		rec.add(call{eventID: m.ID, attempt: m.Attempt})
+		return nil
+	})
+	startEvents(t, db, events.ForwarderConfig{Concurrency: 1}, c)
+	em := newEmitter(t, db)
+	var items []events.Emission
+	for i := range 10 {
+		items = append(items, events.Emission{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: fmt.Sprintf("o-%d", i), Amount: 1}})
+	}
+	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 15*time.Second, "every event handled", func() (bool, error) {
+		return rec.count(nil) == len(ids), nil
+	})
+	for i, id := range ids {
+		require.Equal(t, 1, rec.count(func(c call) bool { return c.eventID == id }), "event %d handled once", i)
+		_, state, _ := dispatchJob(t, db, "slow", id)
+		if i == 0 {
+			require.Empty(t, state, "the first event ran in the batch")
+		} else {
+			require.NotEmpty(t, state, "event %d was split off into a job of its own", i)
+		}
+	}
+	require.Equal(t, map[string]int{"completed": 1}, batchJobs(t, db, "slow"))
 }
