@@ -125,11 +125,13 @@ func CloseConnections(t testing.TB, namePrefix string) int {
 	require.NotContains(t, namePrefix, `"`)
 	// Connections of other tests come and go meanwhile: one that is gone by
 	// the time it is asked for its properties (noproc) is skipped, not an
-	// error.
+	// error, and so is one still in its handshake (client_properties is the
+	// atom none until the client has sent them).
 	expr := fmt.Sprintf(`Prefix = <<"%s">>,
 Info = fun(P) -> try rabbit_networking:connection_info(P, [client_properties]) catch _:_ -> [] end end,
 L = [P || P <- rabbit_networking:connections(),
       {client_properties, Props} <- Info(P),
+      is_list(Props),
       {<<"connection_name">>, longstr, N} <- Props,
       binary:longest_common_prefix([N, Prefix]) =:= byte_size(Prefix)],
 [catch rabbit_networking:close_connection(P, "test fault injection") || P <- L],
