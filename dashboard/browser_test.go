@@ -144,8 +144,11 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(b,
 		chromedp.SetValue("#filter-state", "discarded"),
 		chromedp.Click("#filter-apply"),
-		chromedp.WaitVisible(fmt.Sprintf(`a[href="/jobs/%d"]`, failed)),
 	))
+	// The unfiltered page lists the failed job too: wait for the filtered
+	// page to have loaded before looking at it.
+	waitForPage(t, b, "state=discarded")
+	require.NoError(t, chromedp.Do(b, chromedp.WaitVisible(fmt.Sprintf(`a[href="/jobs/%d"]`, failed))))
 	loc, err := chromedp.Run(b, chromedp.Location())
 	require.NoError(t, err)
 	require.Contains(t, loc, "state=discarded")
@@ -193,5 +196,26 @@ func TestBrowser(t *testing.T) {
 	for i, page := range []string{"outbox", "schedules", "batches", "amqp"} {
 		require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/"+page), chromedp.WaitVisible("main h1")))
 		screenshot(t, b, fmt.Sprintf("%02d-%s", 8+i, page))
+	}
+}
+
+// waitForPage polls until the browser shows a fully loaded page whose
+// address contains part (a click's navigation happens after Click returns).
+func waitForPage(t *testing.T, b context.Context, part string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		// Errors are expected while the old page goes away.
+		loc, err := chromedp.Run(b, chromedp.Location())
+		if err == nil && strings.Contains(loc, part) {
+			ready, err := chromedp.Run(b, chromedp.Evaluate[string](`document.readyState`))
+			if err == nil && ready == "complete" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the browser did not reach a page with %q in its address (at %q, %v)", part, loc, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the browser until a deadline
 	}
 }
