@@ -83,7 +83,7 @@ func (s *consumerSession) close() {
 }
 
 type consumerCounters struct {
-	delivered, acked, retried, failed, stale, reconnects, doubleSettle atomic.Uint64
+	delivered, acked, retried, failed, stale, reconnects atomic.Uint64
 }
 
 // ConsumerStats are cumulative counters of one consumer.

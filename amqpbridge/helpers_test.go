@@ -37,7 +37,6 @@ type testBundle struct {
 	cfg   Config
 	conn  *amqp.Connection
 	ch    *amqp.Channel
-	topo  Topology
 	logs  *logBuffer
 	queue string
 }

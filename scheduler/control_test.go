@@ -142,7 +142,7 @@ func TestDeclareAndControl(t *testing.T) {
 		require.NoError(t, Resume(context.Background(), b.client, "report"))
 		next, _, _, _ := scheduleRow(t, b.db, "report")
 		require.True(t, next.After(time.Now()), "next run %s is after now", next)
-		require.LessOrEqual(t, next.Sub(time.Now()), time.Hour)
+		require.LessOrEqual(t, time.Until(next), time.Hour)
 
 		require.ErrorIs(t, Pause(context.Background(), b.client, "nope"), ErrNotFound)
 		require.ErrorIs(t, Resume(context.Background(), b.client, "nope"), ErrNotFound)

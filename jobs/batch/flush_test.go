@@ -273,8 +273,7 @@ func TestStageValidation(t *testing.T) {
 	require.Equal(t, 1, inv.Index)
 	require.ErrorIs(t, err, ErrInvalidItem)
 
-	big := []byte(fmt.Sprintf(`{"x":"%s"}`, make([]byte, 0)))
-	big = []byte(`{"x":"` + string(make([]byte, 60, 60)) + `"}`)
+	big := []byte(`{"x":"` + string(make([]byte, 60)) + `"}`)
 	for i := range big[6 : len(big)-2] {
 		big[6+i] = 'a'
 	}

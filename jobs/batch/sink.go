@@ -93,7 +93,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		prefix = u.Query().Get("prefix")
 	case "s3":
 		if u.Host == "" {
-			return nil, fmt.Errorf("invalid sink URL %q: want s3://BUCKET?region=...&endpoint=...", rawURL)
+			return nil, fmt.Errorf("invalid sink URL %q: want s3://BUCKET?region=REGION&endpoint=URL", rawURL)
 		}
 		q := u.Query()
 		if q.Get("endpoint") != "" && q.Get("use_path_style") == "" && q.Get("s3ForcePathStyle") == "" {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,7 +186,7 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 func buildReplicaWorker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "replicaworker")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./internal/replica/replicaworker")
+	build := exec.Command("go", "build", "-o", bin, "./internal/replica/replicaworker")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the replica worker: %s", out)
 	return bin
