@@ -192,7 +192,7 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 	for _, c := range consumers {
 		evs := batched[c]
 		for len(evs) > 0 {
-			n := min(len(evs), c.dispatchBatch)
+			n := batchLen(evs, c.dispatchBatch)
 			var args river.JobArgs = DispatchBatchArgs{Consumer: c.name, Events: evs[:n]}
 			if n == 1 {
 				args = DispatchArgs{Consumer: c.name, Event: evs[0]}
@@ -261,6 +261,35 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 	}
 	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))
 	return nil
+}
+
+// DispatchBatchMaxBytes bounds the payload bytes of one batched dispatch
+// job: its events travel in the job's args, which River writes three times
+// and indexes. An event at least this large goes in a job of its own.
+const DispatchBatchMaxBytes = 1 << 20
+
+// batchLen is how many of evs (at least one) the next batched job takes:
+// at most max events and DispatchBatchMaxBytes of payload and metadata.
+func batchLen(evs []queue.OutboxEvent, max int) int {
+	size := 0
+	for i := range evs {
+		size += eventSize(&evs[i])
+		if i > 0 && (i == max || size > DispatchBatchMaxBytes) {
+			return i
+		}
+	}
+	return min(len(evs), max)
+}
+
+// eventSize approximates an event's size in a job's args: payload,
+// metadata and 256 bytes for ids, type and field names.
+func eventSize(ev *queue.OutboxEvent) int {
+	m := &ev.Metadata
+	n := len(ev.Payload) + len(m.CorrelationID) + len(m.CausationID) + len(m.Actor) + 256
+	for k, v := range m.Extra {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 const busConsumersSQL = `

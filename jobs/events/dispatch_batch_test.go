@@ -3,9 +3,11 @@ package events_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -242,4 +244,40 @@ func TestDispatchBatchSplitsForSlowHandlers(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]int{"completed": 1}, batchJobs(t, db, "slow"))
+}
+
+// TestDispatchBatchBoundedByBytes forwards four events of 400 KiB in one
+// batch: a batched job takes at most DispatchBatchMaxBytes of them, so they
+// travel two by two.
+func TestDispatchBatchBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	rec := &recorder{}
+	c := fastConsumer(t, "bulky", nil)
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+		rec.add(call{eventID: m.ID})
+		return nil
+	})
+	startEvents(t, db, events.ForwarderConfig{Concurrency: 1}, c)
+	em := newEmitter(t, db)
+	text := strings.Repeat("x", 400<<10)
+	items := make([]events.Emission, 4)
+	for i := range items {
+		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: text}}
+	}
+	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 15*time.Second, "every event handled", func() (bool, error) {
+		return rec.count(nil) == len(ids), nil
+	})
+	rows, err := db.Pool.Query(ctx, db.Q(`SELECT jsonb_array_length(args->'events') FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch_batch' ORDER BY id`))
+	require.NoError(t, err)
+	sizes, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 2}, sizes, "two events of 400 KiB per job under the 1 MiB bound")
+	for _, id := range ids {
+		require.Equal(t, 1, rec.count(func(c call) bool { return c.eventID == id }))
+	}
 }
