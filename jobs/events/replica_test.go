@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -30,8 +31,9 @@ func replicaEvents(def int) int {
 	return def
 }
 
-// emitReplicaEvents emits n events over aggregates from 4 goroutines, 100
-// per transaction. Emit order is the outbox position.
+// emitReplicaEvents emits n events from 4 goroutines, 100 per transaction:
+// every tenth without an aggregate (so it travels in batched dispatch jobs),
+// the rest over aggregates. Emit order is the outbox position.
 func emitReplicaEvents(t *testing.T, db *pgtest.DB, n, aggregates int) {
 	t.Helper()
 	reg, err := events.NewRegistry(replica.Event)
@@ -47,8 +49,11 @@ func emitReplicaEvents(t *testing.T, db *pgtest.DB, n, aggregates int) {
 			for i := w * 100; i < n; i += 400 {
 				batch := make([]events.Emission, 0, 100)
 				for j := i; j < min(n, i+100); j++ {
-					batch = append(batch, events.Emission{Def: replica.Event, Payload: replica.Payload{N: j},
-						Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%03d", j%aggregates), CorrelationID: fmt.Sprint("c-", j)}})
+					meta := events.Meta{CorrelationID: fmt.Sprint("c-", j)}
+					if j%10 != 9 {
+						meta.AggregateID = fmt.Sprintf("agg-%03d", j%aggregates)
+					}
+					batch = append(batch, events.Emission{Def: replica.Event, Payload: replica.Payload{N: j}, Meta: meta})
 				}
 				if _, err := em.EmitManyTx(context.Background(), db.Pool, batch); err != nil {
 					errs <- err
@@ -70,12 +75,25 @@ func checkReplicaLog(t *testing.T, db *pgtest.DB, n int) {
 	t.Helper()
 	ctx := context.Background()
 	want := emitOrder(t, db)
-	rows, err := db.Pool.Query(ctx, db.Q(`SELECT consumer, aggregate_id, event_id::text FROM /*schema*/replica_log ORDER BY id`))
+	rows, err := db.Pool.Query(ctx, db.Q(`SELECT id::text FROM /*schema*/tributary_outbox WHERE aggregate_id IS NULL`))
+	require.NoError(t, err)
+	unordered, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotEmpty(t, unordered)
+	rows, err = db.Pool.Query(ctx, db.Q(`SELECT consumer, coalesce(aggregate_id, ''), event_id::text FROM /*schema*/replica_log ORDER BY id`))
 	require.NoError(t, err)
 	got := map[string]map[string][]string{}
+	gotUnordered := map[string]map[string]bool{}
 	for rows.Next() {
 		var c, agg, id string
 		require.NoError(t, rows.Scan(&c, &agg, &id))
+		if agg == "" {
+			if gotUnordered[c] == nil {
+				gotUnordered[c] = map[string]bool{}
+			}
+			gotUnordered[c][id] = true
+			continue
+		}
 		if got[c] == nil {
 			got[c] = map[string][]string{}
 		}
@@ -93,6 +111,10 @@ func checkReplicaLog(t *testing.T, db *pgtest.DB, n int) {
 			require.Equal(t, ids, got[c][agg], "consumer %s, aggregate %s: calls in emit order, each event once", c, agg)
 			delivered += len(ids)
 		}
+		for _, id := range unordered {
+			require.True(t, gotUnordered[c][id], "consumer %s got event %s (no aggregate)", c, id)
+		}
+		delivered += len(gotUnordered[c])
 		require.Equal(t, n, delivered, "consumer %s got every event", c)
 	}
 }
