@@ -79,7 +79,6 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 	events := job.Args.Events
 	maxAttempts := c.maxAttempts()
 	start := time.Now()
-	now := start.UTC()
 	split := c.cfg.DispatchBatchSplitAfter
 	var rems []batchRemainder
 	for i := range events {
@@ -98,11 +97,14 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 		if r.err == nil {
 			continue
 		}
-		if ctx.Err() != nil && !r.terminal {
-			// Interrupted by the shutdown: this event runs again with the rest.
+		if ctx.Err() != nil && r.validation == nil && !isCancel(r.err) {
+			// Interrupted by the shutdown: this event runs again with the
+			// rest, as a dispatch job cancelled by a hard stop is snoozed
+			// without spending its attempt.
 			rems = append(rems, d.restOfBatch(job, events[i:]))
 			break
 		}
+		now := time.Now().UTC()
 		rem := batchRemainder{
 			state: rivertype.JobStateRetryable, attempt: job.Attempt, maxAttempts: maxAttempts,
 			scheduledAt: now.Add(c.retryDelay(job.Attempt)),
