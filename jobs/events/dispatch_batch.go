@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -162,7 +163,8 @@ func splitBatch(c *Consumer, events []queue.OutboxEvent) []batchRemainder {
 // attemptError renders err as River records a failed attempt.
 func attemptError(attempt int, err error) string {
 	ae := rivertype.AttemptError{At: time.Now().UTC(), Attempt: attempt, Error: err.Error()}
-	if pe, ok := err.(*PanicError); ok {
+	var pe *PanicError
+	if errors.As(err, &pe) {
 		ae.Trace = pe.Stack
 	}
 	b, _ := json.Marshal(ae)
