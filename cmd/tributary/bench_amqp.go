@@ -84,7 +84,7 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVarP(&n, "n", "n", 20000, "messages per measurement")
+	cmd.Flags().IntVarP(&n, "n", "n", 100000, "messages per measurement (long enough that the bare loop is measured at its sustained rate, not a burst)")
 	cmd.Flags().IntVar(&rounds, "rounds", 5, "alternate the two sides this many times; medians count")
 	cmd.Flags().IntVar(&bodyBytes, "body-bytes", 200, "size of each JSON body")
 	cmd.Flags().IntVar(&prefetch, "bridge-prefetch", amqpbridge.InboundPrefetchDefault, "the inbound bridge's prefetch")
