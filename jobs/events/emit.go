@@ -367,22 +367,7 @@ const emitLockSQL = `
 SELECT count(pg_advisory_xact_lock(hashtextextended('tributary.emit.' || k.a, 0)))
 FROM (SELECT a FROM unnest($1::text[]) WITH ORDINALITY AS u(a, ord) ORDER BY ord) AS k`
 
-// outboxInsertSQL inserts rows in emit order and queues one notification,
-// which Postgres delivers when the transaction commits.
-const outboxInsertSQL = `
-WITH ins AS (
-    INSERT INTO /*schema*/tributary_outbox
-        (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
-         source_service, status, retry_count, created_at)
-    SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payload::jsonb, u.metadata::jsonb,
-           $8, 'PENDING', 0, $9
-    FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
-        WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
-    ORDER BY u.ord
-    RETURNING 1
-)
-SELECT pg_notify($10, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one`
-
+// outboxInsertNoNotifySQL inserts rows in emit order.
 const outboxInsertNoNotifySQL = `
 INSERT INTO /*schema*/tributary_outbox
     (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
@@ -392,3 +377,11 @@ SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payl
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
     WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
 ORDER BY u.ord`
+
+// outboxInsertSQL is the same insert queueing one notification, which
+// Postgres delivers when the transaction commits.
+const outboxInsertSQL = `
+WITH ins AS (` + outboxInsertNoNotifySQL + `
+RETURNING 1
+)
+SELECT pg_notify($10, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one`

@@ -680,12 +680,11 @@ SELECT id::text, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextexten
 FROM candidate
 ORDER BY position`
 
-// claimUpdateSQL claims the locked rows, leaving out any row that has an
-// earlier unfinished row of its aggregate outside this batch (claimed by
+// claimGuardSQL and claimReturningSQL are the WHERE and RETURNING of the
+// two claim updates below: a locked row is claimed unless an earlier
+// unfinished row of its aggregate lies outside this batch (claimed by
 // another forwarder, or skipped because it was locked).
-const claimUpdateSQL = `
-UPDATE /*schema*/tributary_outbox o
-SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3
+const claimGuardSQL = `
 WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
   AND (o.aggregate_id IS NULL OR NOT EXISTS (
         SELECT 1 FROM /*schema*/tributary_outbox e
@@ -696,20 +695,16 @@ WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
 RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
           o.payload, o.metadata, o.source_service, o.created_at`
 
+// claimUpdateSQL claims the locked rows (PENDING -> CLAIMED).
+const claimUpdateSQL = `
+UPDATE /*schema*/tributary_outbox o
+SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3` + claimGuardSQL
+
 // claimSentSQL is claimUpdateSQL for the one-transaction path: the rows go
 // straight to SENT.
 const claimSentSQL = `
 UPDATE /*schema*/tributary_outbox o
-SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3
-WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
-  AND (o.aggregate_id IS NULL OR NOT EXISTS (
-        SELECT 1 FROM /*schema*/tributary_outbox e
-        WHERE e.aggregate_id = o.aggregate_id
-          AND e.status IN ('PENDING', 'CLAIMED')
-          AND e.position < o.position
-          AND e.id <> ALL($1::uuid[])))
-RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
-          o.payload, o.metadata, o.source_service, o.created_at`
+SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3` + claimGuardSQL
 
 // sentSQL marks the rows still claimed by this claim SENT.
 const sentSQL = `
