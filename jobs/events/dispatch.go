@@ -200,8 +200,13 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 
 // NextRetry follows the consumer's retry delays.
 func (d *Dispatcher) NextRetry(job *river.Job[DispatchArgs]) time.Time {
-	if c := d.consumers[job.Args.Consumer]; c != nil {
-		return time.Now().Add(c.retryDelay(job.Attempt))
+	return d.nextRetry(job.Args.Consumer, job.Attempt)
+}
+
+// nextRetry is when a dispatch of consumer that failed attempt runs again.
+func (d *Dispatcher) nextRetry(consumer string, attempt int) time.Time {
+	if c := d.consumers[consumer]; c != nil {
+		return time.Now().Add(c.retryDelay(attempt))
 	}
 	return time.Now().Add(5 * time.Second)
 }

@@ -42,10 +42,7 @@ func (w *batchWorker) Work(ctx context.Context, job *river.Job[DispatchBatchArgs
 // NextRetry follows the consumer's retry delays, as for its dispatch jobs
 // (a batch job fails as a whole only when its outcome cannot be recorded).
 func (w *batchWorker) NextRetry(job *river.Job[DispatchBatchArgs]) time.Time {
-	if c := w.d.consumers[job.Args.Consumer]; c != nil {
-		return time.Now().Add(c.retryDelay(job.Attempt))
-	}
-	return time.Now().Add(5 * time.Second)
+	return w.d.nextRetry(job.Args.Consumer, job.Attempt)
 }
 
 // batchRemainder is a dispatch job that a batch leaves behind: an event that
@@ -56,7 +53,7 @@ type batchRemainder struct {
 	attempt     int
 	maxAttempts int
 	scheduledAt time.Time
-	args        any
+	args        river.JobArgs
 	err         string // the attempt's error as River records it; "" for none
 }
 
@@ -84,7 +81,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 	var rems []batchRemainder
 	for i := range events {
 		if ctx.Err() != nil {
-			rems = append(rems, d.restOfBatch(job, events[i:]))
+			rems = append(rems, restOfBatch(job, events[i:]))
 			break
 		}
 		if i > 0 && split > 0 && time.Since(start) >= split {
@@ -102,7 +99,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 			// Interrupted by the shutdown: this event runs again with the
 			// rest, as a dispatch job cancelled by a hard stop is snoozed
 			// without spending its attempt.
-			rems = append(rems, d.restOfBatch(job, events[i:]))
+			rems = append(rems, restOfBatch(job, events[i:]))
 			break
 		}
 		now := time.Now().UTC()
@@ -139,7 +136,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 
 // restOfBatch is the remainder holding the events a shutdown kept from
 // running.
-func (d *Dispatcher) restOfBatch(job *river.Job[DispatchBatchArgs], rest []queue.OutboxEvent) batchRemainder {
+func restOfBatch(job *river.Job[DispatchBatchArgs], rest []queue.OutboxEvent) batchRemainder {
 	return batchRemainder{
 		state: rivertype.JobStateAvailable, maxAttempts: job.MaxAttempts, scheduledAt: time.Now().UTC(),
 		args: DispatchBatchArgs{Consumer: job.Args.Consumer, Events: rest},
@@ -184,7 +181,7 @@ func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[DispatchBat
 			return fmt.Errorf("error encoding a dispatch job: %w", err)
 		}
 		states[i], args[i], errs[i] = string(rem.state), string(b), rem.err
-		kinds[i] = rem.args.(river.JobArgs).Kind()
+		kinds[i] = rem.args.Kind()
 		attempts[i], maxAttempts[i], scheduled[i] = int32(rem.attempt), int32(rem.maxAttempts), rem.scheduledAt
 	}
 	// The job's context without its cancellation: River finds its client
@@ -192,8 +189,7 @@ func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[DispatchBat
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		queueName := job.Queue
-		if _, err := tx.Exec(ctx, d.insertRemaindersSQL, time.Now().UTC(), queueName, states, attempts, maxAttempts, scheduled, args, errs, kinds); err != nil {
+		if _, err := tx.Exec(ctx, d.insertRemaindersSQL, time.Now().UTC(), job.Queue, states, attempts, maxAttempts, scheduled, args, errs, kinds); err != nil {
 			return fmt.Errorf("error inserting dispatch jobs: %w", err)
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
