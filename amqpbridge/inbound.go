@@ -61,6 +61,15 @@ type InboundConfig struct {
 	BatchSize int
 }
 
+// WithDefaults returns ic with Prefetch, Concurrency and BatchSize set as
+// NewInbound uses them.
+func (ic InboundConfig) WithDefaults() InboundConfig {
+	ic.Prefetch = cmp.Or(ic.Prefetch, InboundPrefetchDefault)
+	ic.Concurrency = cmp.Or(ic.Concurrency, InboundConcurrencyDefault)
+	ic.BatchSize = cmp.Or(ic.BatchSize, max(1, ic.Prefetch/max(1, ic.Concurrency)))
+	return ic
+}
+
 // Inbound is the inbound bridge: it turns a queue's messages into rows (River
 // jobs, staged batch items) and acks them only after the inserting
 // transaction committed. Deliveries are inserted in batches of what is
@@ -79,15 +88,13 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 	if ic.DB == nil || ic.Insert == nil {
 		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and an insert function", ic.Queue)
 	}
-	prefetch := cmp.Or(ic.Prefetch, InboundPrefetchDefault)
-	concurrency := cmp.Or(ic.Concurrency, InboundConcurrencyDefault)
-	batchSize := cmp.Or(ic.BatchSize, max(1, prefetch/max(1, concurrency)))
+	ic = ic.WithDefaults()
 	in := &Inbound{}
 	bc, err := NewBatchConsumer(cfg, BatchConsumerConfig{
 		Queue:              ic.Queue,
-		MaxEvents:          batchSize,
-		Prefetch:           prefetch,
-		HandOffConcurrency: concurrency,
+		MaxEvents:          ic.BatchSize,
+		Prefetch:           ic.Prefetch,
+		HandOffConcurrency: ic.Concurrency,
 		MaxBytes:           1 << 62,
 		FlushWhenIdle:      true,
 		Name:               "amqp inbound " + cfg.QueueName(ic.Queue),

@@ -71,7 +71,6 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 	opts.BodyBytes = cmp.Or(opts.BodyBytes, 200)
 	opts.ConfirmWindow = cmp.Or(opts.ConfirmWindow, 512)
 	opts.Prefetch = cmp.Or(opts.Prefetch, 300)
-	opts.BridgePrefetch = cmp.Or(opts.BridgePrefetch, amqpbridge.InboundPrefetchDefault)
 	opts.JobKind = cmp.Or(opts.JobKind, "bench.amqp")
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -173,10 +172,11 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 		fmt.Fprintln(w, "inbound AMQP -> job: skipped (no database)")
 		return res, nil
 	}
+	ic := inbound(opts)
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
 	res.InboundRatio = medianRatio(inBridge, inBare)
 	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
-		opts.Prefetch, res.InboundBare, opts.BridgePrefetch, inboundConcurrency(opts), inboundBatchSize(opts), res.InboundBridge, res.InboundRatio)
+		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio)
 	// The bridge's ceiling on this machine right now: the same inserts
 	// without RabbitMQ.
 	d, err := dbOnly(ctx, opts)
@@ -356,20 +356,19 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 	return time.Since(start), nil
 }
 
-// inboundConcurrency and inboundBatchSize are the inbound bridge's settings
-// as NewInbound resolves them.
-func inboundConcurrency(opts Options) int {
-	return cmp.Or(opts.InboundConcurrency, amqpbridge.InboundConcurrencyDefault)
-}
-
-func inboundBatchSize(opts Options) int {
-	return cmp.Or(opts.InboundBatchSize, max(1, opts.BridgePrefetch/inboundConcurrency(opts)))
+// inbound is the inbound bridge's configuration for opts, with its
+// defaults resolved.
+func inbound(opts Options) amqpbridge.InboundConfig {
+	return amqpbridge.InboundConfig{
+		Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
+	}.WithDefaults()
 }
 
 // dbOnly inserts opts.Messages jobs like the inbound bridge does (batches of
 // its batch size, its number of concurrent transactions), without AMQP.
 func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
-	concurrency, batchSize := inboundConcurrency(opts), inboundBatchSize(opts)
+	ic := inbound(opts)
+	concurrency, batchSize := ic.Concurrency, ic.BatchSize
 	insert := amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
 	body := makeBody(opts.BodyBytes)
 	batches := make(chan int)
