@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -112,20 +111,13 @@ func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error
 	}
 	topo := cfg.Topology(bc.Queue)
 	name := cfg.ConnectionName + ".batch." + topo.Main
-	pubCfg := cfg
-	pubCfg.MaxMessageBytes = math.MaxInt
 	bc.Name = cmp.Or(bc.Name, "amqp batch consumer "+topo.Main)
 	return &BatchConsumer{
-		settlement: settlement{
-			cfg:    cfg,
-			topo:   topo,
-			logger: cfg.Logger.With("queue", topo.Main),
-			pub:    newPublisher(pubCfg, name+".publisher"),
-		},
-		bc:   bc,
-		name: name,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		settlement: newSettlement(cfg, topo, name),
+		bc:         bc,
+		name:       name,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}, nil
 }
 

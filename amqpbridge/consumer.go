@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 
@@ -120,21 +119,12 @@ func NewConsumer(cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	cfg = cfg.withDefaults()
 	topo := cfg.Topology(cc.Queue)
 	name := cfg.ConnectionName + ".consumer." + topo.Main
-	// Dead-lettering an over-size message must not be refused by the size
-	// limit that sent it there.
-	pubCfg := cfg
-	pubCfg.MaxMessageBytes = math.MaxInt
 	return &Consumer{
-		settlement: settlement{
-			cfg:    cfg,
-			topo:   topo,
-			logger: cfg.Logger.With("queue", topo.Main),
-			pub:    newPublisher(pubCfg, name+".publisher"),
-		},
-		cc:   cc,
-		name: name,
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		settlement: newSettlement(cfg, topo, name),
+		cc:         cc,
+		name:       name,
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
 	}, nil
 }
 

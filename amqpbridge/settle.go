@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,20 @@ type settlement struct {
 	ctx    context.Context // lives until a forced stop
 	gen    atomic.Uint64
 	stats  consumerCounters
+}
+
+// newSettlement is the settlement of a consumer named name on topo. Its
+// publisher dead-letters and retries: an over-size message must not be
+// refused by the size limit that sent it to .failed.
+func newSettlement(cfg Config, topo Topology, name string) settlement {
+	pubCfg := cfg
+	pubCfg.MaxMessageBytes = math.MaxInt
+	return settlement{
+		cfg:    cfg,
+		topo:   topo,
+		logger: cfg.Logger.With("queue", topo.Main),
+		pub:    newPublisher(pubCfg, name+".publisher"),
+	}
 }
 
 // openSession dials, declares the topology once (*declared records it),
