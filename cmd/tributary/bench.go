@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"runtime/pprof"
 
@@ -52,4 +53,10 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// benchLogger is the logger a benchmark gives the code it measures: errors
+// only, so logging does not weigh on the figures.
+func benchLogger(a *app) *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"log/slog"
-
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/amqpbridge"
@@ -53,7 +51,7 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			if err != nil {
 				return err
 			}
-			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			quiet := benchLogger(a)
 			opts := amqpbench.Options{
 				URL: amqpbridge.ConfigFromQueue(a.cfg, quiet).URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 				DB: pool, Jobs: client, Logger: quiet,

@@ -99,7 +99,7 @@ removed afterwards.`,
 				return err
 			}
 			defer stopProfile()
-			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			quiet := benchLogger(a)
 			if a.cfg.LogLevel == "debug" {
 				quiet = a.logger
 			}

@@ -52,7 +52,7 @@ dropped afterwards unless --keep.`,
 				return err
 			}
 			defer pool.Close()
-			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			quiet := benchLogger(a)
 			res, err := benchDashboard(ctx, pool, n, requests, keep, reuse, quiet, func(format string, args ...any) {
 				if !asJSON {
 					fmt.Fprintf(a.stdout, format, args...)

@@ -106,7 +106,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 				return err
 			}
 			defer emitPool.Close()
-			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			quiet := benchLogger(a)
 			stopProfile, err := startCPUProfile(cpuProfile)
 			if err != nil {
 				return err

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 
@@ -38,7 +37,7 @@ load from elsewhere on the machine does not decide the result.`,
 				return err
 			}
 			defer pool.Close()
-			quiet := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+			quiet := benchLogger(a)
 			opts := bench.JobsOptions{N: n, Logger: quiet}
 			var perSide [2][]bench.JobsResult
 			for r := 0; r < rounds; r++ {
