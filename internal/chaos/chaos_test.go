@@ -191,12 +191,16 @@ func runChaos(t *testing.T, r run) {
 	}
 	h.mu.Unlock()
 	drainStart := time.Now()
-	var report string
-	pgtest.WaitFor(t, 5*time.Minute, "the workload to drain", func() (bool, error) {
-		ok, rep, err := h.check(loadEnd, false)
-		report = rep
-		return ok, err
-	})
+	for {
+		ok, report, err := h.check(loadEnd, false)
+		if ok && err == nil {
+			break
+		}
+		if time.Since(drainStart) > 5*time.Minute {
+			t.Fatalf("the workload did not drain within 5 minutes of the load's end: %s (last error: %v)", report, err)
+		}
+		time.Sleep(500 * time.Millisecond) // a poll interval
+	}
 	drained := time.Since(drainStart)
 	h.stopAll()
 	_, report, err := h.check(loadEnd, true)
