@@ -578,9 +578,9 @@ func (h *harness) check(loadEnd time.Time, final bool) (bool, string, error) {
 		lostTotal += n
 	}
 	done := lostTotal == 0 && staged == 0 && unfinished == 0 && !lastFire.Before(loadEnd.Add(-2*time.Second))
-	report := fmt.Sprintf("producer %d tx (%d failed, %d ids ambiguous); jobs %d (lost %d, duplicates %d); events %d over %d aggregates (lost %v, duplicates %v; AMQP lost %d, duplicates %d); order violations %d; batch items %d (lost %d, duplicates %d, staged %d); cron fires %d (gaps %d, duplicates %d)",
+	report := fmt.Sprintf("producer %d tx (%d failed, %d ids ambiguous); jobs %d (lost %d, duplicates %d); events %d over %d aggregates (lost %v, duplicates %v; AMQP lost %d, duplicates %d); order violations %d; batch items %d (lost %d, duplicates %d, staged %d); cron fires %d (gaps %d, duplicates %d); unfinished chaos.work jobs %d",
 		producerTx, producerFails, len(ambiguous), len(jobs), lostJobs, dupJobs, len(evs), len(h.aggregates), lostEvents, dupEvents,
-		lostAMQP, dupAMQP, orderViolations, len(items), lostItems, dupItems, staged, len(fires), gaps, dupFires)
+		lostAMQP, dupAMQP, orderViolations, len(items), lostItems, dupItems, staged, len(fires), gaps, dupFires, unfinished)
 	if final {
 		require.Zero(h.t, orderViolations, report)
 		require.True(h.t, done, "lost or unfinished work: %s (unfinished jobs %d, last fire %s, load end %s)", report, unfinished, lastFire, loadEnd)
