@@ -139,6 +139,9 @@ func (s *Server) requireAuth(h handlerFunc) handlerFunc {
 			if !strings.EqualFold(scheme, "Bearer") || !a.tokenOK(strings.TrimSpace(token)) {
 				return &httpError{status: http.StatusUnauthorized, msg: "invalid bearer token"}
 			}
+			if err := parseActionForm(r); err != nil {
+				return err
+			}
 			return h(w, r)
 		}
 		if _, err := r.Cookie(sessionCookie); err != nil {
@@ -154,6 +157,9 @@ func (s *Server) requireAuth(h handlerFunc) handlerFunc {
 		if !sameOrigin(r) {
 			return &httpError{status: http.StatusForbidden, msg: "cross-origin request refused"}
 		}
+		if err := parseActionForm(r); err != nil {
+			return err
+		}
 		given := r.Header.Get("X-CSRF-Token")
 		if given == "" {
 			given = r.PostFormValue(csrfField)
@@ -163,6 +169,16 @@ func (s *Server) requireAuth(h handlerFunc) handlerFunc {
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, secret)))
 	}
+}
+
+// parseActionForm parses an action's query and form body up front: the
+// form readers ignore a body that does not parse, so `limit=5;x` would
+// replay a whole dead-letter queue instead of five messages.
+func parseActionForm(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return badRequestf("invalid query string or form body: %v", err)
+	}
+	return nil
 }
 
 // sameOrigin requires the Origin header, or failing that the Referer, to
