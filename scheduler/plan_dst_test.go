@@ -215,6 +215,8 @@ func TestSpecNextDaylightSaving(t *testing.T) {
 func TestSpecNextFromAnyInstant(t *testing.T) {
 	t.Parallel()
 
+	// Every 4m07s over three days lands inside the skipped and the repeated
+	// hour about fifteen times each, at ever different seconds.
 	exprs := []string{"30 2 * * *", "30 1 * * *", "*/15 2 * * *", "0 1-3 * * *", "0 * * * *", "30 * * * *", "*/20 * * * *", "15 30 2 * * *", "@daily"}
 	days := []struct {
 		tz  string
@@ -233,7 +235,7 @@ func TestSpecNextFromAnyInstant(t *testing.T) {
 				from, until := d.day.Add(-24*time.Hour), d.day.Add(48*time.Hour)
 				timetable := walk(t, spec, from, until)
 				require.NotEmpty(t, timetable)
-				for at := from; at.Before(timetable[len(timetable)-1]); at = at.Add(time.Minute + 7*time.Second) {
+				for at := from; at.Before(timetable[len(timetable)-1]); at = at.Add(4*time.Minute + 7*time.Second) {
 					want := time.Time{}
 					for _, f := range timetable {
 						if f.After(at) {
@@ -400,7 +402,7 @@ func BenchmarkSpecNext(b *testing.B) {
 	}
 }
 
-// TestSpecNextFarFuture walks a daily Berlin schedule to 2100, past the zone
+// TestSpecNextFarFuture walks a daily Berlin schedule to 2060, past the zone
 // data's explicit transitions (Go derives later ones from the zone's rule),
 // through leap years whose turn confuses time.Time.ZoneBounds: every run is
 // at 02:30, or 03:00 on the day 02:30 is skipped, once a day.
@@ -412,7 +414,7 @@ func TestSpecNextFarFuture(t *testing.T) {
 	spec := mustSpec(t, "30 2 * * *", "Europe/Berlin")
 	prev := spec.Next(utc(time.January, 1, 0, 0, 0))
 	var gapDays int
-	for prev.Year() < 2100 {
+	for prev.Year() < 2060 {
 		at := spec.Next(prev)
 		l, p := at.In(berlin), prev.In(berlin)
 		require.Equal(t, p.AddDate(0, 0, 1).Format(time.DateOnly), l.Format(time.DateOnly), "one run a day, after %s", p)
@@ -425,5 +427,5 @@ func TestSpecNextFarFuture(t *testing.T) {
 		}
 		prev = at
 	}
-	require.Equal(t, 2100-2026, gapDays, "one spring-forward day a year")
+	require.Equal(t, 2060-2026, gapDays, "one spring-forward day a year")
 }
