@@ -54,6 +54,9 @@ func (s *Server) AMQPQueues(ctx context.Context) (*AMQPPage, error) {
 }
 
 func (s *Server) handleAMQP(w http.ResponseWriter, r *http.Request) error {
+	if _, err := pageQuery(r); err != nil {
+		return err
+	}
 	page, err := s.AMQPQueues(r.Context())
 	if err != nil {
 		return err

@@ -1,21 +1,25 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// sessionCookie is the login form's cookie. It holds an expiry and an HMAC
-// over it keyed by the token, never the token itself, so it is valid on
-// every replica that shares the token and stops working when the token
-// changes.
+// sessionCookie is the login form's cookie. It holds a random secret,
+// never the token; the session it names lives in tributary_dashboard_session
+// (session.go), so a logout on one replica ends it on all of them.
 const sessionCookie = "tributary_session"
 
 // csrfField is the form field (or X-CSRF-Token header) carrying the CSRF
@@ -23,16 +27,24 @@ const sessionCookie = "tributary_session"
 const csrfField = "csrf"
 
 type authenticator struct {
-	token   string
-	key     []byte // HMAC key derived from the token
-	ttl     time.Duration
-	nowFunc func() time.Time
+	token    string
+	key      []byte // HMAC key derived from the token
+	sessions *sessionStore
+	limiter  *loginLimiter
+	logger   *slog.Logger
+	nowFunc  func() time.Time
 }
 
-func newAuthenticator(token string, ttl time.Duration) *authenticator {
-	a := &authenticator{token: token, ttl: ttl, nowFunc: time.Now}
-	if token != "" {
-		sum := sha256.Sum256([]byte("tributary-dashboard-session\x00" + token))
+func newAuthenticator(cfg Config, pool *pgxpool.Pool, schema string) *authenticator {
+	a := &authenticator{
+		token:    cfg.Token,
+		sessions: &sessionStore{pool: pool, schema: schema, ttl: cfg.SessionTTL, idle: cfg.SessionIdleTimeout, timeout: cfg.QueryTimeout},
+		limiter:  newLoginLimiter(LoginLimiterEntries),
+		logger:   cfg.Logger,
+		nowFunc:  time.Now,
+	}
+	if cfg.Token != "" {
+		sum := sha256.Sum256([]byte("tributary-dashboard-session\x00" + cfg.Token))
 		a.key = sum[:]
 	}
 	return a
@@ -57,26 +69,29 @@ func (a *authenticator) mac(msg string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-func (a *authenticator) newSession() (value string, expires time.Time) {
-	expires = a.nowFunc().Add(a.ttl)
-	exp := strconv.FormatInt(expires.Unix(), 10)
-	return exp + "." + a.mac("session:"+exp), expires
-}
+// sessionID is the key of a cookie's session row. Keyed by the token, so
+// a changed token ends every session, and a copy of the table logs nobody
+// in.
+func (a *authenticator) sessionID(secret string) string { return a.mac("session:" + secret) }
 
-// sessionOK checks a cookie value's MAC and expiry.
-func (a *authenticator) sessionOK(value string) bool {
-	if a.token == "" {
-		return false
+// sessionCtxKey marks a request whose cookie requireAuth already checked.
+type sessionCtxKey struct{}
+
+// session returns the request's session secret if its cookie names a live
+// session.
+func (a *authenticator) session(r *http.Request) (secret string, ok bool, err error) {
+	if secret, ok := r.Context().Value(sessionCtxKey{}).(string); ok {
+		return secret, true, nil
 	}
-	exp, mac, ok := strings.Cut(value, ".")
-	if !ok {
-		return false
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" || a.readOnly() {
+		return "", false, nil
 	}
-	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || a.nowFunc().After(time.Unix(unix, 0)) {
-		return false
+	ok, err = a.sessions.valid(r.Context(), a.sessionID(c.Value), a.nowFunc())
+	if err != nil || !ok {
+		return "", false, err
 	}
-	return hmac.Equal([]byte(mac), []byte(a.mac("session:"+exp)))
+	return c.Value, true, nil
 }
 
 // csrfFor is the CSRF token that goes with a session: forms carry it, and a
@@ -92,9 +107,14 @@ type authView struct {
 
 func (a *authenticator) viewFor(r *http.Request) authView {
 	v := authView{ReadOnly: a.readOnly()}
-	if c, err := r.Cookie(sessionCookie); err == nil && a.sessionOK(c.Value) {
+	secret, ok, err := a.session(r)
+	if err != nil {
+		// The page still renders, without the action buttons.
+		a.logger.WarnContext(r.Context(), "error checking the dashboard session", "error", err)
+	}
+	if ok {
 		v.LoggedIn = true
-		v.CSRF = a.csrfFor(c.Value)
+		v.CSRF = a.csrfFor(secret)
 	}
 	return v
 }
@@ -103,7 +123,8 @@ func (a *authenticator) viewFor(r *http.Request) authView {
 //   - no token configured: 403, the dashboard is read-only;
 //   - a bearer token: 200 if it matches, else 401 (no CSRF check: a browser
 //     never attaches an Authorization header on its own);
-//   - the session cookie: 401 if invalid or expired, 403 unless the request
+//   - the session cookie: 401 unless it names a live session (not logged
+//     out, not idle too long, within its lifetime), 403 unless the request
 //     is same-origin (Origin, else Referer) and carries the session's CSRF
 //     token;
 //   - nothing: 401.
@@ -118,27 +139,46 @@ func (s *Server) requireAuth(h handlerFunc) handlerFunc {
 			if !strings.EqualFold(scheme, "Bearer") || !a.tokenOK(strings.TrimSpace(token)) {
 				return &httpError{status: http.StatusUnauthorized, msg: "invalid bearer token"}
 			}
+			if err := parseActionForm(r); err != nil {
+				return err
+			}
 			return h(w, r)
 		}
-		c, err := r.Cookie(sessionCookie)
-		if err != nil {
+		if _, err := r.Cookie(sessionCookie); err != nil {
 			return &httpError{status: http.StatusUnauthorized, msg: "this action needs the dashboard token: send Authorization: Bearer TOKEN or log in"}
 		}
-		if !a.sessionOK(c.Value) {
-			return &httpError{status: http.StatusUnauthorized, msg: "the login session is invalid or expired: log in again"}
+		secret, ok, err := a.session(r)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &httpError{status: http.StatusUnauthorized, msg: "the login session is invalid, expired or logged out: log in again"}
 		}
 		if !sameOrigin(r) {
 			return &httpError{status: http.StatusForbidden, msg: "cross-origin request refused"}
+		}
+		if err := parseActionForm(r); err != nil {
+			return err
 		}
 		given := r.Header.Get("X-CSRF-Token")
 		if given == "" {
 			given = r.PostFormValue(csrfField)
 		}
-		if !hmac.Equal([]byte(given), []byte(a.csrfFor(c.Value))) {
+		if !hmac.Equal([]byte(given), []byte(a.csrfFor(secret))) {
 			return &httpError{status: http.StatusForbidden, msg: "missing or wrong CSRF token: reload the page and try again"}
 		}
-		return h(w, r)
+		return h(w, r.WithContext(context.WithValue(r.Context(), sessionCtxKey{}, secret)))
 	}
+}
+
+// parseActionForm parses an action's query and form body up front: the
+// form readers ignore a body that does not parse, so `limit=5;x` would
+// replay a whole dead-letter queue instead of five messages.
+func parseActionForm(r *http.Request) error {
+	if err := r.ParseForm(); err != nil {
+		return badRequestf("invalid query string or form body: %v", err)
+	}
+	return nil
 }
 
 // sameOrigin requires the Origin header, or failing that the Referer, to
@@ -168,31 +208,69 @@ type loginView struct {
 	Message string
 }
 
-// handleLogin checks the token from the form and sets the session cookie
+// handleLogin checks the token from the form, slowing an address that
+// keeps sending wrong ones, stores a new session and sets its cookie
 // (HttpOnly, SameSite=Strict).
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) error {
+	a := s.auth
 	next := safeNext(r.PostFormValue("next"))
-	if s.auth.readOnly() {
+	if a.readOnly() {
 		s.renderStatus(w, r, http.StatusForbidden, "login", "Log in", "", loginView{Next: next, Message: "The dashboard is read-only: no TRIBUTARY_DASHBOARD_TOKEN is configured."})
 		return nil
 	}
 	if !sameOrigin(r) {
 		return &httpError{status: http.StatusForbidden, msg: "cross-origin login refused"}
 	}
-	if !s.auth.tokenOK(r.PostFormValue("token")) {
+	client, now := clientKey(r), a.nowFunc()
+	if wait := a.limiter.wait(client, now); wait > 0 {
+		// Not even checked: a right token now would tell a guesser it was
+		// right without the wait.
+		s.tooManyLogins(w, r, next, "", wait)
+		return nil
+	}
+	if !a.tokenOK(r.PostFormValue("token")) {
+		if wait := a.limiter.fail(client, now); wait > 0 {
+			s.logger.WarnContext(r.Context(), "dashboard login failed repeatedly; slowing the address", "client", client.String(), "retry_after", wait)
+			s.tooManyLogins(w, r, next, "Wrong token. ", wait)
+			return nil
+		}
 		s.renderStatus(w, r, http.StatusUnauthorized, "login", "Log in", "", loginView{Next: next, Message: "Wrong token."})
 		return nil
 	}
-	value, expires := s.auth.newSession()
+	a.limiter.succeed(client)
+	secret, err := newSessionSecret()
+	if err != nil {
+		return err
+	}
+	expires, err := a.sessions.create(r.Context(), a.sessionID(secret), now)
+	if err != nil {
+		return err
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: value, Path: "/", Expires: expires,
+		Name: sessionCookie, Value: secret, Path: "/", Expires: expires,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil
 }
 
+// tooManyLogins answers 429 with Retry-After in whole seconds, rounded up.
+func (s *Server) tooManyLogins(w http.ResponseWriter, r *http.Request, next, prefix string, wait time.Duration) {
+	secs := int64((wait + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	s.renderStatus(w, r, http.StatusTooManyRequests, "login", "Log in", "", loginView{
+		Next: next, Message: fmt.Sprintf("%sToo many failed logins from your address: try again in %d seconds.", prefix, secs),
+	})
+}
+
+// handleLogout deletes the session row, so the cookie is dead everywhere
+// even if a copy of it survives, then clears the cookie.
 func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) error {
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" && !s.auth.readOnly() {
+		if err := s.auth.sessions.revoke(r.Context(), s.auth.sessionID(c.Value)); err != nil {
+			return err
+		}
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 	return nil

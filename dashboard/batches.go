@@ -60,7 +60,10 @@ func (s *Server) Batches(ctx context.Context, stream string, before int64) (*Bat
 }
 
 func (s *Server) handleBatches(w http.ResponseWriter, r *http.Request) error {
-	v := r.URL.Query()
+	v, err := pageQuery(r, "stream", "before")
+	if err != nil {
+		return err
+	}
 	stream := strings.TrimSpace(v.Get("stream"))
 	if stream != "" {
 		if err := batch.ValidateStream(stream); err != nil {

@@ -197,6 +197,15 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/"+page), chromedp.WaitVisible("main h1")))
 		screenshot(t, b, fmt.Sprintf("%02d-%s", 8+i, page))
 	}
+
+	// Log out: back on the job, the actions are gone and the login link is
+	// there again.
+	require.NoError(t, chromedp.Do(b, chromedp.Click("#logout"), chromedp.WaitVisible(`a[href^="/login"]`)))
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(fmt.Sprintf("%s/jobs/%d", base, failed)), chromedp.WaitVisible("#login-link")))
+	actionButtons, err := chromedp.Run(b, chromedp.Evaluate[int](`document.querySelectorAll("#action-retry, #action-cancel, #action-delete").length`))
+	require.NoError(t, err)
+	require.Zero(t, actionButtons)
+	screenshot(t, b, "12-logged-out")
 }
 
 // waitForPage polls until the browser shows a fully loaded page whose

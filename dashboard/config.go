@@ -10,13 +10,14 @@ import (
 
 // Defaults for Config. Each is also documented on its field.
 const (
-	AddrDefault             = "127.0.0.1:8080"
-	CountCapDefault         = 10000
-	PageSizeDefault         = 50
-	PageSizeMax             = 500
-	ThroughputWindowDefault = 15 * time.Minute
-	QueryTimeoutDefault     = 5 * time.Second
-	SessionTTLDefault       = 12 * time.Hour
+	AddrDefault               = "127.0.0.1:8080"
+	CountCapDefault           = 10000
+	PageSizeDefault           = 50
+	PageSizeMax               = 500
+	ThroughputWindowDefault   = 15 * time.Minute
+	QueryTimeoutDefault       = 5 * time.Second
+	SessionTTLDefault         = 12 * time.Hour
+	SessionIdleTimeoutDefault = time.Hour
 )
 
 // Config configures a dashboard Server.
@@ -56,10 +57,18 @@ type Config struct {
 	// Defaults to 5 seconds.
 	QueryTimeout time.Duration
 
-	// SessionTTL is how long a login through the form lasts.
+	// SessionTTL is how long a login through the form lasts at most, used
+	// or not.
 	//
 	// Defaults to 12 hours.
 	SessionTTL time.Duration
+
+	// SessionIdleTimeout ends a login session that made no request for this
+	// long (to within a minute: a session records its use at most once a
+	// minute).
+	//
+	// Defaults to 1 hour.
+	SessionIdleTimeout time.Duration
 
 	// Registry receives the dashboard's collectors and is served on /metrics.
 	//
@@ -86,5 +95,6 @@ func (c Config) withDefaults(logger *slog.Logger) Config {
 	}
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
+	c.SessionIdleTimeout = cmp.Or(c.SessionIdleTimeout, SessionIdleTimeoutDefault)
 	return c
 }

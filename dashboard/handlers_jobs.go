@@ -20,6 +20,9 @@ type overviewView struct {
 }
 
 func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) error {
+	if _, err := pageQuery(r); err != nil {
+		return err
+	}
 	ov, err := s.Overview(r.Context())
 	if err != nil {
 		return err
@@ -37,7 +40,11 @@ type jobsView struct {
 }
 
 func (s *Server) handleJobs(w http.ResponseWriter, r *http.Request) error {
-	f, err := ParseJobFilter(r.URL.Query())
+	q, err := pageQuery(r, "state", "kind", "queue", "before", "limit")
+	if err != nil {
+		return err
+	}
+	f, err := ParseJobFilter(q)
 	if err != nil {
 		return err
 	}
@@ -69,6 +76,9 @@ func parseJobID(raw string) (int64, error) {
 }
 
 func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) error {
+	if _, err := pageQuery(r); err != nil {
+		return err
+	}
 	id, err := parseJobID(r.PathValue("id"))
 	if err != nil {
 		return err

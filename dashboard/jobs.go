@@ -31,7 +31,8 @@ type JobFilter struct {
 const maxNameLen = 127
 
 // ParseJobFilter reads a filter from a query string. Unknown states, bad
-// numbers and over-long names are errors naming the value; other strings,
+// numbers, over-long names and names that are not text (invalid UTF-8, NUL
+// or other control characters) are errors naming the value; other strings,
 // SQL metacharacters included, are only ever passed as query parameters.
 func ParseJobFilter(v url.Values) (JobFilter, error) {
 	f := JobFilter{
@@ -42,6 +43,11 @@ func ParseJobFilter(v url.Values) (JobFilter, error) {
 	}
 	if f.State != "" && !slices.Contains(jobStates, f.State) {
 		return f, badRequestf("invalid state %q: want one of %s", f.State, strings.Join(jobStates, ", "))
+	}
+	for _, p := range []struct{ name, value string }{{"kind", f.Kind}, {"queue", f.Queue}} {
+		if err := checkText(p.name, p.value); err != nil {
+			return f, err
+		}
 	}
 	if len(f.Kind) > maxNameLen {
 		return f, badRequestf("invalid kind %q: longer than %d characters", truncateUTF8(f.Kind, 32)+"...", maxNameLen)

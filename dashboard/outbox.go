@@ -179,7 +179,11 @@ func (s *Server) outboxSummary(ctx context.Context, tx pgx.Tx) (*OutboxPage, err
 }
 
 func (s *Server) handleOutbox(w http.ResponseWriter, r *http.Request) error {
-	status, before, err := parseOutboxQuery(r.URL.Query())
+	q, err := pageQuery(r, "status", "before")
+	if err != nil {
+		return err
+	}
+	status, before, err := parseOutboxQuery(q)
 	if err != nil {
 		return err
 	}

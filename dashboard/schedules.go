@@ -37,6 +37,9 @@ func (s *Server) Schedules(ctx context.Context) (*SchedulesPage, error) {
 }
 
 func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request) error {
+	if _, err := pageQuery(r); err != nil {
+		return err
+	}
 	page, err := s.Schedules(r.Context())
 	if err != nil {
 		return err
@@ -87,6 +90,9 @@ func (s *Server) ScheduleAction(ctx context.Context, name, action string) (*sche
 
 func (s *Server) handleScheduleAction(w http.ResponseWriter, r *http.Request) error {
 	name, action := r.PathValue("name"), r.PathValue("action")
+	if err := checkText("schedule name", name); err != nil {
+		return err
+	}
 	res, err := s.ScheduleAction(r.Context(), name, action)
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 		pool:   client.Pool(),
 		schema: client.Schema(),
 		logger: cfg.Logger,
-		auth:   newAuthenticator(cfg.Token, cfg.SessionTTL),
+		auth:   newAuthenticator(cfg, client.Pool(), client.Schema()),
 
 		throughput:     &throughputCache{},
 		statesSQL:      overviewStatesSQL(),

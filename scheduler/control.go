@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -104,6 +106,11 @@ type lockedSchedule struct {
 }
 
 func lockSchedule(ctx context.Context, tx pgx.Tx, schema, name string) (*lockedSchedule, error) {
+	if !utf8.ValidString(name) || strings.ContainsRune(name, 0) {
+		// Postgres refuses such a parameter with an encoding error; no
+		// stored name can be it.
+		return nil, fmt.Errorf("%w %q", ErrNotFound, name)
+	}
 	var l lockedSchedule
 	var opts []byte
 	var overlap string

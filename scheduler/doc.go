@@ -12,7 +12,9 @@
 // one fire time impossible. Fire times missed while nothing ran follow the
 // schedule's CatchUp policy; a fire while the previous job is unfinished
 // follows its Overlap policy. Schedules found in the table but no longer
-// declared are reported as orphaned and not fired.
+// declared are reported as orphaned and not fired. Cron fields are read on
+// the schedule's wall clock, with a stated rule for the hours that
+// daylight saving skips or repeats (Spec.Next); @every is real time.
 //
 //	rt, _ := queue.NewRuntime(pool, queue.RuntimeConfig{})
 //	queue.AddWorker(rt, &ReportWorker{})

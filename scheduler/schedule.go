@@ -58,7 +58,9 @@ type Schedule struct {
 
 	// Timezone is the IANA zone the spec is evaluated in. It may be left
 	// empty when Spec has a CRON_TZ= prefix; when both are given they must
-	// agree.
+	// agree. Across daylight-saving changes a time of day the clocks skip
+	// runs once just after the gap and a time that occurs twice runs once;
+	// specs whose hour field is every hour follow real hours (Spec.Next).
 	//
 	// Defaults to UTC.
 	Timezone string

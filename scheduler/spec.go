@@ -25,8 +25,9 @@ type Spec struct {
 	// Timezone is the IANA name the expression is evaluated in.
 	Timezone string
 
-	schedule cron.Schedule
-	every    time.Duration // > 0 for @every
+	schedule cron.Schedule  // @every: fires by robfig's ConstantDelaySchedule
+	zoned    *zonedSchedule // cron fields: fires by the wall clock, see plan_dst.go
+	every    time.Duration  // > 0 for @every
 }
 
 // errSpec and errTimezone tell ParseSpec's callers which value was bad.
@@ -103,6 +104,7 @@ func ParseSpec(spec, timezone string) (*Spec, error) {
 	switch s := sched.(type) {
 	case *cron.SpecSchedule:
 		s.Location = loc
+		out.zoned = newZonedSchedule(s, loc)
 	case cron.ConstantDelaySchedule:
 		// robfig rounds sub-second and fractional delays silently; refuse
 		// them so the stored schedule means what the code says.
@@ -131,7 +133,17 @@ func (s *Spec) String() string {
 
 // Next returns the first fire time strictly after t, in UTC. It is the zero
 // time if the spec never fires again.
+//
+// Cron fields are read on the timezone's wall clock: a time skipped by a
+// daylight-saving change fires once at the first instant after the gap, a
+// time that occurs twice fires once, at its first occurrence, and a spec
+// whose hour field is every hour fires in real hours (both passes of a
+// repeated hour, none in a skipped one). @every is a fixed interval of real
+// time: its timezone does not matter.
 func (s *Spec) Next(t time.Time) time.Time {
+	if s.zoned != nil {
+		return s.zoned.next(t)
+	}
 	n := s.schedule.Next(t)
 	if n.IsZero() {
 		return n

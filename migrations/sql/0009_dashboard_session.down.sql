@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS tributary_dashboard_session;
