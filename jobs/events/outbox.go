@@ -110,8 +110,10 @@ var ErrNotReplayable = errors.New("outbox rows cannot be replayed")
 // ReplayOutbox puts the given SENT or FAILED rows back to PENDING (retry
 // count reset) so the forwarders send them again, and wakes the
 // forwarders. All or nothing: an id that does not exist or is PENDING or
-// CLAIMED fails the whole call. A replayed SENT row reaches every consumer
-// again (a new dispatch each), at the end of its aggregate's lane.
+// CLAIMED fails the whole call. A replayed SENT row goes to every
+// destination again: it reaches every consumer again (a new dispatch each),
+// at the end of its aggregate's lane. A replayed FAILED row goes only to
+// the destinations that do not have it yet (delivered_to), like a retry.
 func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []string) (int, error) {
 	for _, id := range ids {
 		if _, err := uuid.Parse(id); err != nil {
@@ -178,7 +180,8 @@ type ReplayFailedParams struct {
 }
 
 // ReplayFailed puts every FAILED row back to PENDING (retry count reset),
-// in batches of ReplayBatchSizeDefault, and returns how many.
+// in batches of ReplayBatchSizeDefault, and returns how many. Each goes only
+// to the destinations that do not have it yet.
 func ReplayFailed(ctx context.Context, db queue.DBTX, schema string) (int, error) {
 	return ReplayFailedBatches(ctx, db, schema, ReplayFailedParams{})
 }
@@ -250,7 +253,8 @@ const replaySQL = `
 WITH upd AS (
     UPDATE /*schema*/tributary_outbox
     SET status = 'PENDING', retry_count = 0, last_error = NULL, claimed_by = NULL, claimed_at = NULL,
-        sent_at = NULL, failed_at = NULL, next_attempt_at = NULL
+        sent_at = NULL, failed_at = NULL, next_attempt_at = NULL,
+        delivered_to = CASE WHEN status = 'SENT' THEN NULL ELSE delivered_to END
     WHERE id = ANY($1::uuid[]) AND status IN ('SENT', 'FAILED')
     RETURNING 1
 )

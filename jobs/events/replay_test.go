@@ -2,13 +2,18 @@ package events_test
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // insertFailedRows writes n FAILED outbox rows directly, as a long broker
@@ -66,4 +71,72 @@ func TestReplayOutboxCount(t *testing.T) {
 	n, err := events.ReplayOutbox(ctx, db.Pool, db.Schema, ids)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
+}
+
+// countingTx is a transactional publisher that counts what it was handed.
+type countingTx struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (p *countingTx) Name() string { return "counting-tx" }
+
+func (p *countingTx) PublishOutbox(context.Context, []queue.OutboxEvent) error {
+	return errors.New("not used")
+}
+
+func (p *countingTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []queue.OutboxEvent) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range evs {
+		p.counts[e.ID]++
+	}
+	return nil
+}
+
+func (p *countingTx) count(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts[id]
+}
+
+// TestReplayDestinations: a replayed FAILED row goes only to the
+// destinations that did not have it; a replayed SENT row to all of them.
+func TestReplayDestinations(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	id, err := newEmitter(t, db).EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	require.NoError(t, err)
+	var refusing atomic.Bool
+	refusing.Store(true)
+	txPub := &countingTx{counts: map[string]int{}}
+	plain := newEachPublisher("plain", func(queue.OutboxEvent, int) bool { return refusing.Load() })
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{txPub, plain}, MaxRetries: 1})
+	require.NoError(t, err)
+	plainAttempts := func() int { _, a, _ := plain.snapshot(); return a[id] }
+
+	_, err = f.ForwardOnce(ctx)
+	require.ErrorContains(t, err, "plain: refused")
+	require.Equal(t, events.StatusFailed, outboxStatus(t, db, id))
+	require.Equal(t, 1, txPub.count(id))
+	require.Equal(t, 1, plainAttempts())
+
+	refusing.Store(false)
+	n, err := events.ReplayOutbox(ctx, db.Pool, db.Schema, []string{id})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusSent, outboxStatus(t, db, id))
+	require.Equal(t, 1, txPub.count(id), "the FAILED row's replay skipped the destination that had it")
+	require.Equal(t, 2, plainAttempts())
+
+	_, err = events.ReplayOutbox(ctx, db.Pool, db.Schema, []string{id})
+	require.NoError(t, err)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, events.StatusSent, outboxStatus(t, db, id))
+	require.Equal(t, 2, txPub.count(id), "the SENT row's replay went to every destination")
+	require.Equal(t, 3, plainAttempts())
 }
