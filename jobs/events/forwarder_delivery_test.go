@@ -309,3 +309,30 @@ func TestForwarderConfigErrors(t *testing.T) {
 		Publishers: []queue.OutboxPublisher{newEachPublisher("x", nil)}, PublishTimeout: -time.Second})
 	require.ErrorContains(t, err, "PublishTimeout -1s")
 }
+
+// TestForwarderPublishTimeout: a plain publisher that never confirms is cut
+// off after PublishTimeout; the batch counts as failed for it and is
+// retried later, and the forwarder goes on.
+func TestForwarderPublishTimeout(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	id, err := newEmitter(t, db).EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	require.NoError(t, err)
+	pub := &ctxPublisher{entered: make(chan struct{}, 1)}
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{pub},
+		PublishTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := f.ForwardOnce(ctx); done <- err }()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "ctx-bound: context deadline exceeded")
+	case <-time.After(10 * time.Second): // a liveness bound, far above the 100 ms timeout
+		t.Fatal("the publish was not cut off by PublishTimeout")
+	}
+	st := outboxRow(t, db, id)
+	require.Equal(t, events.StatusPending, st.Status)
+	require.Equal(t, 1, st.Retries)
+	require.NotNil(t, st.NextAttempt)
+}
