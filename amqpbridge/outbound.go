@@ -25,9 +25,10 @@ type OutboundConfig struct {
 }
 
 // Outbound is the outbound bridge: a queue.OutboxPublisher that publishes each
-// outbox event to an exchange with the event type as routing key. It returns
-// nil only after the broker confirmed every event, so the forwarder marks a
-// row SENT only once RabbitMQ has it.
+// outbox event to an exchange with the event type as routing key. An event
+// counts as delivered only once the broker confirmed it, so the forwarder
+// marks a row SENT only once RabbitMQ has it; the outcome is per event
+// (PublishOutboxEvents), so an unroutable event fails alone.
 type Outbound struct {
 	pub *Publisher
 	oc  OutboundConfig
@@ -64,55 +65,103 @@ const (
 	HeaderSourceService = "source_service"
 )
 
-// PublishOutbox implements queue.OutboxPublisher. The message body is the
-// event payload; the event id is the message id (the consumers' idempotency
-// key), the correlation id travels as the AMQP correlation id, the rest as
-// headers.
+// PublishOutbox implements queue.OutboxPublisher: nil only when every
+// event was confirmed, else the first event's error (see
+// PublishOutboxEvents).
 func (o *Outbound) PublishOutbox(ctx context.Context, events []queue.OutboxEvent) error {
-	if err := o.declare(ctx); err != nil {
-		return err
-	}
-	msgs := make([]Message, len(events))
-	for i, ev := range events {
-		h := amqp.Table{
-			HeaderEventID:      ev.ID,
-			HeaderEventVersion: int32(ev.EventVersion),
-		}
-		for k, v := range map[string]string{
-			HeaderEventKind: ev.EventKind, HeaderAggregateID: ev.AggregateID, HeaderCausationID: ev.Metadata.CausationID,
-			HeaderActor: ev.Metadata.Actor, HeaderSourceService: ev.SourceService,
-		} {
-			if v != "" {
-				h[k] = v
-			}
-		}
-		for k, v := range ev.Metadata.Extra {
-			h["x-meta-"+k] = v
-		}
-		msgs[i] = Message{Exchange: o.oc.Exchange, RoutingKey: ev.EventType, Publishing: amqp.Publishing{
-			ContentType:   "application/json",
-			MessageId:     ev.ID,
-			CorrelationId: ev.Metadata.CorrelationID,
-			Type:          ev.EventType,
-			Timestamp:     ev.CreatedAt,
-			Headers:       h,
-			Body:          ev.Payload,
-		}}
-	}
-	if !o.oc.AllowUnroutable {
-		if err := o.pub.PublishMany(ctx, msgs); err != nil {
-			return fmt.Errorf("error publishing %d events to exchange %q: %w", len(events), o.oc.Exchange, err)
-		}
-		return nil
-	}
-	for _, m := range msgs {
-		err := o.pub.Publish(ctx, m.Exchange, m.RoutingKey, m.Publishing)
-		var unroutable *UnroutableError
-		if err != nil && !errors.As(err, &unroutable) {
-			return fmt.Errorf("error publishing event %s to exchange %q: %w", m.Publishing.MessageId, o.oc.Exchange, err)
+	for _, err := range o.PublishOutboxEvents(ctx, events) {
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// PublishOutboxEvents publishes every event and returns its outcome, one
+// error per event in order (it implements the events forwarder's
+// EventPublisher): nil once the broker confirmed the event, an
+// *UnroutableError (wrapped) for an event no queue is bound for (nil with
+// AllowUnroutable), ErrNotConfirmed for a nack or a lost channel,
+// ErrMessageTooLarge, or the context's error when ctx ended before the
+// confirm. The events are in flight together (up to the publisher's
+// ConfirmWindow), so one refused event costs its batch-mates nothing.
+//
+// The message body is the event payload; the event id is the message id
+// (the consumers' idempotency key), the correlation id travels as the AMQP
+// correlation id, the rest as headers.
+func (o *Outbound) PublishOutboxEvents(ctx context.Context, events []queue.OutboxEvent) []error {
+	errs := make([]error, len(events))
+	if err := o.declare(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	type inFlight struct {
+		i  int
+		pd *Pending
+	}
+	var pending []inFlight
+	settle := func(f inFlight) {
+		err := f.pd.Wait(ctx)
+		var unroutable *UnroutableError
+		if errors.As(err, &unroutable) && o.oc.AllowUnroutable {
+			err = nil
+		}
+		errs[f.i] = o.eventError(events[f.i], err)
+	}
+	for i, ev := range events {
+		if len(pending) == o.pub.cfg.ConfirmWindow {
+			settle(pending[0])
+			pending = pending[1:]
+		}
+		m := outboundMessage(o.oc.Exchange, ev)
+		pd, err := o.pub.PublishDeferred(ctx, m.Exchange, m.RoutingKey, m.Publishing)
+		if err != nil {
+			errs[i] = o.eventError(ev, err)
+			continue
+		}
+		pending = append(pending, inFlight{i: i, pd: pd})
+	}
+	for _, f := range pending {
+		settle(f)
+	}
+	return errs
+}
+
+func (o *Outbound) eventError(ev queue.OutboxEvent, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("error publishing event %s (%s) to exchange %q: %w", ev.ID, ev.EventType, o.oc.Exchange, err)
+}
+
+// outboundMessage is the message of one outbox event.
+func outboundMessage(exchange string, ev queue.OutboxEvent) Message {
+	h := amqp.Table{
+		HeaderEventID:      ev.ID,
+		HeaderEventVersion: int32(ev.EventVersion),
+	}
+	for k, v := range map[string]string{
+		HeaderEventKind: ev.EventKind, HeaderAggregateID: ev.AggregateID, HeaderCausationID: ev.Metadata.CausationID,
+		HeaderActor: ev.Metadata.Actor, HeaderSourceService: ev.SourceService,
+	} {
+		if v != "" {
+			h[k] = v
+		}
+	}
+	for k, v := range ev.Metadata.Extra {
+		h["x-meta-"+k] = v
+	}
+	return Message{Exchange: exchange, RoutingKey: ev.EventType, Publishing: amqp.Publishing{
+		ContentType:   "application/json",
+		MessageId:     ev.ID,
+		CorrelationId: ev.Metadata.CorrelationID,
+		Type:          ev.EventType,
+		Timestamp:     ev.CreatedAt,
+		Headers:       h,
+		Body:          ev.Payload,
+	}}
 }
 
 // declare declares the exchange (durable) until that succeeded once.

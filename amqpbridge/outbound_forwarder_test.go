@@ -2,6 +2,7 @@ package amqpbridge_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/events/eventdemo"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -75,4 +77,149 @@ func TestOutboundBehindTheForwarder(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q("SELECT status FROM /*schema*/tributary_outbox WHERE id = $1"), id).Scan(&status))
 		return status == "SENT"
 	})
+}
+
+// The outbound bridge reports an outcome per event to the forwarder.
+var _ events.EventPublisher = (*amqpbridge.Outbound)(nil)
+
+// attemptRecorder wraps a destination and records when each event was
+// handed to it.
+type attemptRecorder struct {
+	queue.OutboxPublisher
+	mu       sync.Mutex
+	attempts map[string][]time.Time
+}
+
+func (r *attemptRecorder) record(evs []queue.OutboxEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range evs {
+		r.attempts[e.ID] = append(r.attempts[e.ID], time.Now())
+	}
+}
+
+func (r *attemptRecorder) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+	r.record(evs)
+	return r.OutboxPublisher.PublishOutbox(ctx, evs)
+}
+
+// PublishOutboxEvents passes the per-event outcomes of the wrapped
+// Outbound through.
+func (r *attemptRecorder) PublishOutboxEvents(ctx context.Context, evs []queue.OutboxEvent) []error {
+	r.record(evs)
+	return r.OutboxPublisher.(events.EventPublisher).PublishOutboxEvents(ctx, evs)
+}
+
+func (r *attemptRecorder) times(id string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Time(nil), r.attempts[id]...)
+}
+
+// TestOutboundUnroutableFailsAlone is issue 11's defect 4: with the exchange
+// bound for demo.note only, one demo.order_placed and one demo.note forwarded
+// in the same batch. The bus consumer gets both at once (the bus does not
+// wait for the broker), the bound queue gets demo.note exactly once, and
+// only the unroutable row is retried, with growing gaps, until it is FAILED
+// with a reason that says it is unroutable.
+func TestOutboundUnroutableFailsAlone(t *testing.T) {
+	t.Parallel()
+	conn := amqptest.Conn(t)
+	ch := amqptest.Channel(t, conn)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	exchange := amqptest.UniqueName("tributary-outbound")
+	qname := amqptest.UniqueName("outbound-notes")
+	t.Cleanup(func() {
+		if c, err := amqptest.Conn(t).Channel(); err == nil {
+			_ = c.ExchangeDelete(exchange, false, false)
+		}
+	})
+	amqptest.DeleteQueuesOnCleanup(t, conn, qname)
+	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil))
+	_, err := ch.QueueDeclare(qname, true, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(qname, "demo.note", exchange, false, nil))
+
+	cfg := amqpbridge.Config{URL: amqptest.URL(), ConnectionName: amqptest.UniqueName("tributary-test"), Logger: pgtest.Logger(t)}
+	pub, err := amqpbridge.NewPublisher(cfg)
+	require.NoError(t, err)
+	out, err := amqpbridge.NewOutbound(pub, amqpbridge.OutboundConfig{Exchange: exchange})
+	require.NoError(t, err)
+	rec := &attemptRecorder{OutboxPublisher: out, attempts: map[string][]time.Time{}}
+
+	// Both events in one transaction, before the forwarder starts: one batch.
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: eventdemo.Registry()})
+	require.NoError(t, err)
+	ids, err := em.EmitManyTx(ctx, db.Pool, []events.Emission{
+		{Def: eventdemo.OrderPlacedEvent, Payload: eventdemo.OrderPlaced{OrderID: "o-1", Amount: 5}, Meta: events.Meta{AggregateID: "o-1"}},
+		{Def: eventdemo.NoteEvent, Payload: eventdemo.Note{Text: "hello"}},
+	})
+	require.NoError(t, err)
+	orderID, noteID := ids[0], ids[1]
+
+	var mu sync.Mutex
+	handled := map[string]int{}
+	consumer, err := events.NewConsumer(events.ConsumerConfig{Name: "bus-side"})
+	require.NoError(t, err)
+	events.On(consumer, eventdemo.OrderPlacedEvent, func(ctx context.Context, m events.Message[eventdemo.OrderPlaced]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[m.ID]++
+		return nil
+	})
+	events.On(consumer, eventdemo.NoteEvent, func(ctx context.Context, m events.Message[eventdemo.Note]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[m.ID]++
+		return nil
+	})
+	const maxRetries = 4
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		require.NoError(t, rt.AddService(pub))
+		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{consumer}, Forwarder: events.ForwarderConfig{
+			Publishers: []queue.OutboxPublisher{rec}, MaxRetries: maxRetries, SweepInterval: 50 * time.Millisecond,
+			RetryBackoffMin: 200 * time.Millisecond, RetryBackoffMax: 5 * time.Second, // gaps of 200, 400, 800 ms plus at most one 50 ms poll
+		}})
+		require.NoError(t, err)
+	})
+
+	amqptest.Eventually(t, 10*time.Second, "the bus consumer to get both events", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled[orderID] == 1 && handled[noteID] == 1
+	})
+	status := func(id string) (s string, retries int, lastError string) {
+		require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT status, retry_count, coalesce(last_error, '') FROM /*schema*/tributary_outbox WHERE id = $1`), id).Scan(&s, &retries, &lastError))
+		return s, retries, lastError
+	}
+	amqptest.Eventually(t, 30*time.Second, "the unroutable row to end FAILED", func() bool {
+		s, _, _ := status(orderID)
+		return s == "FAILED"
+	})
+	s, retries, lastError := status(orderID)
+	require.Equal(t, maxRetries, retries)
+	require.Contains(t, lastError, "unroutable")
+	require.Contains(t, lastError, "demo.order_placed")
+	s, retries, _ = status(noteID)
+	require.Equal(t, "SENT", s)
+	require.Zero(t, retries, "the routable event was not charged for its batch-mate")
+
+	d := amqptest.Get(t, ch, qname, 10*time.Second)
+	require.Equal(t, noteID, d.MessageId)
+	require.Zero(t, amqptest.Depth(t, ch, qname), "demo.note reached the bound queue exactly once")
+	require.Len(t, rec.times(noteID), 1, "a confirmed row is not published to its destination again")
+
+	gaps := rec.times(orderID)
+	require.Len(t, gaps, maxRetries)
+	for i := 1; i < len(gaps); i++ {
+		t.Logf("attempt %d of the unroutable event: %s after the one before", i+1, gaps[i].Sub(gaps[i-1]).Round(time.Millisecond))
+	}
+	for i := 2; i < len(gaps); i++ {
+		require.Greater(t, gaps[i].Sub(gaps[i-1]), gaps[i-1].Sub(gaps[i-2]), "retry gaps grow: %v", gaps)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, handled[orderID], "the bus got the unroutable event once, whatever its retries")
+	require.Equal(t, 1, handled[noteID])
 }

@@ -98,7 +98,9 @@ func newOutboxReplayCmd(a *app) *cobra.Command {
 		Short: "Send SENT or FAILED outbox rows again (all or nothing)",
 		Long: `Put the named outbox rows (SENT or FAILED) back to PENDING so the forwarders
 send them again; with --failed, every FAILED row. A replayed SENT event reaches
-every consumer again. If any id is unknown or still pending, nothing changes.`,
+every consumer again. If any id is unknown or still pending, nothing changes.
+--failed works in batches of 1,000 rows, each committed on its own (progress on
+stderr); if it fails midway, the batches before stay replayed.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if failed == (len(args) > 0) {
 				return usagef("outbox replay needs outbox ids or --failed, not both")
@@ -111,7 +113,14 @@ every consumer again. If any id is unknown or still pending, nothing changes.`,
 			defer pool.Close()
 			var n int
 			if failed {
-				n, err = events.ReplayFailed(ctx, pool, a.cfg.Schema)
+				// Batches commit one by one; a long replay says how far it got.
+				n, err = events.ReplayFailedBatches(ctx, pool, a.cfg.Schema, events.ReplayFailedParams{
+					ProgressFunc: func(replayed int) {
+						if replayed >= events.ReplayBatchSizeDefault {
+							fmt.Fprintf(a.stderr, "replayed %d FAILED outbox row(s) so far\n", replayed)
+						}
+					},
+				})
 			} else {
 				n, err = events.ReplayOutbox(ctx, pool, a.cfg.Schema, args)
 			}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -24,18 +25,28 @@ import (
 
 // Forwarder defaults.
 const (
-	ForwardBatchSizeDefault     = 500
-	ForwardSweepIntervalDefault = time.Second
-	ForwardPollIntervalDefault  = 10 * time.Millisecond
-	ForwardConcurrencyDefault   = 2
-	StaleClaimAfterDefault      = 5 * time.Minute
-	ForwardMaxRetriesDefault    = 10
+	ForwardBatchSizeDefault       = 500
+	ForwardSweepIntervalDefault   = time.Second
+	ForwardPollIntervalDefault    = 10 * time.Millisecond
+	ForwardConcurrencyDefault     = 2
+	StaleClaimAfterDefault        = 5 * time.Minute
+	ForwardLivenessTimeoutDefault = 30 * time.Second
+	ForwardMaxRetriesDefault      = 10
+	ForwardRetryBackoffMinDefault = time.Second
+	ForwardRetryBackoffMaxDefault = 5 * time.Minute
+	ForwardPublishTimeoutDefault  = 30 * time.Second
 )
 
-// TxPublisher is an OutboxPublisher that accepts events inside the
-// transaction that marks them SENT. The forwarder prefers it: what the
-// publisher writes commits together with the SENT mark, so forwarding to it
-// is exactly-once (the in-database Bus is one).
+// releaseTimeout bounds the statement that returns a stopping forwarder's
+// claims to PENDING once Stop's own deadline has passed.
+const releaseTimeout = 2 * time.Second
+
+// TxPublisher is an OutboxPublisher that accepts events inside a
+// transaction of the forwarder's: the one that claims them. What the
+// publisher writes commits together with the claim (and, when every
+// destination is transactional, with the SENT mark), so forwarding to it is
+// exactly-once (the in-database Bus is one). It never waits for the plain
+// publishers.
 type TxPublisher interface {
 	queue.OutboxPublisher
 	PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error
@@ -49,11 +60,9 @@ type AfterCommitter interface {
 
 // afterCommit runs the transactional publishers' after-commit hooks.
 func (f *Forwarder) afterCommit(ctx context.Context) {
-	for _, p := range f.cfg.Publishers {
+	for _, p := range f.txPubs {
 		if ac, ok := p.(AfterCommitter); ok {
-			if _, tx := p.(TxPublisher); tx {
-				ac.AfterCommit(ctx)
-			}
+			ac.AfterCommit(ctx)
 		}
 	}
 }
@@ -66,44 +75,81 @@ type ForwarderConfig struct {
 	// Logger for the forwarder. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// Publishers receive every claimed batch; a row is SENT only when all
-	// of them accepted it. Required. Publishers that implement TxPublisher
-	// are called inside the transaction that marks the rows SENT, after
-	// every other publisher accepted the batch.
+	// Publishers are the destinations of every event; a row is SENT when
+	// each of them has it. Required; their names (Name()) must differ, as
+	// they are what a row records (delivered_to) of the destinations that
+	// already have it, so a retry goes only to the others. Publishers that
+	// implement TxPublisher get each row in the transaction that claims it;
+	// the others (plain publishers) afterwards, each under PublishTimeout.
+	// A plain publisher that implements EventPublisher has an outcome per
+	// event; any other plain publisher's error counts for all the events of
+	// its call.
 	Publishers []queue.OutboxPublisher
 
-	// ID names this forwarder in claimed_by. Defaults to host-pid-random.
+	// ID names this forwarder in claimed_by. It should be the id of the
+	// worker process's tributary_process row (the River client id, which
+	// Install uses): the stale-claim reset then returns the claims of a
+	// process whose heartbeat stopped after LivenessTimeout rather than
+	// StaleClaimAfter. Defaults to host-pid-random.
 	ID string
 
 	// BatchSize is the most rows one claim takes. Defaults to 500.
 	BatchSize int
 
 	// SweepInterval is how often the forwarder looks for rows without being
-	// notified, and resets stale claims. A lost notification delays events
-	// by at most this much; so does a failed batch before its retry.
+	// notified, and how often it resets stale claims (on a timer of its
+	// own, whatever the load). A lost notification delays events by at
+	// most this much.
 	//
 	// Defaults to 1 second.
 	SweepInterval time.Duration
 
 	// PollInterval is how soon the forwarder looks again after a batch that
-	// found rows, without a notification; the wait doubles up to
-	// SweepInterval while nothing is found. It is what delivers events
+	// sent rows, without a notification; the wait doubles up to
+	// SweepInterval while nothing is sent. It is what delivers events
 	// emitted without NOTIFY (EmitterConfig.NoNotify) quickly under load.
 	//
 	// Defaults to 10 ms.
 	PollInterval time.Duration
 
 	// StaleClaimAfter is how long a row may stay CLAIMED before the sweep
-	// assumes its forwarder died and returns it to PENDING. It must be
-	// longer than a publish can take.
+	// returns it to PENDING whoever claimed it. It is the cut-off for
+	// claims whose claimed_by has no tributary_process row, and a backstop
+	// for the others; it must be longer than a batch's publishing can take
+	// (PublishTimeout for each plain publisher).
 	//
 	// Defaults to 5 minutes.
 	StaleClaimAfter time.Duration
+
+	// LivenessTimeout is how old the heartbeat of the tributary_process
+	// row named by claimed_by must be before the sweep takes that
+	// process for dead and returns its claims to PENDING.
+	//
+	// Defaults to 30 seconds.
+	LivenessTimeout time.Duration
 
 	// MaxRetries is how many failed forwarding attempts turn a row FAILED.
 	//
 	// Defaults to 10.
 	MaxRetries int
+
+	// RetryBackoffMin and RetryBackoffMax bound the wait before a failed
+	// row is tried again: RetryBackoffMin after the first failure, doubling
+	// with each further one, at most RetryBackoffMax. While a row waits,
+	// the later rows of its aggregate wait too (their order is kept); other
+	// rows do not.
+	//
+	// Default to 1 second and 5 minutes.
+	RetryBackoffMin time.Duration
+	RetryBackoffMax time.Duration
+
+	// PublishTimeout bounds one plain publisher's part of a batch (all its
+	// calls for the batch), so a broker that stops confirming (flow
+	// control, a hung connection) cannot pin the forwarder: the events it
+	// did not confirm in time count as failed for it and are retried.
+	//
+	// Defaults to 30 seconds.
+	PublishTimeout time.Duration
 
 	// Concurrency is how many batches the forwarder works on at once. They
 	// claim disjoint rows (SKIP LOCKED) and keep per-aggregate order the
@@ -120,32 +166,49 @@ type ForwarderConfig struct {
 
 // ForwarderStats are a forwarder's counters since it was created.
 type ForwarderStats struct {
-	Batches     int64 `json:"batches"`
-	Forwarded   int64 `json:"forwarded"`
-	Failures    int64 `json:"failures"`
+	// Batches counts claims that took rows.
+	Batches int64 `json:"batches"`
+	// Forwarded counts rows marked SENT.
+	Forwarded int64 `json:"forwarded"`
+	// Failures counts failed attempts recorded on rows.
+	Failures int64 `json:"failures"`
+	// StaleResets counts CLAIMED rows the sweep returned to PENDING.
 	StaleResets int64 `json:"stale_resets"`
+	// Claims counts claim transactions, EmptyClaims those that took
+	// nothing: their rate while nothing is claimable shows that the
+	// forwarder waits rather than spins.
+	Claims      int64 `json:"claims"`
+	EmptyClaims int64 `json:"empty_claims"`
 }
 
 // Forwarder moves outbox rows to publishers: PENDING -> CLAIMED -> SENT
-// (or back to PENDING, and FAILED after MaxRetries). Run one per worker
-// process; any number of forwarders share an outbox safely. It is a
-// queue.Service.
+// (or back to PENDING after a backoff, and FAILED after MaxRetries). Run
+// one per worker process; any number of forwarders share an outbox safely.
+// It is a queue.Service.
 type Forwarder struct {
 	pool   *pgxpool.Pool
 	cfg    ForwarderConfig
 	logger *slog.Logger
 	lockNS string
 
-	oneTx                                                      bool
-	claimSelectSQL, claimUpdateSQL, sentSQL, failSQL, staleSQL string
-	claimSentSQL                                               string
+	oneTx     bool
+	txPubs    []TxPublisher
+	plainPubs []queue.OutboxPublisher
+	names     []string // every publisher's name
+
+	claimSelectSQL, claimUpdateSQL, claimSentSQL, deliveredSQL string
+	finishSQL, failPendingSQL, staleSQL, releaseSQL            string
 	channel                                                    string
 
-	batches, forwarded, failures, staleResets atomic.Int64
+	batches, forwarded, failures, staleResets, claims, emptyClaims atomic.Int64
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	inflightMu sync.Mutex
+	inflight   map[*claim]struct{}
+
+	mu        sync.Mutex
+	stopLoops context.CancelFunc // no new claims
+	stopWork  context.CancelFunc // abandon the batches being published
+	done      chan struct{}
 }
 
 // NewForwarder returns a forwarder on pool.
@@ -162,30 +225,55 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, ForwardBatchSizeDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, ForwardSweepIntervalDefault)
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
+	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, ForwardLivenessTimeoutDefault)
 	cfg.PollInterval = min(cmp.Or(cfg.PollInterval, ForwardPollIntervalDefault), cfg.SweepInterval)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
+	cfg.RetryBackoffMin = cmp.Or(cfg.RetryBackoffMin, ForwardRetryBackoffMinDefault)
+	cfg.RetryBackoffMax = max(cmp.Or(cfg.RetryBackoffMax, ForwardRetryBackoffMaxDefault), cfg.RetryBackoffMin)
+	cfg.PublishTimeout = cmp.Or(cfg.PublishTimeout, ForwardPublishTimeoutDefault)
 	cfg.Concurrency = max(cmp.Or(cfg.Concurrency, ForwardConcurrencyDefault), 1)
-	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
-	oneTx := cfg.AfterClaimFunc == nil
-	for _, p := range cfg.Publishers {
-		if _, ok := p.(TxPublisher); !ok {
-			oneTx = false
+	for name, v := range map[string]time.Duration{
+		"SweepInterval": cfg.SweepInterval, "PollInterval": cfg.PollInterval, "StaleClaimAfter": cfg.StaleClaimAfter,
+		"LivenessTimeout": cfg.LivenessTimeout, "RetryBackoffMin": cfg.RetryBackoffMin, "PublishTimeout": cfg.PublishTimeout,
+	} {
+		if v < 0 {
+			return nil, fmt.Errorf("events: forwarder %s %s must not be negative", name, v)
 		}
 	}
-	return &Forwarder{
-		oneTx:          oneTx,
-		claimSentSQL:   q(claimSentSQL),
-		pool:           pool,
-		cfg:            cfg,
-		logger:         cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
-		lockNS:         "tributary.outbox." + cfg.Schema + ":",
-		claimSelectSQL: q(claimSelectSQL),
-		claimUpdateSQL: q(claimUpdateSQL),
-		sentSQL:        q(sentSQL),
-		failSQL:        q(failSQL),
-		staleSQL:       q(staleSQL),
-		channel:        NotifyChannel(cfg.Schema),
-	}, nil
+	if cfg.BatchSize < 1 || cfg.MaxRetries < 1 {
+		return nil, fmt.Errorf("events: forwarder BatchSize %d and MaxRetries %d must be at least 1", cfg.BatchSize, cfg.MaxRetries)
+	}
+	f := &Forwarder{
+		pool:     pool,
+		cfg:      cfg,
+		logger:   cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
+		lockNS:   "tributary.outbox." + cfg.Schema + ":",
+		channel:  NotifyChannel(cfg.Schema),
+		inflight: map[*claim]struct{}{},
+	}
+	seen := map[string]bool{}
+	for _, p := range cfg.Publishers {
+		if p == nil {
+			return nil, errors.New("events: a forwarder publisher is nil")
+		}
+		name := p.Name()
+		if seen[name] {
+			return nil, fmt.Errorf("events: two forwarder publishers are named %q; each destination needs its own name", name)
+		}
+		seen[name] = true
+		f.names = append(f.names, name)
+		if tp, ok := p.(TxPublisher); ok {
+			f.txPubs = append(f.txPubs, tp)
+		} else {
+			f.plainPubs = append(f.plainPubs, p)
+		}
+	}
+	f.oneTx = len(f.plainPubs) == 0 && cfg.AfterClaimFunc == nil
+	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
+	f.claimSelectSQL, f.claimUpdateSQL, f.claimSentSQL = q(claimSelectSQL), q(claimUpdateSQL), q(claimSentSQL)
+	f.deliveredSQL, f.finishSQL, f.failPendingSQL = q(deliveredSQL), q(finishSQL), q(failPendingSQL)
+	f.staleSQL, f.releaseSQL = q(staleSQL), q(releaseSQL)
+	return f, nil
 }
 
 func defaultForwarderID() string {
@@ -203,7 +291,10 @@ func (f *Forwarder) ID() string { return f.cfg.ID }
 
 // Stats returns the forwarder's counters.
 func (f *Forwarder) Stats() ForwarderStats {
-	return ForwarderStats{Batches: f.batches.Load(), Forwarded: f.forwarded.Load(), Failures: f.failures.Load(), StaleResets: f.staleResets.Load()}
+	return ForwarderStats{
+		Batches: f.batches.Load(), Forwarded: f.forwarded.Load(), Failures: f.failures.Load(), StaleResets: f.staleResets.Load(),
+		Claims: f.claims.Load(), EmptyClaims: f.emptyClaims.Load(),
+	}
 }
 
 // Start opens the LISTEN connection and starts forwarding. It returns once
@@ -211,49 +302,103 @@ func (f *Forwarder) Stats() ForwarderStats {
 func (f *Forwarder) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.cancel != nil {
+	if f.stopLoops != nil {
 		return errors.New("forwarder already started")
 	}
 	conn, err := f.listen(ctx)
 	if err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f.cancel = cancel
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	f.stopLoops, f.stopWork = stopLoops, stopWork
 	f.done = make(chan struct{})
 	wakes := make([]chan struct{}, f.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for i := range wakes {
 		wakes[i] = make(chan struct{}, 1)
 		wg.Add(1)
-		go func() { defer wg.Done(); f.forwardLoop(runCtx, wakes[i], i == 0) }()
+		go func() { defer wg.Done(); f.forwardLoop(loopCtx, workCtx, wakes[i]) }()
 	}
-	wg.Add(1)
-	go func() { defer wg.Done(); f.listenLoop(runCtx, conn, wakes) }()
+	wg.Add(2)
+	go func() { defer wg.Done(); f.listenLoop(loopCtx, conn, wakes) }()
+	go func() { defer wg.Done(); f.sweepLoop(loopCtx) }()
 	go func() { wg.Wait(); close(f.done) }()
 	f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
 	return nil
 }
 
-// Stop stops forwarding and waits for the current batch, or until ctx is
-// done: then the batch is abandoned and its rows return to PENDING after
-// StaleClaimAfter.
+// Stop stops claiming and waits for the batches being published, or until
+// ctx is done: then their publishing is abandoned and their rows, still
+// CLAIMED by this forwarder, are returned to PENDING at once (with a short
+// timeout of their own; if that fails too, the stale-claim reset returns
+// them later). A destination may then get such an event a second time.
 func (f *Forwarder) Stop(ctx context.Context) error {
 	f.mu.Lock()
-	cancel, done := f.cancel, f.done
-	f.cancel = nil
+	stopLoops, stopWork, done := f.stopLoops, f.stopWork, f.done
+	f.stopLoops, f.stopWork = nil, nil
 	f.mu.Unlock()
-	if cancel == nil {
+	if stopLoops == nil {
 		return nil
 	}
-	cancel()
+	stopLoops()
 	select {
 	case <-done:
+		stopWork()
 		f.logger.InfoContext(ctx, "forwarder stopped")
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("forwarder did not stop in time: %w", ctx.Err())
 	}
+	stopWork()
+	released, err := f.releaseInflight()
+	if err != nil {
+		return errors.Join(fmt.Errorf("forwarder did not stop in time: %w", ctx.Err()), err)
+	}
+	return fmt.Errorf("forwarder did not stop in time, released %d claimed rows: %w", released, ctx.Err())
+}
+
+// track and untrack keep the claims being published, for Stop.
+func (f *Forwarder) track(c *claim) {
+	f.inflightMu.Lock()
+	f.inflight[c] = struct{}{}
+	f.inflightMu.Unlock()
+}
+
+func (f *Forwarder) untrack(c *claim) {
+	f.inflightMu.Lock()
+	delete(f.inflight, c)
+	f.inflightMu.Unlock()
+}
+
+// releaseInflight returns the rows of every claim still being published to
+// PENDING, guarded by claimed_by and claimed_at so a claim that finished
+// (or was reset and re-taken) meanwhile is left alone.
+func (f *Forwarder) releaseInflight() (int64, error) {
+	f.inflightMu.Lock()
+	claims := make([]*claim, 0, len(f.inflight))
+	for c := range f.inflight {
+		claims = append(claims, c)
+	}
+	f.inflightMu.Unlock()
+	if len(claims) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	var total int64
+	for _, c := range claims {
+		ids := make([]string, len(c.events))
+		for i, e := range c.events {
+			ids[i] = e.ID
+		}
+		tag, err := f.pool.Exec(ctx, f.releaseSQL, customPlan, ids, f.cfg.ID, c.claimedAt)
+		if err != nil {
+			return total, fmt.Errorf("error releasing the forwarder's claims: %w", err)
+		}
+		total += tag.RowsAffected()
+	}
+	f.logger.Warn("forwarder stopped past its deadline; released its claims", "count", total)
+	return total, nil
 }
 
 // listen opens a dedicated connection (not from the pool, which would lose
@@ -320,30 +465,45 @@ func signal(chs []chan struct{}) {
 	}
 }
 
-func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}, sweeper bool) {
+// sweepLoop resets stale claims every SweepInterval. It is a loop of its
+// own so a backlog that keeps the forward loops busy cannot starve it.
+func (f *Forwarder) sweepLoop(ctx context.Context) {
 	ticker := time.NewTicker(f.cfg.SweepInterval)
 	defer ticker.Stop()
-	if sweeper {
-		f.resetStale(ctx)
+	for {
+		f.ResetStale(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
 	}
+}
+
+// forwardLoop forwards batches until ctx (claiming) is done; work bounds
+// the publishing of the batch in hand.
+func (f *Forwarder) forwardLoop(ctx, work context.Context, wake <-chan struct{}) {
 	// Between notifications the forwarder polls: every PollInterval while
-	// batches keep finding rows, backing off to SweepInterval when idle.
+	// batches keep sending rows, backing off to SweepInterval otherwise.
 	idle := f.cfg.PollInterval
 	timer := time.NewTimer(idle)
 	defer timer.Stop()
 	for {
-		before := f.forwarded.Load()
-		more, err := f.ForwardOnce(ctx)
+		res, err := f.forwardOnce(ctx, work, nil)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			f.logger.WarnContext(ctx, "forwarding failed, will retry", "error", err)
 		}
-		if more && err == nil {
+		// Straight on only after a full batch that made progress: a batch
+		// that sent nothing (all failed, or nothing claimable) waits, so a
+		// blocked backlog or a broker that is down costs a few claims a
+		// second, not a busy loop.
+		if res.more() {
 			continue
 		}
-		if f.forwarded.Load() > before && err == nil {
+		if res.sent > 0 {
 			idle = f.cfg.PollInterval
 		} else {
 			idle = min(idle*2, f.cfg.SweepInterval)
@@ -355,18 +515,18 @@ func (f *Forwarder) forwardLoop(ctx context.Context, wake <-chan struct{}, sweep
 		case <-wake:
 			idle = f.cfg.PollInterval
 		case <-timer.C:
-		case <-ticker.C:
-			if sweeper {
-				f.resetStale(ctx)
-			}
 		}
 	}
 }
 
-// resetStale returns rows claimed longer than StaleClaimAfter to PENDING.
-func (f *Forwarder) resetStale(ctx context.Context) {
-	cutoff := time.Now().Add(-f.cfg.StaleClaimAfter)
-	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, cutoff)
+// ResetStale returns CLAIMED rows to PENDING whose forwarder is taken for
+// dead: claimed_by names a tributary_process row whose heartbeat is older
+// than LivenessTimeout, or the claim is older than StaleClaimAfter. The
+// forwarder runs it every SweepInterval.
+func (f *Forwarder) ResetStale(ctx context.Context) {
+	now := time.Now()
+	staleBefore, deadBefore := now.Add(-f.cfg.StaleClaimAfter), now.Add(-f.cfg.LivenessTimeout)
+	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, staleBefore, deadBefore)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
@@ -375,59 +535,136 @@ func (f *Forwarder) resetStale(ctx context.Context) {
 	}
 	if n := tag.RowsAffected(); n > 0 {
 		f.staleResets.Add(n)
-		f.logger.WarnContext(ctx, "reset stale outbox claims", "count", n, "claimed_before", cutoff)
+		f.logger.WarnContext(ctx, "reset stale outbox claims", "count", n, "claimed_before", staleBefore, "heartbeat_before", deadBefore)
 	}
 }
 
 // claim is one committed claim: the rows now CLAIMED by this forwarder.
 type claim struct {
-	events    []queue.OutboxEvent
+	events    []claimedEvent
 	claimedAt time.Time
 	selected  int
 }
 
-// ForwardOnce claims one batch, publishes it and marks it SENT (or failed).
-// more reports that a full batch was found, so another may be waiting.
-func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
-	if f.oneTx {
-		return f.forwardInOneTx(ctx)
-	}
-	c, err := f.claim(ctx)
-	if err != nil {
-		return false, err
-	}
-	if len(c.events) == 0 {
-		return c.selected >= f.cfg.BatchSize, nil
-	}
-	f.batches.Add(1)
-	if f.cfg.AfterClaimFunc != nil {
-		if err := f.cfg.AfterClaimFunc(ctx, c.events); err != nil {
-			return false, err
-		}
-	}
-	if err := f.publish(ctx, c); err != nil {
-		f.failures.Add(int64(len(c.events)))
-		if ferr := f.fail(context.WithoutCancel(ctx), c, err); ferr != nil {
-			return false, errors.Join(err, ferr)
-		}
-		return false, err
-	}
-	return c.selected >= f.cfg.BatchSize, nil
+// claimedEvent is a claimed row: the event and what the forwarder needs to
+// know about its delivery so far.
+type claimedEvent struct {
+	queue.OutboxEvent
+	position  int64
+	retries   int
+	delivered []string // destinations that have it
 }
 
-// forwardInOneTx is ForwardOnce when every publisher is transactional:
-// claim, publish and SENT in one transaction, one commit. The rows are never
+func (e *claimedEvent) deliveredTo(name string) bool { return slices.Contains(e.delivered, name) }
+
+// batchResult is what one forwarding round did.
+type batchResult struct {
+	selected, claimed, sent int
+	batchSize               int
+}
+
+// more reports that the round sent rows out of a full set of candidates,
+// so more rows are probably waiting.
+func (r batchResult) more() bool { return r.sent > 0 && r.selected >= r.batchSize }
+
+func (r *batchResult) add(o batchResult) {
+	r.selected += o.selected
+	r.claimed += o.claimed
+	r.sent += o.sent
+}
+
+// ForwardOnce claims one batch, publishes it and records the outcome. more
+// reports that rows were sent out of a full batch, so another may be
+// waiting; err reports what failed (failed events are recorded on their
+// rows and retried after their backoff).
+func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
+	res, err := f.forwardOnce(ctx, ctx, nil)
+	return res.more(), err
+}
+
+// txPublishError is a transactional publisher's error for a claim: the
+// claim's transaction rolled back, nothing of it was written.
+type txPublishError struct {
+	publisher string
+	ids       []string // the claim's events, in emit order
+	retries   []int    // their retry counts when claimed
+	err       error
+}
+
+func (e *txPublishError) Error() string { return fmt.Sprintf("publisher %s: %v", e.publisher, e.err) }
+func (e *txPublishError) Unwrap() error { return e.err }
+
+// forwardOnce is one round. only, when set, restricts the claim to those
+// rows. A transactional publisher's error rolls the whole claim back; the
+// round then forwards its events one at a time, so only an event the
+// publisher still refuses alone records the failure.
+func (f *Forwarder) forwardOnce(ctx, work context.Context, only []string) (batchResult, error) {
+	var res batchResult
+	var err error
+	if f.oneTx {
+		res, err = f.forwardInOneTx(ctx, only)
+	} else {
+		res, err = f.forwardClaimed(ctx, work, only)
+	}
+	res.batchSize = f.cfg.BatchSize
+	var pe *txPublishError
+	if !errors.As(err, &pe) || ctx.Err() != nil {
+		return res, err
+	}
+	if len(pe.ids) == 1 {
+		if ferr := f.failPending(ctx, pe.ids[0], pe.retries[0], pe); ferr != nil {
+			return res, errors.Join(err, ferr)
+		}
+		return res, err
+	}
+	f.logger.WarnContext(ctx, "a transactional publisher refused a batch; forwarding its events one at a time", "count", len(pe.ids), "error", err)
+	var errs []error
+	for _, id := range pe.ids {
+		r, err := f.forwardOnce(ctx, work, []string{id})
+		res.add(r)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// failPending records a transactional publisher's refusal of one event on
+// its row, which is still PENDING (the claim rolled back).
+func (f *Forwarder) failPending(ctx context.Context, id string, retries int, cause error) error {
+	now := time.Now().UTC()
+	var status string
+	err := f.pool.QueryRow(context.WithoutCancel(ctx), f.failPendingSQL, customPlan, id, cause.Error(), f.cfg.MaxRetries, now,
+		f.retryAt(now, retries), retries).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // another forwarder got to the row meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("error recording the forwarding failure of event %s: %w", id, err)
+	}
+	f.failures.Add(1)
+	if status == StatusFailed {
+		f.logger.ErrorContext(ctx, "outbox event FAILED: retries used up", "event_id", id, "error", cause)
+	}
+	return nil
+}
+
+// forwardInOneTx is a round when every publisher is transactional: claim,
+// publish and SENT in one transaction, one commit. The rows are never
 // visibly CLAIMED; a crash rolls everything back and leaves them PENDING.
-func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
-	var selected, sent int
+func (f *Forwarder) forwardInOneTx(ctx context.Context, only []string) (batchResult, error) {
+	var res batchResult
 	var wakeOthers bool
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	err = pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		ids, candidates, err := f.selectClaim(ctx, tx)
+	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		ids, candidates, err := f.selectClaim(ctx, tx, now, only)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
-		selected = candidates
+		res.selected = candidates
 		if len(ids) == 0 {
 			return nil
 		}
@@ -439,53 +676,93 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context) (more bool, err error) {
 		if err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
-		if len(claimed) == 0 {
-			return nil
+		sortByPosition(claimed)
+		if err := f.publishTx(ctx, tx, claimed, false); err != nil {
+			return err
 		}
-		sort.Slice(claimed, func(i, j int) bool { return claimed[i].position < claimed[j].position })
-		events := make([]queue.OutboxEvent, len(claimed))
-		for i, e := range claimed {
-			events[i] = e.OutboxEvent
-		}
-		for _, p := range f.cfg.Publishers {
-			if err := p.(TxPublisher).PublishOutboxTx(ctx, tx, events); err != nil {
-				return fmt.Errorf("publisher %s: %w", p.Name(), err)
-			}
-		}
-		sent = len(events)
-		for _, e := range events {
-			if e.AggregateID != "" {
-				wakeOthers = true
-				break
-			}
+		res.claimed, res.sent = len(claimed), len(claimed)
+		for _, e := range claimed {
+			wakeOthers = wakeOthers || e.AggregateID != ""
 		}
 		return nil
 	})
-	if sent > 0 && err == nil {
-		f.afterCommit(ctx)
+	f.countClaim(err == nil && res.claimed > 0)
+	if err != nil {
+		// Nothing was written; the rows are PENDING as before.
+		return batchResult{selected: res.selected}, err
 	}
-	if wakeOthers && err == nil {
+	if res.sent > 0 {
+		f.afterCommit(ctx)
+		f.batches.Add(1)
+		f.forwarded.Add(int64(res.sent))
+		f.logger.DebugContext(ctx, "forwarded events", "count", res.sent)
+	}
+	if wakeOthers {
 		f.wakeForwarders(ctx)
 	}
-	if err != nil {
-		// Nothing was written; the rows are PENDING as before. Retry on the
-		// next poll rather than at once.
-		f.failures.Add(int64(max(selected, 1)))
-		return false, err
-	}
-	if sent > 0 {
-		f.batches.Add(1)
-		f.forwarded.Add(int64(sent))
-		f.logger.DebugContext(ctx, "forwarded events", "count", sent)
-	}
-	return selected >= f.cfg.BatchSize, nil
+	return res, nil
 }
 
-// selectClaim locks the next PENDING rows and returns the ids of those
-// this transaction may claim (see claimSelectSQL), and how many rows it
-// looked at.
-func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx) (ids []string, candidates int, err error) {
-	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.BatchSize, f.lockNS)
+func (f *Forwarder) countClaim(tookRows bool) {
+	f.claims.Add(1)
+	if !tookRows {
+		f.emptyClaims.Add(1)
+	}
+}
+
+// publishTx hands the events to every transactional publisher that does
+// not have them yet, in tx; with record it also notes on each row that
+// the publisher has it (for the retries of the plain publishers).
+func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool) error {
+	for _, p := range f.txPubs {
+		name := p.Name()
+		var evs []queue.OutboxEvent
+		var idx []int
+		for i := range events {
+			if !events[i].deliveredTo(name) {
+				evs = append(evs, events[i].OutboxEvent)
+				idx = append(idx, i)
+			}
+		}
+		if len(evs) == 0 {
+			continue
+		}
+		if err := callTx(ctx, p, tx, evs); err != nil {
+			pe := &txPublishError{publisher: name, err: err}
+			for _, e := range events {
+				pe.ids = append(pe.ids, e.ID)
+				pe.retries = append(pe.retries, e.retries)
+			}
+			return pe
+		}
+		if !record {
+			continue
+		}
+		if _, err := tx.Exec(ctx, f.deliveredSQL, customPlan, eventIDs(evs), name); err != nil {
+			return fmt.Errorf("error recording the delivery to %s: %w", name, err)
+		}
+		for _, i := range idx {
+			events[i].delivered = append(events[i].delivered, name)
+		}
+	}
+	return nil
+}
+
+// callTx calls a transactional publisher, turning a panic into an error.
+func callTx(ctx context.Context, p TxPublisher, tx pgx.Tx, evs []queue.OutboxEvent) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("publisher panicked: %v", r)
+		}
+	}()
+	return p.PublishOutboxTx(ctx, tx, evs)
+}
+
+// selectClaim locks the next PENDING rows that may be tried now and returns
+// the ids of those this transaction may claim (see claimSelectSQL), and how
+// many rows it looked at. only, when not nil, restricts it to those rows.
+func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, only []string) (ids []string, candidates int, err error) {
+	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.BatchSize, f.lockNS, now, only)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -504,13 +781,40 @@ func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx) (ids []string, c
 	return ids, candidates, rows.Err()
 }
 
-func (f *Forwarder) claim(ctx context.Context) (claim, error) {
-	c := claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
-	var claimed []positionedEvent
+// forwardClaimed is a round with plain publishers: the claim commits
+// (with the transactional publishers' part), the plain publishers get the
+// batch, and the outcome of each event is recorded.
+func (f *Forwarder) forwardClaimed(ctx, work context.Context, only []string) (batchResult, error) {
+	c, err := f.claim(ctx, only)
+	res := batchResult{selected: c.selected, claimed: len(c.events)}
+	if err != nil || len(c.events) == 0 {
+		return res, err
+	}
+	f.batches.Add(1)
+	f.track(c)
+	defer f.untrack(c)
+	if f.cfg.AfterClaimFunc != nil {
+		evs := make([]queue.OutboxEvent, len(c.events))
+		for i, e := range c.events {
+			evs[i] = e.OutboxEvent
+		}
+		if err := f.cfg.AfterClaimFunc(ctx, evs); err != nil {
+			return res, err
+		}
+	}
+	outcomes := f.publishPlain(work, c.events)
+	sent, err := f.finish(ctx, work, c, outcomes)
+	res.sent = sent
+	return res, err
+}
+
+func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
+	c := &claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	var published bool
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		ids, candidates, err := f.selectClaim(ctx, tx)
+		ids, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, only)
 		if err != nil {
-			return err
+			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		c.selected = candidates
 		if len(ids) == 0 {
@@ -520,32 +824,36 @@ func (f *Forwarder) claim(ctx context.Context) (claim, error) {
 		// forwarders committed while this one waited for the locks.
 		rows, err := tx.Query(ctx, f.claimUpdateSQL, customPlan, ids, f.cfg.ID, c.claimedAt)
 		if err != nil {
-			return err
+			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
-		claimed, err = pgx.CollectRows(rows, scanEvent)
-		return err
+		c.events, err = pgx.CollectRows(rows, scanEvent)
+		if err != nil {
+			return fmt.Errorf("error claiming outbox rows: %w", err)
+		}
+		sortByPosition(c.events)
+		published = len(c.events) > 0
+		return f.publishTx(ctx, tx, c.events, true)
 	})
+	f.countClaim(err == nil && len(c.events) > 0)
 	if err != nil {
-		return claim{}, fmt.Errorf("error claiming outbox rows: %w", err)
+		return &claim{selected: c.selected}, err
 	}
-	sort.Slice(claimed, func(i, j int) bool { return claimed[i].position < claimed[j].position })
-	c.events = make([]queue.OutboxEvent, len(claimed))
-	for i, e := range claimed {
-		c.events[i] = e.OutboxEvent
+	if published && len(f.txPubs) > 0 {
+		f.afterCommit(ctx)
 	}
 	return c, nil
 }
 
-type positionedEvent struct {
-	queue.OutboxEvent
-	position int64
+func sortByPosition(evs []claimedEvent) {
+	sort.Slice(evs, func(i, j int) bool { return evs[i].position < evs[j].position })
 }
 
-func scanEvent(row pgx.CollectableRow) (positionedEvent, error) {
-	var e positionedEvent
+func scanEvent(row pgx.CollectableRow) (claimedEvent, error) {
+	var e claimedEvent
 	var metadata []byte
 	var payload []byte
-	err := row.Scan(&e.ID, &e.position, &e.EventType, &e.EventVersion, &e.EventKind, &e.AggregateID, &payload, &metadata, &e.SourceService, &e.CreatedAt)
+	err := row.Scan(&e.ID, &e.position, &e.EventType, &e.EventVersion, &e.EventKind, &e.AggregateID, &payload, &metadata,
+		&e.SourceService, &e.CreatedAt, &e.retries, &e.delivered)
 	if err != nil {
 		return e, err
 	}
@@ -556,97 +864,118 @@ func scanEvent(row pgx.CollectableRow) (positionedEvent, error) {
 	return e, nil
 }
 
-// publish hands the batch to every plain publisher, then marks it SENT and
-// calls the transactional publishers in one transaction.
-func (f *Forwarder) publish(ctx context.Context, c claim) (err error) {
-	var txPubs []TxPublisher
-	for _, p := range f.cfg.Publishers {
-		if tp, ok := p.(TxPublisher); ok {
-			txPubs = append(txPubs, tp)
-			continue
+// retryAt is when a row that failed now, after failuresBefore earlier
+// failures, is tried again: RetryBackoffMin doubled for each earlier
+// failure, at most RetryBackoffMax.
+func (f *Forwarder) retryAt(now time.Time, failuresBefore int) time.Time {
+	d := f.cfg.RetryBackoffMin
+	for range min(failuresBefore, 62) {
+		if d >= f.cfg.RetryBackoffMax {
+			break
 		}
-		if err := p.PublishOutbox(ctx, c.events); err != nil {
-			return fmt.Errorf("publisher %s: %w", p.Name(), err)
+		d *= 2
+	}
+	return now.Add(min(d, f.cfg.RetryBackoffMax))
+}
+
+// Outcomes of an event's attempt, as finishSQL takes them.
+const (
+	outcomeSent   = "sent"   // every destination has it
+	outcomeFailed = "failed" // a destination failed: retry after backoff
+	outcomeHeld   = "held"   // not tried (an earlier event of its aggregate failed): back to PENDING as it was
+)
+
+// finish records each event's outcome in one statement and returns how many
+// rows it marked SENT. The statement is guarded by claimed_by and
+// claimed_at: a row whose claim was reset (and maybe re-taken) meanwhile is
+// left alone.
+func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []eventOutcome) (int, error) {
+	stopping := work.Err() != nil
+	n := len(c.events)
+	ids, kinds, errTexts, delivered := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	retryAt := make([]time.Time, n)
+	now := time.Now().UTC()
+	var failed []string
+	for i, e := range c.events {
+		o := outcomes[i]
+		ids[i] = e.ID
+		all := true
+		for _, name := range f.names {
+			if !slices.Contains(o.delivered, name) {
+				all = false
+			}
+		}
+		switch {
+		case all:
+			kinds[i] = outcomeSent
+		case len(o.errs) > 0 && !stopping:
+			kinds[i] = outcomeFailed
+			errTexts[i] = joinErrors(o.errs)
+			retryAt[i] = f.retryAt(now, e.retries)
+			failed = append(failed, fmt.Sprintf("event %s (%s): %s", e.ID, e.EventType, errTexts[i]))
+		default:
+			// Held back, or abandoned because the forwarder is stopping:
+			// not the event's fault, no attempt charged.
+			kinds[i] = outcomeHeld
+		}
+		b, _ := json.Marshal(o.delivered)
+		delivered[i] = string(b)
+	}
+	rows, err := f.pool.Query(context.WithoutCancel(ctx), f.finishSQL, customPlan, ids, kinds, errTexts, delivered,
+		f.cfg.ID, c.claimedAt, now, f.cfg.MaxRetries, retryAt)
+	if err != nil {
+		return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+	}
+	var sent, gaveUp, updated int
+	var wakeOthers bool
+	for rows.Next() {
+		var id, status string
+		var hasAggregate bool
+		if err := rows.Scan(&id, &status, &hasAggregate); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+		}
+		updated++
+		wakeOthers = wakeOthers || hasAggregate
+		switch status {
+		case StatusSent:
+			sent++
+		case StatusFailed:
+			gaveUp++
 		}
 	}
-	ids := eventIDs(c.events)
-	var wakeOthers bool
-	defer func() {
-		if err == nil {
-			f.afterCommit(ctx)
-		}
-		if wakeOthers && err == nil {
-			f.wakeForwarders(ctx)
-		}
-	}()
-	return pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, f.sentSQL, customPlan, ids, f.cfg.ID, c.claimedAt, time.Now().UTC())
-		if err != nil {
-			return fmt.Errorf("error marking outbox rows sent: %w", err)
-		}
-		var sent []string
-		for rows.Next() {
-			var id string
-			var hasAggregate bool
-			if err := rows.Scan(&id, &hasAggregate); err != nil {
-				rows.Close()
-				return fmt.Errorf("error marking outbox rows sent: %w", err)
-			}
-			sent = append(sent, id)
-			wakeOthers = wakeOthers || hasAggregate
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("error marking outbox rows sent: %w", err)
-		}
-		events := c.events
-		if len(sent) != len(c.events) {
-			// The sweep gave some rows to another forwarder (this one was
-			// too slow); only the rows still ours go to the transactional
-			// publishers, so they see each row once.
-			f.logger.WarnContext(ctx, "outbox claim lost to the stale-claim sweep", "claimed", len(c.events), "still_ours", len(sent))
-			keep := make(map[string]bool, len(sent))
-			for _, id := range sent {
-				keep[id] = true
-			}
-			events = events[:0:0]
-			for _, e := range c.events {
-				if keep[e.ID] {
-					events = append(events, e)
-				}
-			}
-		}
-		if len(events) > 0 {
-			for _, p := range txPubs {
-				if err := p.PublishOutboxTx(ctx, tx, events); err != nil {
-					return fmt.Errorf("publisher %s: %w", p.Name(), err)
-				}
-			}
-		}
-		f.forwarded.Add(int64(len(events)))
-		f.logger.DebugContext(ctx, "forwarded events", "count", len(events))
-		return nil
-	})
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+	}
+	if updated != n {
+		f.logger.WarnContext(ctx, "outbox claim lost to the stale-claim sweep", "claimed", n, "still_ours", updated)
+	}
+	f.forwarded.Add(int64(sent))
+	f.failures.Add(int64(len(failed)))
+	if wakeOthers {
+		// Later rows of these aggregates were held back by this batch.
+		f.wakeForwarders(ctx)
+	}
+	f.logger.DebugContext(ctx, "forwarded events", "count", sent, "failed", len(failed))
+	if gaveUp > 0 {
+		f.logger.ErrorContext(ctx, "outbox events FAILED: retries used up", "count", gaveUp)
+	}
+	if len(failed) > 0 {
+		return sent, fmt.Errorf("%d of %d events not delivered, first: %s", len(failed), n, failed[0])
+	}
+	return sent, nil
 }
 
 // wakeForwarders notifies every forwarder of the schema after a commit that
-// sent rows with aggregates: later rows of those aggregates may have been
-// held back by this batch. A statement of its own, after the commit: a
+// finished rows with aggregates: later rows of those aggregates may have
+// been held back by them. A statement of its own, after the commit: a
 // NOTIFY inside the writing transaction would hold Postgres' global notify
 // lock through its WAL flush.
 func (f *Forwarder) wakeForwarders(ctx context.Context) {
 	if _, err := f.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, '')", f.channel); err != nil {
 		f.logger.WarnContext(ctx, "error waking the other forwarders", "error", err)
 	}
-}
-
-func (f *Forwarder) fail(ctx context.Context, c claim, cause error) error {
-	tag, err := f.pool.Exec(ctx, f.failSQL, customPlan, eventIDs(c.events), f.cfg.ID, c.claimedAt, cause.Error(), f.cfg.MaxRetries, time.Now().UTC())
-	if err != nil {
-		return fmt.Errorf("error recording the forwarding failure: %w", err)
-	}
-	f.logger.WarnContext(ctx, "forwarding batch failed", "count", tag.RowsAffected(), "error", cause)
-	return nil
 }
 
 func eventIDs(events []queue.OutboxEvent) []string {
@@ -657,24 +986,44 @@ func eventIDs(events []queue.OutboxEvent) []string {
 	return ids
 }
 
-// claimSelectSQL locks the next $1 PENDING rows in emit order (skipping
-// rows another forwarder holds) and tells for each whether this
-// transaction may claim it: a row with an aggregate only when the
-// transaction also gets the aggregate's advisory lock, so two forwarders
-// never claim events of one aggregate at the same time (which would let
-// them be sent out of order). The candidates are picked first, in a CTE the
-// planner cannot merge, and only they are tried: with the lock function in
-// the scan's WHERE, a plan that sorts after scanning (what Postgres picks
-// while the outbox has no statistics yet) called it on every PENDING row,
-// taking an advisory lock per aggregate of the whole backlog; enough of
-// them exhaust the shared lock table ("out of shared memory").
+// claimSelectSQL locks the next $1 PENDING rows in emit order that may be
+// tried at $3 (skipping rows another forwarder holds, rows waiting for
+// their retry, and rows whose aggregate is held by an earlier row that
+// cannot move now: CLAIMED, or waiting for its retry), and tells for each
+// whether this transaction may claim it: a row with an aggregate only when
+// the transaction also gets the aggregate's advisory lock, so two
+// forwarders never claim events of one aggregate at the same time (which
+// would let them be sent out of order). $4, when not NULL, restricts it to
+// those rows.
+//
+// Skipping held aggregates here, rather than leaving them to the claim's
+// guard, is what keeps one stuck aggregate from stalling everyone: the
+// guard rejected its backlog's rows one batch at a time, and the next
+// claim picked the same rows again. The probe runs per PENDING row it
+// passes over, against tributary_outbox_blocking_idx, which holds only the
+// held-back heads.
+//
+// The candidates are picked first, in a CTE the planner cannot merge, and
+// only they are tried: with the lock function in the scan's WHERE, a plan
+// that sorts after scanning (what Postgres picks while the outbox has no
+// statistics yet) called it on every PENDING row, taking an advisory lock
+// per aggregate of the whole backlog; enough of them exhaust the shared
+// lock table ("out of shared memory").
 const claimSelectSQL = `
 WITH candidate AS MATERIALIZED (
-    SELECT id, aggregate_id, position FROM /*schema*/tributary_outbox
-    WHERE status = 'PENDING'
-    ORDER BY position
+    SELECT o.id, o.aggregate_id, o.position FROM /*schema*/tributary_outbox o
+    WHERE o.status = 'PENDING'
+      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $3)
+      AND ($4::uuid[] IS NULL OR o.id = ANY($4::uuid[]))
+      AND (o.aggregate_id IS NULL OR NOT EXISTS (
+            SELECT 1 FROM /*schema*/tributary_outbox b
+            WHERE b.aggregate_id = o.aggregate_id
+              AND (b.status = 'CLAIMED' OR (b.status = 'PENDING' AND b.next_attempt_at IS NOT NULL))
+              AND b.position < o.position
+              AND (b.status = 'CLAIMED' OR b.next_attempt_at > $3)))
+    ORDER BY o.position
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF o SKIP LOCKED
 )
 SELECT id::text, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
 FROM candidate
@@ -693,36 +1042,70 @@ WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
           AND e.position < o.position
           AND e.id <> ALL($1::uuid[])))
 RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
-          o.payload, o.metadata, o.source_service, o.created_at`
+          o.payload, o.metadata, o.source_service, o.created_at, o.retry_count, coalesce(o.delivered_to, '{}')`
 
 // claimUpdateSQL claims the locked rows (PENDING -> CLAIMED).
 const claimUpdateSQL = `
 UPDATE /*schema*/tributary_outbox o
-SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3` + claimGuardSQL
+SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3, next_attempt_at = NULL` + claimGuardSQL
 
 // claimSentSQL is claimUpdateSQL for the one-transaction path: the rows go
 // straight to SENT.
 const claimSentSQL = `
 UPDATE /*schema*/tributary_outbox o
-SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3` + claimGuardSQL
+SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3, next_attempt_at = NULL, last_error = NULL` + claimGuardSQL
 
-// sentSQL marks the rows still claimed by this claim SENT.
-const sentSQL = `
+// deliveredSQL notes, in the claim's transaction, that destination $2 has
+// the rows $1.
+const deliveredSQL = `
 UPDATE /*schema*/tributary_outbox
-SET status = 'SENT', sent_at = $4, last_error = NULL
-WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3
-RETURNING id::text, aggregate_id IS NOT NULL`
+SET delivered_to = array_append(coalesce(delivered_to, '{}'), $2)
+WHERE id = ANY($1::uuid[]) AND NOT ($2 = ANY(coalesce(delivered_to, '{}')))`
 
-const failSQL = `
-UPDATE /*schema*/tributary_outbox
-SET retry_count = retry_count + 1,
-    last_error = $4,
-    status = CASE WHEN retry_count + 1 >= $5 THEN 'FAILED' ELSE 'PENDING' END,
-    failed_at = CASE WHEN retry_count + 1 >= $5 THEN $6::timestamptz ELSE NULL END,
-    claimed_by = NULL, claimed_at = NULL
-WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3`
+// finishSQL records the outcome of each claimed row: u.kind is sent,
+// failed or held (see the outcome constants), u.error the failure,
+// u.delivered the JSON list of destinations that have the row now, u.retry_at
+// when a failed row is tried again (unless it is FAILED now).
+const finishSQL = `
+UPDATE /*schema*/tributary_outbox o
+SET delivered_to = ARRAY(SELECT jsonb_array_elements_text(u.delivered::jsonb)),
+    status = CASE WHEN u.kind = 'sent' THEN 'SENT'
+                  WHEN u.kind = 'failed' AND o.retry_count + 1 >= $8 THEN 'FAILED'
+                  ELSE 'PENDING' END,
+    retry_count = o.retry_count + CASE WHEN u.kind = 'failed' THEN 1 ELSE 0 END,
+    last_error = CASE WHEN u.kind = 'sent' THEN NULL WHEN u.kind = 'failed' THEN u.error ELSE o.last_error END,
+    sent_at = CASE WHEN u.kind = 'sent' THEN $7::timestamptz END,
+    failed_at = CASE WHEN u.kind = 'failed' AND o.retry_count + 1 >= $8 THEN $7::timestamptz END,
+    next_attempt_at = CASE WHEN u.kind = 'failed' AND o.retry_count + 1 < $8 THEN u.retry_at END,
+    claimed_by = CASE WHEN u.kind = 'sent' THEN o.claimed_by END,
+    claimed_at = CASE WHEN u.kind = 'sent' THEN o.claimed_at END
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $9::timestamptz[]) AS u(id, kind, error, delivered, retry_at)
+WHERE o.id = u.id AND o.status = 'CLAIMED' AND o.claimed_by = $5 AND o.claimed_at = $6
+RETURNING o.id::text, o.status, o.aggregate_id IS NOT NULL`
 
+// failPendingSQL records a failed attempt on a PENDING row (a
+// transactional publisher refused it; its claim rolled back), unless the
+// row changed since (another forwarder sent it, or failed it first).
+const failPendingSQL = `
+UPDATE /*schema*/tributary_outbox o
+SET retry_count = o.retry_count + 1,
+    last_error = $2,
+    status = CASE WHEN o.retry_count + 1 >= $3 THEN 'FAILED' ELSE 'PENDING' END,
+    failed_at = CASE WHEN o.retry_count + 1 >= $3 THEN $4::timestamptz END,
+    next_attempt_at = CASE WHEN o.retry_count + 1 < $3 THEN $5::timestamptz END
+WHERE o.id = $1 AND o.status = 'PENDING' AND o.retry_count = $6
+RETURNING o.status`
+
+// staleSQL returns to PENDING the claims older than $1, and those of a
+// process whose heartbeat is older than $2.
 const staleSQL = `
+UPDATE /*schema*/tributary_outbox o
+SET status = 'PENDING', claimed_by = NULL, claimed_at = NULL
+WHERE o.status = 'CLAIMED'
+  AND (o.claimed_at < $1 OR o.claimed_by IN (SELECT p.id FROM /*schema*/tributary_process p WHERE p.heartbeat_at < $2))`
+
+// releaseSQL returns one claim's rows to PENDING (Stop past its deadline).
+const releaseSQL = `
 UPDATE /*schema*/tributary_outbox
 SET status = 'PENDING', claimed_by = NULL, claimed_at = NULL
-WHERE status = 'CLAIMED' AND claimed_at < $1`
+WHERE id = ANY($1::uuid[]) AND status = 'CLAIMED' AND claimed_by = $2 AND claimed_at = $3`

@@ -13,7 +13,9 @@ type InstallConfig struct {
 	Consumers []*Consumer
 
 	// Forwarder configures the forwarder; Schema and Logger default to the
-	// runtime's, and the bus is always its first publisher.
+	// runtime's, ID to the runtime's River client id (the id of the
+	// process's tributary_process row, so its claims are reset soon after
+	// its heartbeat stops), and the bus is always its first publisher.
 	Forwarder ForwarderConfig
 
 	// NoForwarder leaves the forwarder out (a process that only consumes).
@@ -49,6 +51,7 @@ func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
 	fcfg := cfg.Forwarder
 	fcfg.Schema = cmp.Or(fcfg.Schema, rt.Schema())
 	fcfg.Logger = cmp.Or(fcfg.Logger, rt.Logger())
+	fcfg.ID = cmp.Or(fcfg.ID, rt.River().ID())
 	fcfg.Publishers = append([]queue.OutboxPublisher{bus}, fcfg.Publishers...)
 	f, err := NewForwarder(rt.Pool(), fcfg)
 	if err != nil {

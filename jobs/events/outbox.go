@@ -110,8 +110,10 @@ var ErrNotReplayable = errors.New("outbox rows cannot be replayed")
 // ReplayOutbox puts the given SENT or FAILED rows back to PENDING (retry
 // count reset) so the forwarders send them again, and wakes the
 // forwarders. All or nothing: an id that does not exist or is PENDING or
-// CLAIMED fails the whole call. A replayed SENT row reaches every consumer
-// again (a new dispatch each), at the end of its aggregate's lane.
+// CLAIMED fails the whole call. A replayed SENT row goes to every
+// destination again: it reaches every consumer again (a new dispatch each),
+// at the end of its aggregate's lane. A replayed FAILED row goes only to
+// the destinations that do not have it yet (delivered_to), like a retry.
 func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []string) (int, error) {
 	for _, id := range ids {
 		if _, err := uuid.Parse(id); err != nil {
@@ -152,42 +154,112 @@ func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []strin
 			sort.Strings(bad)
 			return fmt.Errorf("%w: %v", ErrNotReplayable, bad)
 		}
-		tag, err := tx.Exec(ctx, queue.Qualify(schema, replaySQL), ids, NotifyChannel(schema))
-		if err != nil {
+		// The count comes from the statement's result, not its tag: the
+		// tag counts the one row of the SELECT around the UPDATE.
+		if err := tx.QueryRow(ctx, queue.Qualify(schema, replaySQL), ids, NotifyChannel(schema)).Scan(&n, nil); err != nil {
 			return fmt.Errorf("error replaying outbox rows: %w", err)
 		}
-		n = int(tag.RowsAffected())
 		return nil
 	})
 	return n, err
 }
 
-// ReplayFailed puts every FAILED row back to PENDING and returns how many.
-func ReplayFailed(ctx context.Context, db queue.DBTX, schema string) (int, error) {
-	var ids []string
-	rows, err := db.Query(ctx, queue.Qualify(schema, `SELECT id::text FROM /*schema*/tributary_outbox WHERE status = 'FAILED' ORDER BY position`))
-	if err != nil {
-		return 0, fmt.Errorf("error listing failed outbox rows: %w", err)
-	}
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("error listing failed outbox rows: %w", err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	return ReplayOutbox(ctx, db, schema, ids)
+// ReplayBatchSizeDefault is how many FAILED rows one transaction of
+// ReplayFailed puts back to PENDING.
+const ReplayBatchSizeDefault = 1000
+
+// ReplayFailedParams configures ReplayFailedBatches.
+type ReplayFailedParams struct {
+	// BatchSize bounds the rows one transaction replays. Defaults to
+	// ReplayBatchSizeDefault (1,000).
+	BatchSize int
+
+	// ProgressFunc, when set, is called after each committed batch with the
+	// number of rows replayed so far.
+	ProgressFunc func(replayed int)
 }
 
+// ReplayFailed puts every FAILED row back to PENDING (retry count reset),
+// in batches of ReplayBatchSizeDefault, and returns how many. Each goes only
+// to the destinations that do not have it yet.
+func ReplayFailed(ctx context.Context, db queue.DBTX, schema string) (int, error) {
+	return ReplayFailedBatches(ctx, db, schema, ReplayFailedParams{})
+}
+
+// ReplayFailedBatches puts every FAILED row back to PENDING in emit order,
+// each batch in a transaction of its own that wakes the forwarders, so a
+// large replay neither holds its locks in one long transaction nor waits
+// for the last batch before forwarding starts. Rows that become FAILED
+// again while it runs are not replayed a second time. On an error the
+// batches already committed stay replayed; the count says how many.
+func ReplayFailedBatches(ctx context.Context, db queue.DBTX, schema string, p ReplayFailedParams) (int, error) {
+	if p.BatchSize <= 0 {
+		p.BatchSize = ReplayBatchSizeDefault
+	}
+	sql := queue.Qualify(schema, replayFailedBatchSQL)
+	var total int
+	var after int64
+	for {
+		var n int
+		var last *int64
+		err := inTx(ctx, db, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, sql, after, p.BatchSize, NotifyChannel(schema)).Scan(&n, &last, nil); err != nil {
+				return fmt.Errorf("error replaying failed outbox rows: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			return total, nil
+		}
+		total += n
+		after = *last
+		if p.ProgressFunc != nil {
+			p.ProgressFunc(total)
+		}
+		if n < p.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+// replayFailedBatchSQL replays the next $2 FAILED rows after position $1
+// and returns how many and the last position. The NOTIFY is delivered at
+// commit; it is the batch's only statement, so it adds no second round
+// trip, and a replay is rare enough that the notify lock's cost at commit
+// does not matter.
+const replayFailedBatchSQL = `
+WITH batch AS (
+    SELECT id, position FROM /*schema*/tributary_outbox
+    WHERE status = 'FAILED' AND position > $1
+    ORDER BY position
+    LIMIT $2
+    FOR UPDATE
+), upd AS (
+    UPDATE /*schema*/tributary_outbox o
+    SET status = 'PENDING', retry_count = 0, last_error = NULL, claimed_by = NULL, claimed_at = NULL,
+        sent_at = NULL, failed_at = NULL, next_attempt_at = NULL
+    FROM batch WHERE o.id = batch.id AND o.status = 'FAILED'
+    RETURNING o.position
+)
+SELECT count(*)::int, max(position), (SELECT pg_notify($3, '') FROM (SELECT 1 FROM upd LIMIT 1) AS one)
+FROM upd`
+
+// replaySQL puts the rows $1 back to PENDING and returns how many, waking
+// the forwarders at commit when there were any.
 const replaySQL = `
 WITH upd AS (
     UPDATE /*schema*/tributary_outbox
     SET status = 'PENDING', retry_count = 0, last_error = NULL, claimed_by = NULL, claimed_at = NULL,
-        sent_at = NULL, failed_at = NULL
+        sent_at = NULL, failed_at = NULL, next_attempt_at = NULL,
+        delivered_to = CASE WHEN status = 'SENT' THEN NULL ELSE delivered_to END
     WHERE id = ANY($1::uuid[]) AND status IN ('SENT', 'FAILED')
     RETURNING 1
 )
-SELECT pg_notify($2, '') FROM (SELECT 1 FROM upd LIMIT 1) AS one`
+SELECT count(*)::int, (SELECT pg_notify($2, '') FROM (SELECT 1 FROM upd LIMIT 1) AS one)
+FROM upd`
 
 // inTx runs fn in a transaction on db: a new one on a pool or connection, a
 // nested one (savepoint) when db already is a transaction.

@@ -275,7 +275,10 @@ func TestStaleClaimKilledProcess(t *testing.T) {
 	require.NoError(t, err)
 	bin := buildReplicaWorker(t)
 
-	victim, victimExited := startReplica(t, bin, db, "victim", "REPLICA_BROKER=1", "REPLICA_DIE_AFTER_CLAIM=1")
+	// The victim's claim hands the rows to the bus; it must not start the
+	// dispatch jobs that inserted, as it dies right after (the running jobs
+	// of a killed process are the liveness sweep's, not this test's).
+	victim, victimExited := startReplica(t, bin, db, "victim", "REPLICA_BROKER=1", "REPLICA_DIE_AFTER_CLAIM=1", "REPLICA_WORK_QUEUE=victim-idle")
 	pgtest.WaitFor(t, 60*time.Second, "the victim to register its consumers", func() (bool, error) {
 		var c int
 		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_event_consumer`)).Scan(&c)
@@ -296,6 +299,13 @@ func TestStaleClaimKilledProcess(t *testing.T) {
 	startReplica(t, bin, db, "survivor", "REPLICA_BROKER=1", "REPLICA_STALE_AFTER=1s")
 	waitReplicaLog(t, db, n, 2*time.Minute)
 	checkReplicaLog(t, db, n)
+	// The bus got the rows in the victim's claim transaction, so the log
+	// can be complete before the survivor has sent them to the broker.
+	pgtest.WaitFor(t, time.Minute, "the survivor to send every row", func() (bool, error) {
+		var left int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox WHERE status <> 'SENT'`)).Scan(&left)
+		return left == 0, err
+	})
 	var notSent int
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox WHERE status <> 'SENT' OR claimed_by <> 'survivor'`)).Scan(&notSent))
 	require.Zero(t, notSent, "every row was sent by the survivor after the reset")

@@ -3,10 +3,13 @@
 // Configuration comes from DATABASE_URL, TRIBUTARY_SCHEMA, REPLICA_NAME,
 // REPLICA_FAIL_RATE and REPLICA_MAX_LATENCY; REPLICA_BROKER adds a plain
 // publisher, REPLICA_DIE_AFTER_CLAIM kills the process with SIGKILL right
-// after its first claim, REPLICA_STALE_AFTER sets the stale-claim cut-off.
+// after its first claim, REPLICA_STALE_AFTER sets the stale-claim cut-off,
+// REPLICA_WORK_QUEUE names the one queue the process works (default:
+// "default", the consumers' queue).
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -49,7 +52,7 @@ func run() error {
 		return err
 	}
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
-		Schema: cfg.Schema, Logger: logger, Queues: map[string]int{"default": 20},
+		Schema: cfg.Schema, Logger: logger, Queues: map[string]int{cmp.Or(os.Getenv("REPLICA_WORK_QUEUE"), "default"): 20},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 	})
 	if err != nil {
