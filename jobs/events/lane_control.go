@@ -38,7 +38,7 @@ var ErrUnknownConsumer = errors.New("unknown consumer")
 
 // ErrLaneNotBlocked is returned (wrapped, naming the lane) by RetryLane and
 // SkipLane for a lane that no given-up head holds.
-var ErrLaneNotBlocked = errors.New("lane is not blocked")
+var ErrLaneNotBlocked = errors.New("nothing to retry or skip")
 
 // ErrBlockingJobGone is returned (wrapped) for a cancel or delete of a
 // blocked lane's head that River's retention already deleted.
@@ -69,7 +69,11 @@ func (e *LaneOrderError) Error() string {
 
 // JobActionResult is what an action on a job did.
 type JobActionResult struct {
-	// Job is the job after the action; for a delete, as it was.
+	// JobID is the job acted on (after a retry that put back a deleted
+	// job, the new one).
+	JobID int64
+	// Job is the job after the action; for a delete, as it was; nil for a
+	// skip of a lane whose blocking job River's retention deleted.
 	Job *rivertype.JobRow
 	// Consumer and AggregateID name the job's lane; empty for other jobs.
 	Consumer    string
@@ -122,7 +126,7 @@ func laneJobAction(ctx context.Context, client *queue.Client, id int64, action j
 	schema := client.Schema()
 	ls := newLaneStatements(schema)
 	rc := client.River()
-	res := &JobActionResult{}
+	res := &JobActionResult{JobID: id}
 	var promoted string
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
 		var k jobLaneKey
@@ -262,8 +266,8 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 	if err != nil {
 		return nil, err
 	}
-	res := &JobActionResult{Consumer: consumer, AggregateID: aggregate}
 	blocked := *l.blockedJobID
+	res := &JobActionResult{JobID: blocked, Consumer: consumer, AggregateID: aggregate}
 	res.Job, err = client.River().JobRetryTx(ctx, tx, blocked)
 	switch {
 	case errors.Is(err, river.ErrNotFound):
@@ -276,7 +280,7 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 		if err != nil {
 			return nil, fmt.Errorf("error putting back the event of job %d: %w", blocked, err)
 		}
-		res.Job, res.ReinsertedFrom = ins.Job, blocked
+		res.Job, res.JobID, res.ReinsertedFrom = ins.Job, ins.Job.ID, blocked
 	case err != nil:
 		return nil, fmt.Errorf("error retrying job %d: %w", blocked, err)
 	}
@@ -301,6 +305,7 @@ func SkipLane(ctx context.Context, client *queue.Client, consumer, aggregate str
 		if err != nil {
 			return err
 		}
+		res.JobID = *l.blockedJobID
 		if res.Job, err = client.River().JobGetTx(ctx, tx, *l.blockedJobID); errors.Is(err, river.ErrNotFound) {
 			res.Job, err = nil, nil
 		}
@@ -327,13 +332,13 @@ func lockBlockedLane(ctx context.Context, tx pgx.Tx, ls *laneStatements, consume
 	if ok && l.blockedJobID != nil {
 		return l, nil
 	}
-	msg := fmt.Sprintf("aggregate %q of consumer %q", aggregate, consumer)
+	hint := ""
 	if ok && l.headSeq <= l.lastSeq {
 		if id, state, err := ls.headJob(ctx, tx, consumer, aggregate, l.headSeq); err == nil && id != 0 {
-			msg += fmt.Sprintf(" (its head, job %d, is %s; cancel it to give it up)", id, state)
+			hint = fmt.Sprintf(" (its head, job %d, is %s; cancel it to give it up)", id, state)
 		}
 	}
-	return l, fmt.Errorf("%s: %w", msg, ErrLaneNotBlocked)
+	return l, fmt.Errorf("aggregate %q of consumer %q is not blocked%s: %w", aggregate, consumer, hint, ErrLaneNotBlocked)
 }
 
 // consumerQueue checks that consumer exists and returns its queue and
