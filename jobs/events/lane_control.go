@@ -52,7 +52,9 @@ type LaneOrderError struct {
 	AggregateID string `json:"aggregate_id"`
 	Seq         int64  `json:"seq"`
 	// HeadJobID is the job it waits behind; 0 when the head's job is gone
-	// (a blocked head deleted by River's retention).
+	// (HeadState "gone": a blocked head deleted by River's retention, which
+	// a retry of the head puts back; "missing": deleted outside tributary,
+	// which the repair sweep moves past).
 	HeadJobID int64  `json:"head_job_id"`
 	HeadSeq   int64  `json:"head_seq"`
 	HeadState string `json:"head_state"`
@@ -60,8 +62,11 @@ type LaneOrderError struct {
 
 func (e *LaneOrderError) Error() string {
 	head := fmt.Sprintf("job %d (%s)", e.HeadJobID, e.HeadState)
-	if e.HeadJobID == 0 {
+	switch {
+	case e.HeadJobID == 0 && e.HeadState == "gone":
 		head = "its lane's blocked head, whose job River's retention deleted"
+	case e.HeadJobID == 0:
+		head = "its lane's head, whose job is gone (the lane repair moves past it)"
 	}
 	return fmt.Sprintf("job %d is event %d of aggregate %q for consumer %q and waits behind %s, event %d: retrying it now would run it out of order; retry or skip the head instead (tributary lanes retry|skip %s %s)",
 		e.JobID, e.Seq, e.AggregateID, e.Consumer, head, e.HeadSeq, e.Consumer, e.AggregateID)
@@ -181,8 +186,17 @@ func laneJobAction(ctx context.Context, client *queue.Client, id int64, action j
 	if err != nil {
 		return nil, err
 	}
-	ls.wakeRiver(ctx, client.Pool(), client.Logger(), promoted)
+	ls.wakeRiver(ctx, client.Pool(), client.Logger(), promoted, availableQueue(res.Job))
 	return res, nil
+}
+
+// availableQueue is the queue of a job an action made available, for
+// waking River's producers; "" otherwise.
+func availableQueue(job *rivertype.JobRow) string {
+	if job == nil || job.State != rivertype.JobStateAvailable {
+		return ""
+	}
+	return job.Queue
 }
 
 // riverAction is River's own action on a job, in tx.
@@ -214,8 +228,11 @@ func retryAhead(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], ls *la
 	if err != nil {
 		return err
 	}
-	if headID == 0 && l.blockedJobID != nil {
-		headState = "gone"
+	if headID == 0 {
+		headState = "missing"
+		if l.blockedJobID != nil {
+			headState = "gone"
+		}
 	}
 	return &LaneOrderError{JobID: id, Consumer: consumer, AggregateID: agg, Seq: seq, HeadJobID: headID, HeadSeq: l.headSeq, HeadState: headState}
 }
@@ -248,13 +265,18 @@ func goneJobAction(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *lan
 // again in its place, and the lane moves on when it succeeds. A head River's
 // retention deleted is put back from the lane's copy as a new job.
 func RetryLane(ctx context.Context, client *queue.Client, consumer, aggregate string) (*JobActionResult, error) {
+	ls := newLaneStatements(client.Schema())
 	var res *JobActionResult
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
 		var err error
-		res, err = retryBlockedLane(ctx, tx, client, newLaneStatements(client.Schema()), consumer, aggregate)
+		res, err = retryBlockedLane(ctx, tx, client, ls, consumer, aggregate)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	ls.wakeRiver(ctx, client.Pool(), client.Logger(), availableQueue(res.Job))
+	return res, nil
 }
 
 func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *laneStatements, consumer, aggregate string) (*JobActionResult, error) {

@@ -22,8 +22,9 @@ import (
 // cancels, deletes or skips it. Under OrderingBlock a head that fails for
 // good holds the lane and the lane records it (blocked_job_id, the reason,
 // since when, and a copy of the job's args), until an operator retries or
-// skips it. The statements that change a lane live here, for the
-// dispatcher, the repair sweep and the operator actions alike.
+// skips it. The statements that change one lane live here, for the
+// dispatcher, the repair sweep and the operator actions alike (the
+// set-based ones of the group commit are in lane_completer.go).
 
 // laneTurnKey marks, in a dispatch job's metadata, that the job has been
 // its lane's head: the bus sets it on a job inserted as the head, every
