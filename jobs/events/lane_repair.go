@@ -233,14 +233,27 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 
 // laneRepairSQL reads one page of the lanes with work behind their head
 // that were untouched since $1, in (updated_at, consumer, aggregate_id)
-// order after the last one read ($2..$4), through
-// tributary_event_lane_waiting_idx; each lane's head job in any state is one
-// probe of tributary_dispatch_lane_idx.
+// order after the last one read ($2..$4). Measured over 100,000 lanes of
+// which 10,000 have work: with statistics Postgres reads a page of 500
+// through tributary_event_lane_waiting_idx in 0.4 ms; without, it walks
+// tributary_event_lane_idle_idx and filters, 1.5 ms. The page is picked
+// first, MATERIALIZED, so each lane's head job (any state, one probe of
+// tributary_dispatch_lane_idx) is looked up for the page's lanes only: with
+// the lookup in the same query, a plan that sorts after the join (chosen
+// while every lane had the same updated_at) looked up the heads of all
+// 10,000 lanes for each page, 106 ms against 35 ms.
 const laneRepairSQL = `
+WITH quiet AS MATERIALIZED (
+    SELECT consumer, aggregate_id, head_seq, updated_at, blocked_job_id FROM /*schema*/tributary_event_lane
+    WHERE head_seq <= last_seq AND updated_at < $1
+      AND (updated_at, consumer, aggregate_id) > ($2, $3, $4)
+    ORDER BY updated_at, consumer, aggregate_id
+    LIMIT $5
+)
 SELECT l.consumer, l.aggregate_id, l.head_seq, l.updated_at, l.blocked_job_id, coalesce(c.ordering, 'block'),
        h.id, h.state::text, h.metadata ? 'cancel_attempted_at', h.args,
        h.errors[array_upper(h.errors, 1)] ->> 'error'
-FROM /*schema*/tributary_event_lane l
+FROM quiet l
 LEFT JOIN /*schema*/tributary_event_consumer c ON c.name = l.consumer
 LEFT JOIN LATERAL (
     SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
@@ -249,10 +262,7 @@ LEFT JOIN LATERAL (
       AND ((p.args ->> 'seq')::bigint) = l.head_seq
     ORDER BY p.id DESC LIMIT 1
 ) h ON true
-WHERE l.head_seq <= l.last_seq AND l.updated_at < $1
-  AND (l.updated_at, l.consumer, l.aggregate_id) > ($2, $3, $4)
-ORDER BY l.updated_at, l.consumer, l.aggregate_id
-LIMIT $5`
+ORDER BY l.updated_at, l.consumer, l.aggregate_id`
 
 const laneRepairPromoteSQL = `
 UPDATE /*schema*/river_job SET state = 'available', scheduled_at = $2, metadata = metadata || '{"tributary_lane_turn": true}'
