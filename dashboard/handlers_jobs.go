@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -93,32 +94,37 @@ func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) error {
 	return s.render(w, r, "job", fmt.Sprintf("Job %d", id), "jobs", job)
 }
 
-// JobAction runs retry, cancel or delete on a job through River.
+// JobAction runs retry, cancel or delete on a job, keeping event lanes
+// right (events.RetryJob, CancelJob, DeleteJob): cancelling or deleting a
+// lane's head moves its lane on; a retry that would run an event ahead of
+// its lane is refused with 409 naming the job it waits behind.
 func (s *Server) JobAction(ctx context.Context, id int64, action string) (*JobDetail, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
-	rc := s.client.River()
-	var row *rivertype.JobRow
+	var res *events.JobActionResult
 	var err error
 	switch action {
 	case "retry":
-		row, err = rc.JobRetry(ctx, id)
+		res, err = events.RetryJob(ctx, s.client, id)
 	case "cancel":
-		row, err = rc.JobCancel(ctx, id)
+		res, err = events.CancelJob(ctx, s.client, id)
 	case "delete":
-		row, err = rc.JobDelete(ctx, id)
+		res, err = events.DeleteJob(ctx, s.client, id)
 	default:
 		return nil, notFoundf("unknown job action %q: want retry, cancel or delete", action)
 	}
+	var order *events.LaneOrderError
 	switch {
 	case errors.Is(err, rivertype.ErrNotFound):
 		return nil, notFoundf("job %d not found", id)
 	case errors.Is(err, rivertype.ErrJobRunning):
 		return nil, &httpError{status: http.StatusConflict, msg: fmt.Sprintf("job %d is running: cancel it first", id)}
+	case errors.As(err, &order), errors.Is(err, events.ErrBlockingJobGone):
+		return nil, &httpError{status: http.StatusConflict, msg: err.Error()}
 	case err != nil:
 		return nil, fmt.Errorf("error running %s on job %d: %w", action, id, err)
 	}
-	return detailOf(row), nil
+	return detailOf(res.Job), nil
 }
 
 // jobActionResult is the JSON answer of a job action.
@@ -142,7 +148,8 @@ func (s *Server) handleJobAction(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, jobActionResult{Action: action, Job: job})
 		return nil
 	}
-	target := "/jobs/" + strconv.FormatInt(id, 10)
+	// The job's own id: a retry may put back a deleted lane job as a new one.
+	target := "/jobs/" + strconv.FormatInt(job.ID, 10)
 	if action == "delete" {
 		target = "/jobs"
 	}

@@ -91,7 +91,7 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error"}
+var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error", "lanes", "consumers"}
 
 func loadPages() (*pages, error) {
 	p := &pages{byName: map[string]*template.Template{}}

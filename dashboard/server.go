@@ -101,6 +101,8 @@ func (s *Server) routes() http.Handler {
 	page("GET /schedules", s.handleSchedules)
 	page("GET /batches", s.handleBatches)
 	page("GET /amqp", s.handleAMQP)
+	page("GET /lanes", s.handleLanes)
+	page("GET /consumers", s.handleConsumers)
 
 	action := func(pattern string, h handlerFunc) {
 		path := strings.TrimPrefix(pattern, "POST ")
@@ -112,6 +114,7 @@ func (s *Server) routes() http.Handler {
 	action("POST /outbox/replay-failed", s.handleOutboxReplayFailed)
 	action("POST /schedules/{name}/{action}", s.handleScheduleAction)
 	action("POST /amqp/{queue}/replay", s.handleDLQReplay)
+	action("POST /lanes/{consumer}/{aggregate}/{action}", s.handleLaneAction)
 
 	mux.Handle("GET /login", s.wrap(s.handleLoginForm))
 	mux.Handle("POST /login", s.wrap(s.handleLogin))

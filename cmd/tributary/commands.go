@@ -18,5 +18,7 @@ func commands(a *app) []*cobra.Command {
 		newDashboardCmd(a),
 		newEmitCmd(a),
 		newOutboxCmd(a),
+		newLanesCmd(a),
+		newConsumersCmd(a),
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -50,19 +51,16 @@ func newJobsCmd(a *app) *cobra.Command {
 		Short: "List, show, retry, cancel or delete jobs",
 	})
 	cmd.AddCommand(newJobsListCmd(a), newJobsShowCmd(a))
+	// The actions keep event lanes right (see events.RetryJob): cancelling
+	// or deleting a lane's head moves its lane on, a retry never runs an
+	// event ahead of its lane.
 	for _, action := range []struct {
 		name, short, done string
-		fn                func(ctx context.Context, c *queue.Client, id int64) (*rivertype.JobRow, error)
+		fn                func(ctx context.Context, c *queue.Client, id int64) (*events.JobActionResult, error)
 	}{
-		{"retry", "Make jobs available to run again now", "retried", func(ctx context.Context, c *queue.Client, id int64) (*rivertype.JobRow, error) {
-			return c.River().JobRetry(ctx, id)
-		}},
-		{"cancel", "Cancel jobs (a running job is cancelled when its worker checks its context)", "cancelled", func(ctx context.Context, c *queue.Client, id int64) (*rivertype.JobRow, error) {
-			return c.River().JobCancel(ctx, id)
-		}},
-		{"delete", "Delete jobs that are not running", "deleted", func(ctx context.Context, c *queue.Client, id int64) (*rivertype.JobRow, error) {
-			return c.River().JobDelete(ctx, id)
-		}},
+		{"retry", "Make jobs available to run again now (a dispatch waiting behind its lane's head is refused)", "retried", events.RetryJob},
+		{"cancel", "Cancel jobs (a running job is cancelled when its worker checks its context); a lane's head moves its lane on", "cancelled", events.CancelJob},
+		{"delete", "Delete jobs that are not running; a lane's head moves its lane on", "deleted", events.DeleteJob},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   action.name + " ID...",
@@ -79,22 +77,49 @@ func newJobsCmd(a *app) *cobra.Command {
 				}
 				defer pool.Close()
 				var errs []error
+				refused := 0
 				for _, id := range ids {
-					job, err := action.fn(cmd.Context(), client, id)
+					res, err := action.fn(cmd.Context(), client, id)
+					var order *events.LaneOrderError
 					switch {
 					case errors.Is(err, river.ErrNotFound):
 						errs = append(errs, fmt.Errorf("job %d not found", id))
+					case errors.As(err, &order), errors.Is(err, events.ErrBlockingJobGone):
+						refused++
+						errs = append(errs, err)
 					case err != nil:
 						errs = append(errs, fmt.Errorf("job %d: %w", id, err))
 					default:
-						fmt.Fprintf(a.stdout, "job %d %s (state %s)\n", id, action.done, job.State)
+						fmt.Fprintln(a.stdout, jobActionLine(id, action.done, res))
 					}
 				}
-				return errors.Join(errs...)
+				err = errors.Join(errs...)
+				if refused > 0 && refused == len(errs) {
+					// Refused as asked, nothing changed: a usage error.
+					return usagef("%v", err)
+				}
+				return err
 			},
 		})
 	}
 	return cmd
+}
+
+// jobActionLine says what an action on a job did, lanes included.
+func jobActionLine(id int64, done string, res *events.JobActionResult) string {
+	var b strings.Builder
+	switch {
+	case res.ReinsertedFrom != 0:
+		fmt.Fprintf(&b, "job %d was deleted by River's retention; its event is back in its lane as job %d (state %s)", id, res.Job.ID, res.Job.State)
+	case res.Requeued:
+		fmt.Fprintf(&b, "job %d back in its lane, waiting for its turn (state %s)", id, res.Job.State)
+	default:
+		fmt.Fprintf(&b, "job %d %s (state %s)", id, done, res.Job.State)
+	}
+	if res.LaneReleased {
+		fmt.Fprintf(&b, "; aggregate %s of consumer %s moved on to its next event", res.AggregateID, res.Consumer)
+	}
+	return b.String()
 }
 
 func parseIDs(args []string) ([]int64, error) {

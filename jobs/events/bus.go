@@ -25,7 +25,8 @@ type BusConfig struct {
 
 // Bus is the in-database event bus: an OutboxPublisher that turns each
 // event into one dispatch job per subscribed consumer (the consumers
-// recorded in tributary_event_consumer by every running Dispatcher). It is
+// recorded in tributary_event_consumer by every running Dispatcher, except
+// those no live worker has run for their ConsumerConfig.InactiveAfter). It is
 // a TxPublisher, so with the Forwarder the dispatch jobs commit together
 // with the SENT mark: forwarding to the bus is exactly-once.
 type Bus struct {
@@ -135,7 +136,7 @@ type laneKey struct{ consumer, aggregate string }
 // order: within a (consumer, aggregate) lane they get increasing sequence
 // numbers, and only a lane's head is available at once.
 func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error {
-	rows, err := tx.Query(ctx, b.consumersSQL)
+	rows, err := tx.Query(ctx, b.consumersSQL, time.Now().UTC())
 	if err != nil {
 		return fmt.Errorf("error reading event consumers: %w", err)
 	}
@@ -252,6 +253,9 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.Out
 			}
 			args.AggregateID, args.Seq = d.ev.AggregateID, ls.next
 			opts.Pending = ls.next > ls.head
+			if !opts.Pending {
+				opts.Metadata = laneTurnMetadata
+			}
 			ls.next++
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
@@ -292,9 +296,13 @@ func eventSize(ev *queue.OutboxEvent) int {
 	return n
 }
 
+// busConsumersSQL reads the consumers that receive new events: those a
+// live worker ran within their inactive_after ($1 is now).
 const busConsumersSQL = `
 SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
-FROM /*schema*/tributary_event_consumer ORDER BY name`
+FROM /*schema*/tributary_event_consumer
+WHERE inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
+ORDER BY name`
 
 // laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at
 // head 1) and returns the lane's head and new last sequence number.

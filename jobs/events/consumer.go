@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -96,6 +95,22 @@ type ConsumerConfig struct {
 	//
 	// Defaults to 50 ms.
 	DispatchBatchSplitAfter time.Duration
+
+	// InactiveAfter is how long the consumer keeps receiving new events
+	// while no live worker runs it. Every worker that runs the consumer
+	// records that it does (at start and every ConsumerHeartbeatInterval);
+	// once none has for this long, forwarders stop creating dispatch jobs
+	// for it, so a consumer that was renamed or removed from the code stops
+	// piling up work. Until then its events wait for it, so workers that are
+	// down for a deploy or an outage lose nothing. A worker that runs the
+	// consumer again makes it receive new events again (the events
+	// forwarded in between are not delivered to it; the worker logs that).
+	// Negative: the consumer receives events for ever (until `tributary
+	// consumers remove`).
+	//
+	// Defaults to InactiveAfterDefault (72 hours); at least
+	// InactiveAfterMin.
+	InactiveAfter time.Duration
 }
 
 // Batched dispatch limits and defaults (ConsumerConfig.DispatchBatch and
@@ -104,6 +119,15 @@ const (
 	DispatchBatchDefault           = 100
 	DispatchBatchMax               = 1000
 	DispatchBatchSplitAfterDefault = 50 * time.Millisecond
+)
+
+// Consumer liveness (ConsumerConfig.InactiveAfter). The default outlasts a
+// long weekend without workers: durability first, since events forwarded
+// while a consumer is inactive are not delivered to it. The minimum keeps a
+// live consumer whose worker missed a few heartbeats from going inactive.
+const (
+	InactiveAfterDefault = 72 * time.Hour
+	InactiveAfterMin     = 5 * time.Minute
 )
 
 // Processed is the outcome of one dispatch attempt, for OnProcessedFunc.
@@ -232,6 +256,12 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	if cfg.DispatchBatchSplitAfter == 0 {
 		cfg.DispatchBatchSplitAfter = DispatchBatchSplitAfterDefault
 	}
+	switch {
+	case cfg.InactiveAfter == 0:
+		cfg.InactiveAfter = InactiveAfterDefault
+	case cfg.InactiveAfter > 0 && cfg.InactiveAfter < InactiveAfterMin:
+		return nil, fmt.Errorf("consumer %s: InactiveAfter %s is too short: want at least %s (or negative for never)", cfg.Name, cfg.InactiveAfter, InactiveAfterMin)
+	}
 	return &Consumer{cfg: cfg}, nil
 }
 
@@ -339,4 +369,10 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
-var errNoConsumer = errors.New("consumer is not registered in this worker")
+// inactiveAfterMS is InactiveAfter as stored: milliseconds, -1 for never.
+func (c *Consumer) inactiveAfterMS() int64 {
+	if c.cfg.InactiveAfter < 0 {
+		return -1
+	}
+	return c.cfg.InactiveAfter.Milliseconds()
+}

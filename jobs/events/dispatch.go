@@ -52,8 +52,10 @@ type DispatcherConfig struct {
 	// consumers' queues must run the same consumers.
 	Consumers []*Consumer
 
-	// LaneRepairInterval is how often the dispatcher promotes lane heads
-	// left pending (a safety net; see RepairLanes). -1 turns it off.
+	// LaneRepairInterval is how often the dispatcher's repair sweep looks
+	// at lanes that have been quiet with work behind their head, and moves
+	// on those whose head was given up outside tributary (see RepairLanes).
+	// -1 turns it off.
 	//
 	// Defaults to 30 seconds.
 	LaneRepairInterval time.Duration
@@ -79,17 +81,18 @@ type Dispatcher struct {
 	logger    *slog.Logger
 	consumers map[string]*Consumer
 
-	advanceSQL, promoteSQL, upsertConsumerSQL                     string
+	lanes                                                         *laneStatements
+	upsertConsumerSQL, consumerSeenSQL, heartbeatSQL              string
+	consumerExistsSQL                                             string
 	lockLanesSQL, advanceManySQL, promoteManySQL, completeManySQL string
-	insertRemaindersSQL                                           string
-	riverInsertChannel                                            string
+	insertRemaindersSQL, cancelRequestedSQL                       string
 
 	handled, failed, panics, validation, givenUp atomic.Int64
 
-	completer  *laneCompleter
-	repairSQL  string
-	stopRepair context.CancelFunc
-	repairDone chan struct{}
+	completer                   *laneCompleter
+	repairSQL, repairPromoteSQL string
+	stopLoop                    context.CancelFunc
+	loopDone                    chan struct{}
 }
 
 // NewDispatcher returns a dispatcher for cfg's consumers.
@@ -104,18 +107,21 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		cfg:                 cfg,
 		logger:              cfg.Logger.With("component", "dispatcher"),
 		consumers:           map[string]*Consumer{},
-		advanceSQL:          queue.Qualify(cfg.Schema, laneAdvanceSQL),
-		promoteSQL:          queue.Qualify(cfg.Schema, lanePromoteSQL),
+		lanes:               newLaneStatements(cfg.Schema),
 		upsertConsumerSQL:   queue.Qualify(cfg.Schema, upsertConsumerSQL),
+		consumerSeenSQL:     queue.Qualify(cfg.Schema, consumerSeenSQL),
+		heartbeatSQL:        queue.Qualify(cfg.Schema, consumerHeartbeatSQL),
+		consumerExistsSQL:   queue.Qualify(cfg.Schema, consumerExistsSQL),
+		cancelRequestedSQL:  queue.Qualify(cfg.Schema, cancelRequestedSQL),
 		lockLanesSQL:        queue.Qualify(cfg.Schema, lockLanesSQL),
 		advanceManySQL:      queue.Qualify(cfg.Schema, laneAdvanceManySQL),
 		promoteManySQL:      queue.Qualify(cfg.Schema, lanePromoteManySQL),
 		completeManySQL:     queue.Qualify(cfg.Schema, completeManySQL),
 		insertRemaindersSQL: queue.Qualify(cfg.Schema, insertRemaindersSQL),
-		riverInsertChannel:  cfg.Schema + ".river_insert",
 	}
 	d.completer = &laneCompleter{d: d}
 	d.repairSQL = queue.Qualify(cfg.Schema, laneRepairSQL)
+	d.repairPromoteSQL = queue.Qualify(cfg.Schema, laneRepairPromoteSQL)
 	if d.cfg.LaneRepairInterval == 0 {
 		d.cfg.LaneRepairInterval = LaneRepairIntervalDefault
 	}
@@ -156,7 +162,9 @@ func (d *Dispatcher) Consumers() []*Consumer {
 func (d *Dispatcher) Name() string { return "event dispatcher" }
 
 // Start records the consumers and their subscriptions in the database;
-// from then on every forwarder fans events out to them.
+// from then on every forwarder fans events out to them. While it runs, the
+// dispatcher keeps recording that its consumers are live (every
+// ConsumerHeartbeatInterval) and sweeps stuck lanes.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	now := time.Now().UTC()
 	for _, c := range d.Consumers() {
@@ -166,32 +174,44 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			kinds[i] = string(k)
 		}
 		types := c.RegisteredEventTypes()
-		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now, c.cfg.DispatchBatch); err != nil {
+		var seenAt *time.Time
+		var inactiveMS int64
+		err := d.pool.QueryRow(ctx, d.consumerSeenSQL, c.Name()).Scan(&seenAt, &inactiveMS)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("error reading consumer %s: %w", c.Name(), err)
+		}
+		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
+			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS()); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
+		}
+		if seenAt != nil && inactiveMS >= 0 && now.Sub(*seenAt) > time.Duration(inactiveMS)*time.Millisecond {
+			d.logger.WarnContext(ctx, "consumer was inactive: events forwarded while no worker ran it were not delivered to it",
+				"consumer", c.Name(), "last_seen", seenAt.UTC(), "inactive_after", time.Duration(inactiveMS)*time.Millisecond)
 		}
 		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
 		d.logger.DebugContext(ctx, "consumer event types", "consumer", c.Name(), "event_types", types)
 	}
-	if d.cfg.LaneRepairInterval > 0 && len(d.consumers) > 0 {
-		repairCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		d.stopRepair = cancel
-		d.repairDone = make(chan struct{})
+	if len(d.consumers) > 0 {
+		loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		d.stopLoop = cancel
+		d.loopDone = make(chan struct{})
 		go func() {
-			defer close(d.repairDone)
-			d.runLaneRepair(repairCtx, d.cfg.LaneRepairInterval)
+			defer close(d.loopDone)
+			d.runBackground(loopCtx)
 		}()
 	}
 	return nil
 }
 
-// Stop stops the lane repair; dispatch jobs stop with River.
+// Stop stops the heartbeat and the lane repair; dispatch jobs stop with
+// River.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	if d.stopRepair == nil {
+	if d.stopLoop == nil {
 		return nil
 	}
-	d.stopRepair()
+	d.stopLoop()
 	select {
-	case <-d.repairDone:
+	case <-d.loopDone:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -216,7 +236,18 @@ func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) err
 	args := job.Args
 	c := d.consumers[args.Consumer]
 	if c == nil {
-		return fmt.Errorf("%w: %q (registered here: %v)", errNoConsumer, args.Consumer, d.consumerNames())
+		return d.notRunHere(ctx, args.Consumer, job.JobRow)
+	}
+	if args.AggregateID != "" && !hadLaneTurn(job.Metadata) {
+		turn, err := d.laneTurn(ctx, job)
+		if err != nil {
+			return err
+		}
+		if !turn {
+			// Back to pending already; River's own update finds the job no
+			// longer running and leaves it there.
+			return river.JobSnooze(0)
+		}
 	}
 	r := d.deliver(ctx, c, &args.Event, job.ID, job.Attempt, job.MaxAttempts, args.Seq)
 	switch {
@@ -225,15 +256,83 @@ func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) err
 			return nil
 		}
 		return d.completeInLane(ctx, job)
-	case r.validation != nil:
-		d.onGiveUp(ctx, c, job, r.logger.get())
-		return river.JobCancel(r.err)
+	case args.AggregateID != "" && d.cancelRequested(ctx, job.ID):
+		// An operator cancelled the job while it ran (River records it as
+		// cancelled): the event was given up, the lane moves on now.
+		d.releaseLane(ctx, args, r.logger.get(), "the dispatch was cancelled while it ran")
+		return r.err
 	case r.terminal:
-		d.onGiveUp(ctx, c, job, r.logger.get())
+		if err := d.onGiveUp(ctx, c, job, r); err != nil {
+			r.logger.get().ErrorContext(ctx, "error recording the blocked lane", "error", err)
+			if r.validation != nil || isCancel(r.err) {
+				// Not cancelled without the lane knowing why, which the repair
+				// sweep would take for an operator's cancel: fail the attempt
+				// instead; the next one records it (the last is discarded,
+				// which the sweep holds under OrderingBlock).
+				return fmt.Errorf("%v (not cancelled yet: %v)", r.err, err)
+			}
+		}
+		if r.validation != nil {
+			return river.JobCancel(r.err)
+		}
 		return r.err
 	default:
 		return r.err
 	}
+}
+
+// laneTurn reports whether a lane job that was never marked as its lane's
+// head (laneTurnKey) may run now: it is its lane's head, or behind it. A
+// job ahead of its head was made available from outside tributary (River's
+// client or UI, SQL): it goes back to pending with its attempt given back,
+// and runs when its turn comes. It costs one primary-key read; the lane is
+// locked only for a job that looks early, so that a head completing at that
+// moment either sees it pending (and promotes it) or has already moved the
+// head to it.
+func (d *Dispatcher) laneTurn(ctx context.Context, job *river.Job[DispatchArgs]) (bool, error) {
+	args := job.Args
+	var head int64
+	err := d.pool.QueryRow(ctx, d.lanes.head, args.Consumer, args.AggregateID).Scan(&head)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && args.Seq <= head) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("error reading the lane of dispatch %d: %w", job.ID, err)
+	}
+	early := false
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		l, ok, err := d.lanes.lockLane(ctx, tx, args.Consumer, args.AggregateID)
+		if err != nil || !ok || args.Seq <= l.headSeq {
+			return err
+		}
+		early = true
+		head = l.headSeq
+		if _, err := tx.Exec(ctx, d.lanes.requeue, job.ID, time.Now().UTC()); err != nil {
+			return fmt.Errorf("error putting dispatch %d back in its lane: %w", job.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if early {
+		d.logger.WarnContext(ctx, "dispatch started ahead of its lane's head (made available outside tributary): back to pending, attempt not counted",
+			"consumer", args.Consumer, "aggregate_id", args.AggregateID, "seq", args.Seq, "head_seq", head, "job_id", job.ID)
+	}
+	return !early, nil
+}
+
+// cancelRequested reports whether an operator asked River to cancel the
+// running job: its context says so when the request reached this process,
+// the job's metadata when the handler returned first. Only failed lane jobs
+// ask, so the read costs nothing on the success path.
+func (d *Dispatcher) cancelRequested(ctx context.Context, jobID int64) bool {
+	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		return true
+	}
+	var requested bool
+	err := d.pool.QueryRow(context.WithoutCancel(ctx), d.cancelRequestedSQL, jobID).Scan(&requested)
+	return err == nil && requested
 }
 
 // deliveryResult is the outcome of one delivery of an event to a consumer.
@@ -355,91 +454,87 @@ func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[Dispatch
 	return d.completer.complete(ctx, job)
 }
 
-// wakeRiver tells River's producers that jobs became available in the
-// queues, as River's own insert does. It runs after the commit, as a
-// statement of its own: a NOTIFY inside a writing transaction holds
-// Postgres' global notify lock through that transaction's WAL flush,
-// serialising the commits of every worker; a read-only NOTIFY commits
-// without a flush.
+// wakeRiver tells River's producers that dispatch jobs became available
+// in the queues (see laneStatements.wakeRiver).
 func (d *Dispatcher) wakeRiver(ctx context.Context, queueNames ...string) {
-	for _, q := range queueNames {
-		if q == "" {
-			continue
-		}
-		payload := fmt.Sprintf(`{"queue": %q}`, q)
-		if _, err := d.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, $2)", d.riverInsertChannel, payload); err != nil {
-			// The job is available; River's poll finds it without the nudge.
-			d.logger.WarnContext(ctx, "error waking River for a promoted dispatch", "error", err)
-		}
+	d.lanes.wakeRiver(ctx, d.pool, d.logger, queueNames...)
+}
+
+// onGiveUp applies the consumer's ordering policy to a lane dispatch that
+// will not be retried: with OrderingSkip the lane moves on to the next
+// event; with OrderingBlock the lane records that this job holds it, and
+// why, until an operator retries or skips it.
+func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[DispatchArgs], r deliveryResult) error {
+	args := job.Args
+	if args.AggregateID == "" {
+		return nil
+	}
+	logger := r.logger.get()
+	if c.cfg.Ordering == OrderingSkip {
+		d.releaseLane(ctx, args, logger, "")
+		return nil
+	}
+	reason := blockReason(r, job.Attempt)
+	ok, err := d.lanes.blockLane(context.WithoutCancel(ctx), d.pool, args.Consumer, args.AggregateID, args.Seq, job.ID, reason, job.EncodedArgs)
+	if err != nil {
+		return err
+	}
+	if ok {
+		logger.WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried or skipped (tributary lanes retry|skip)", "policy", OrderingBlock)
+	}
+	return nil
+}
+
+// blockReason says why a dispatch was given up, for the blocked lane.
+func blockReason(r deliveryResult, attempt int) string {
+	switch {
+	case r.validation != nil:
+		return r.validation.Error()
+	case isCancel(r.err):
+		return "cancelled by its handler: " + r.err.Error()
+	default:
+		return fmt.Sprintf("failed %d times, retries used up: %v", attempt, r.err)
 	}
 }
 
-// onGiveUp applies the consumer's ordering policy to a dispatch that will
-// not be retried: with OrderingSkip the lane moves on to the next event.
-func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[DispatchArgs], logger *slog.Logger) {
-	if job.Args.AggregateID == "" {
-		return
-	}
-	if c.cfg.Ordering != OrderingSkip {
-		logger.WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried", "policy", OrderingBlock)
-		return
-	}
+// releaseLane moves the lane past a dispatch that was given up (OrderingSkip,
+// or an operator's cancel), in a transaction of its own, and wakes River for
+// the next one. A failure is logged: the job stays at the lane's head,
+// where a retry moves the lane on, and the repair sweep releases a head an
+// operator cancelled.
+func (d *Dispatcher) releaseLane(ctx context.Context, args DispatchArgs, logger *slog.Logger, why string) {
+	// The job's context may be cancelled (that is often why we are here).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	var promotedQueue string
-	err := pgx.BeginFunc(context.WithoutCancel(ctx), d.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		var err error
-		promotedQueue, err = d.advanceLane(ctx, tx, job.Args)
+		promotedQueue, err = d.lanes.advanceLane(ctx, tx, args.Consumer, args.AggregateID, args.Seq)
 		return err
 	})
 	if err != nil {
-		// The job stays at the lane's head; a retry of it moves the lane on.
-		logger.ErrorContext(ctx, "error skipping past a failed dispatch", "error", err)
+		logger.ErrorContext(ctx, "error moving the lane past a given-up dispatch", "error", err)
 		return
+	}
+	if why != "" {
+		logger.InfoContext(ctx, "lane moved on: "+why)
 	}
 	d.wakeRiver(ctx, promotedQueue)
 }
 
-// advanceLane moves the lane's head past args.Seq and makes the next
-// dispatch of the lane available. Two statements: the second needs a
-// snapshot taken after the lane row lock was granted, so that it sees a
-// dispatch a forwarder inserted while this transaction waited for the lock.
-func (d *Dispatcher) advanceLane(ctx context.Context, tx pgx.Tx, args DispatchArgs) (promotedQueue string, err error) {
-	var head int64
-	err = tx.QueryRow(ctx, d.advanceSQL, customPlan, args.Consumer, args.AggregateID, args.Seq, time.Now().UTC()).Scan(&head)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Not the head: a replay of a skipped dispatch, or a re-run after a
-		// crash between the lane update and River's bookkeeping.
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("error advancing lane %s/%s: %w", args.Consumer, args.AggregateID, err)
-	}
-	err = tx.QueryRow(ctx, d.promoteSQL, customPlan, args.Consumer, args.AggregateID, head, time.Now().UTC()).Scan(&promotedQueue)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil // the lane is idle now
-	}
-	if err != nil {
-		return "", fmt.Errorf("error promoting the next dispatch of lane %s/%s: %w", args.Consumer, args.AggregateID, err)
-	}
-	return promotedQueue, nil
-}
-
-const laneAdvanceSQL = `
-UPDATE /*schema*/tributary_event_lane
-SET head_seq = head_seq + 1, updated_at = $4
-WHERE consumer = $1 AND aggregate_id = $2 AND head_seq = $3
-RETURNING head_seq`
-
-// lanePromoteSQL makes the lane's next dispatch available.
-const lanePromoteSQL = `
-UPDATE /*schema*/river_job
-SET state = 'available', scheduled_at = $4
-WHERE state = 'pending' AND kind = 'tributary.event.dispatch'
-  AND (args ->> 'consumer') = $1 AND (args ->> 'aggregate_id') = $2 AND ((args ->> 'seq')::bigint) = $3
-RETURNING queue`
-
 const upsertConsumerSQL = `
-INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at, dispatch_batch)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at,
+                                                dispatch_batch, ordering, seen_at, inactive_after_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10)
 ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
     source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at,
-    dispatch_batch = excluded.dispatch_batch`
+    dispatch_batch = excluded.dispatch_batch, ordering = excluded.ordering, seen_at = excluded.seen_at,
+    inactive_after_ms = excluded.inactive_after_ms`
+
+const consumerSeenSQL = `
+SELECT seen_at, inactive_after_ms FROM /*schema*/tributary_event_consumer WHERE name = $1`
+
+// cancelRequestedSQL: River's JobCancel marks a running job's metadata
+// before the job's client hears of it.
+const cancelRequestedSQL = `
+SELECT metadata ? 'cancel_attempted_at' FROM /*schema*/river_job WHERE id = $1`

@@ -72,7 +72,7 @@ type batchRemainder struct {
 func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatchArgs]) error {
 	c := d.consumers[job.Args.Consumer]
 	if c == nil {
-		return fmt.Errorf("%w: %q (registered here: %v)", errNoConsumer, job.Args.Consumer, d.consumerNames())
+		return d.notRunHere(ctx, job.Args.Consumer, job.JobRow)
 	}
 	events := job.Args.Events
 	maxAttempts := c.maxAttempts()

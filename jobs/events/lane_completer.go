@@ -166,7 +166,8 @@ func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) 
 	var q string
 	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
 		var err error
-		if q, err = c.d.advanceLane(ctx, tx, req.job.Args); err != nil {
+		a := req.job.Args
+		if q, err = c.d.lanes.advanceLane(ctx, tx, a.Consumer, a.AggregateID, a.Seq); err != nil {
 			return err
 		}
 		// The job's own context: River finds its client (and the worker's
@@ -190,20 +191,21 @@ FOR UPDATE OF l`
 
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
-SET head_seq = l.head_seq + 1, updated_at = $4
+SET head_seq = l.head_seq + 1, updated_at = $4,
+    blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
 WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
 
 // lanePromoteManySQL promotes, for each lane this batch advanced past its
 // job, the dispatch now at the head. The pending job is looked up per lane
 // in a LATERAL subquery (LIMIT 1 keeps the planner from flattening it),
-// which always probes tributary_dispatch_pending_idx with the lane's key. As
+// which always probes tributary_dispatch_lane_idx with the lane's key. As
 // a plain join, the plan Postgres picked while river_job had no statistics
 // yet walked the whole partial index for each batch: 560 ms per batch of 100
 // over 20,000 pending jobs, against 3 ms.
 const lanePromoteManySQL = `
 UPDATE /*schema*/river_job j
-SET state = 'available', scheduled_at = $4
+SET state = 'available', scheduled_at = $4, metadata = j.metadata || '{"tributary_lane_turn": true}'
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
 JOIN /*schema*/tributary_event_lane l ON l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s + 1
 CROSS JOIN LATERAL (

@@ -2,75 +2,269 @@ package events
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
-// LaneRepairIntervalDefault is how often a dispatcher looks for lanes whose
-// head is still pending.
+// LaneRepairIntervalDefault is how often a dispatcher sweeps the lanes.
 const LaneRepairIntervalDefault = 30 * time.Second
 
 // laneRepairQuietFor is how long a lane must have been untouched before the
-// repair considers it stuck, so it never races a completion in flight.
-const laneRepairQuietFor = 10 * time.Second
+// repair looks at it, so it never races a completion in flight; and
+// laneRepairPage how many lanes one statement of the sweep reads.
+const (
+	laneRepairQuietFor = 10 * time.Second
+	laneRepairPage     = 500
+)
 
-// runLaneRepair promotes, every interval, the head dispatch of any lane that
-// has been quiet with its head still pending. By construction a head is
-// promoted in the transaction that completes its predecessor; this is the
-// safety net should that ever not happen (a job deleted or edited by hand,
-// a bug), so a lane stalls for at most an interval, and says so in the log.
-func (d *Dispatcher) runLaneRepair(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+// laneSnapshot is a quiet lane with work behind its head, with its head
+// job, as the sweep reads it.
+type laneSnapshot struct {
+	consumer, aggregate string
+	headSeq             int64
+	updatedAt           time.Time
+	blockedJobID        *int64
+	ordering            Ordering
+
+	jobID           int64 // 0: there is no job at the head
+	jobState        string
+	cancelRequested bool // River's JobCancel marked the job
+	jobArgs         []byte
+	lastError       string
+}
+
+type repairAction int
+
+const (
+	repairNone    repairAction = iota
+	repairPromote              // the head waits as pending: make it available
+	repairRelease              // the head was handled or given up: move on
+	repairBlock                // a discarded head under OrderingBlock: record the block
+	repairUnblock              // the recorded block's job runs again: forget the block
+)
+
+func (a repairAction) String() string {
+	return [...]string{"none", "promote", "release", "block", "unblock"}[a]
+}
+
+// planRepair decides what the sweep does to a lane. By construction a
+// lane's head is promoted in the transaction that completes its
+// predecessor, and moves on when tributary gives it up; what is left to the
+// sweep is what happened outside tributary:
+//   - a head still pending (a lost promotion: a job edited by hand, a bug)
+//     is promoted;
+//   - a head that completed (by hand) moves the lane on;
+//   - a head cancelled by an operator through River (its client or UI: the
+//     job's metadata says so), or cancelled in any way the lane did not
+//     record as its own block, is given up: the lane moves on;
+//   - a head that is gone (deleted by hand or SQL) moves the lane on,
+//     unless the lane recorded it as its block: then River's retention
+//     deleted a blocked head, and the lane keeps holding, with the copy of
+//     the job a retry puts back;
+//   - a discarded head moves the lane on under OrderingSkip and holds it
+//     under OrderingBlock (recording the block if the dispatcher could not);
+//   - a recorded block whose job was retried outside tributary and is
+//     waiting or running again is forgotten.
+func planRepair(s laneSnapshot) repairAction {
+	if s.jobID == 0 {
+		if s.blockedJobID != nil {
+			return repairNone
 		}
-		d.RepairLanes(ctx)
+		return repairRelease
+	}
+	blockedByHead := s.blockedJobID != nil && *s.blockedJobID == s.jobID
+	switch s.jobState {
+	case "pending":
+		return repairPromote
+	case "completed":
+		return repairRelease
+	case "cancelled":
+		if blockedByHead && !s.cancelRequested {
+			return repairNone
+		}
+		return repairRelease
+	case "discarded":
+		switch {
+		case s.ordering == OrderingSkip:
+			return repairRelease
+		case blockedByHead:
+			return repairNone
+		default:
+			return repairBlock
+		}
+	default: // available, scheduled, retryable, running
+		if s.blockedJobID != nil {
+			return repairUnblock
+		}
+		return repairNone
 	}
 }
 
-// RepairLanes promotes stuck lane heads once and returns how many.
+// RepairLanes sweeps, once, every lane that has been quiet for 10 s with
+// work behind its head (see planRepair) and returns how many lanes it moved
+// on (promoted or released). Each change is made under the lane's lock
+// after checking that the lane and its head are still as read, and is
+// logged as a warning: it means something happened outside tributary.
 func (d *Dispatcher) RepairLanes(ctx context.Context) int {
-	now := time.Now().UTC()
-	rows, err := d.pool.Query(ctx, d.repairSQL, customPlan, now.Add(-laneRepairQuietFor), now)
-	if err != nil {
-		if ctx.Err() == nil {
-			d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)
+	cutoff := time.Now().UTC().Add(-laneRepairQuietFor)
+	moved := 0
+	var after laneSnapshot
+	for {
+		page, err := d.readQuietLanes(ctx, cutoff, after)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)
+			}
+			return moved
 		}
-		return 0
-	}
-	var queues []string
-	n := 0
-	for rows.Next() {
-		var q, consumer, agg string
-		var seq int64
-		if err := rows.Scan(&q, &consumer, &agg, &seq); err != nil {
-			break
+		for _, s := range page {
+			action := planRepair(s)
+			if action == repairNone {
+				continue
+			}
+			done, err := d.repairLane(ctx, s, action)
+			switch {
+			case err != nil:
+				d.logger.WarnContext(ctx, "error repairing an event lane", "consumer", s.consumer, "aggregate_id", s.aggregate, "action", action.String(), "error", err)
+			case done && (action == repairPromote || action == repairRelease):
+				moved++
+			}
 		}
-		n++
-		queues = append(queues, q)
-		d.logger.WarnContext(ctx, "promoted the stuck head of an event lane", "consumer", consumer, "aggregate_id", agg, "seq", seq)
+		if len(page) < laneRepairPage {
+			return moved
+		}
+		after = page[len(page)-1]
 	}
-	rows.Close()
-	if n > 0 {
-		d.wakeRiver(ctx, queues[0])
-	}
-	return n
 }
 
+func (d *Dispatcher) readQuietLanes(ctx context.Context, cutoff time.Time, after laneSnapshot) ([]laneSnapshot, error) {
+	rows, err := d.pool.Query(ctx, d.repairSQL, customPlan, cutoff, after.updatedAt, after.consumer, after.aggregate, laneRepairPage)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (laneSnapshot, error) {
+		var s laneSnapshot
+		var ordering string
+		var jobID *int64
+		var state, lastError *string
+		var cancelRequested *bool
+		err := r.Scan(&s.consumer, &s.aggregate, &s.headSeq, &s.updatedAt, &s.blockedJobID, &ordering,
+			&jobID, &state, &cancelRequested, &s.jobArgs, &lastError)
+		s.ordering = Ordering(ordering)
+		if jobID != nil {
+			s.jobID, s.jobState, s.cancelRequested = *jobID, *state, *cancelRequested
+		}
+		if lastError != nil {
+			s.lastError = *lastError
+		}
+		return s, err
+	})
+}
+
+// errLaneChanged: the lane or its head changed since the sweep read them.
+var errLaneChanged = errors.New("lane changed since it was read")
+
+// repairLane applies action to the lane if it and its head are as the
+// sweep read them; done is false when they changed (the next sweep sees
+// the new state).
+func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repairAction) (done bool, err error) {
+	var promotedQueue string
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		l, ok, err := d.lanes.lockLane(ctx, tx, s.consumer, s.aggregate)
+		if err != nil {
+			return err
+		}
+		if !ok || l.headSeq != s.headSeq {
+			return errLaneChanged
+		}
+		id, state, err := d.lanes.headJob(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+		if err != nil {
+			return err
+		}
+		if id != s.jobID || state != s.jobState {
+			return errLaneChanged
+		}
+		switch action {
+		case repairPromote:
+			err := tx.QueryRow(ctx, d.repairPromoteSQL, s.jobID, time.Now().UTC()).Scan(&promotedQueue)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return errLaneChanged
+			}
+			return err
+		case repairRelease:
+			promotedQueue, err = d.lanes.advanceLane(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+			return err
+		case repairBlock:
+			reason := "retries used up"
+			if s.lastError != "" {
+				reason += ": " + s.lastError
+			}
+			_, err := d.lanes.blockLane(ctx, tx, s.consumer, s.aggregate, s.headSeq, s.jobID, reason, s.jobArgs)
+			return err
+		case repairUnblock:
+			_, err := tx.Exec(ctx, d.lanes.clearBlock, s.consumer, s.aggregate, s.headSeq)
+			return err
+		}
+		return fmt.Errorf("unknown lane repair action %d", action)
+	})
+	if errors.Is(err, errLaneChanged) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	attrs := []any{"consumer", s.consumer, "aggregate_id", s.aggregate, "seq", s.headSeq, "job_id", s.jobID, "job_state", s.jobState}
+	switch action {
+	case repairPromote:
+		d.logger.WarnContext(ctx, "promoted the stuck head of an event lane", attrs...)
+	case repairRelease:
+		d.logger.WarnContext(ctx, "moved an event lane past a head that was handled or given up outside tributary", attrs...)
+	case repairBlock:
+		d.logger.WarnContext(ctx, "recorded the block of an event lane whose head was discarded", attrs...)
+	case repairUnblock:
+		d.logger.InfoContext(ctx, "the blocked head of an event lane runs again", attrs...)
+	}
+	d.wakeRiver(ctx, promotedQueue)
+	return true, nil
+}
+
+// laneRepairSQL reads one page of the lanes with work behind their head
+// that were untouched since $1, in (updated_at, consumer, aggregate_id)
+// order after the last one read ($2..$4). Measured over 100,000 lanes of
+// which 10,000 have work: with statistics Postgres reads a page of 500
+// through tributary_event_lane_waiting_idx in 0.4 ms; without, it walks
+// tributary_event_lane_idle_idx and filters, 1.5 ms. The page is picked
+// first, MATERIALIZED, so each lane's head job (any state, one probe of
+// tributary_dispatch_lane_idx) is looked up for the page's lanes only: with
+// the lookup in the same query, a plan that sorts after the join (chosen
+// while every lane had the same updated_at) looked up the heads of all
+// 10,000 lanes for each page, 106 ms against 35 ms.
 const laneRepairSQL = `
-UPDATE /*schema*/river_job j
-SET state = 'available', scheduled_at = $2
-FROM /*schema*/tributary_event_lane l
-CROSS JOIN LATERAL (
-    SELECT p.id FROM /*schema*/river_job p
-    WHERE p.state = 'pending' AND p.kind = 'tributary.event.dispatch'
+WITH quiet AS MATERIALIZED (
+    SELECT consumer, aggregate_id, head_seq, updated_at, blocked_job_id FROM /*schema*/tributary_event_lane
+    WHERE head_seq <= last_seq AND updated_at < $1
+      AND (updated_at, consumer, aggregate_id) > ($2, $3, $4)
+    ORDER BY updated_at, consumer, aggregate_id
+    LIMIT $5
+)
+SELECT l.consumer, l.aggregate_id, l.head_seq, l.updated_at, l.blocked_job_id, coalesce(c.ordering, 'block'),
+       h.id, h.state::text, h.metadata ? 'cancel_attempted_at', h.args,
+       h.errors[array_upper(h.errors, 1)] ->> 'error'
+FROM quiet l
+LEFT JOIN /*schema*/tributary_event_consumer c ON c.name = l.consumer
+LEFT JOIN LATERAL (
+    SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
+    WHERE p.kind = 'tributary.event.dispatch'
       AND (p.args ->> 'consumer') = l.consumer AND (p.args ->> 'aggregate_id') = l.aggregate_id
       AND ((p.args ->> 'seq')::bigint) = l.head_seq
-    LIMIT 1
-) head
-WHERE l.head_seq <= l.last_seq AND l.updated_at < $1
-  AND j.id = head.id AND j.state = 'pending'
-RETURNING j.queue, l.consumer, l.aggregate_id, l.head_seq`
+    ORDER BY p.id DESC LIMIT 1
+) h ON true
+ORDER BY l.updated_at, l.consumer, l.aggregate_id`
+
+const laneRepairPromoteSQL = `
+UPDATE /*schema*/river_job SET state = 'available', scheduled_at = $2, metadata = metadata || '{"tributary_lane_turn": true}'
+WHERE id = $1 AND state = 'pending'
+RETURNING queue`

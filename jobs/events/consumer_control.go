@@ -1,0 +1,195 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// ConsumerInfo is a consumer as the database records it.
+type ConsumerInfo struct {
+	Name          string   `json:"name"`
+	Patterns      []string `json:"patterns"`
+	Queue         string   `json:"queue"`
+	Ordering      Ordering `json:"ordering"`
+	SourceService string   `json:"source_service,omitempty"`
+	// RegisteredAt is when a worker running it last started.
+	RegisteredAt time.Time `json:"registered_at"`
+	// SeenAt is when a live worker last recorded that it runs the consumer
+	// (at start and every ConsumerHeartbeatInterval).
+	SeenAt time.Time `json:"seen_at"`
+	// InactiveAfter is ConsumerConfig.InactiveAfter, "never" when negative.
+	InactiveAfter string `json:"inactive_after"`
+	// Active is false once no live worker ran it for InactiveAfter: it
+	// receives no new events.
+	Active bool `json:"active"`
+	// Pending counts its unfinished dispatch jobs (waiting, running or
+	// retrying; a batched dispatch counts once).
+	Pending int64 `json:"pending"`
+	// BlockedLanes counts its aggregates held by a given-up head.
+	BlockedLanes int64 `json:"blocked_lanes"`
+}
+
+// ListConsumers lists every consumer by name. Pending is counted over the
+// unfinished jobs (River's state index), not the whole job table.
+func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]ConsumerInfo, error) {
+	rows, err := db.Query(ctx, queue.Qualify(schema, listConsumersSQL), time.Now().UTC())
+	if err != nil {
+		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ConsumerInfo, error) {
+		var c ConsumerInfo
+		var ordering string
+		var inactiveMS int64
+		err := r.Scan(&c.Name, &c.Patterns, &c.Queue, &ordering, &c.SourceService, &c.RegisteredAt, &c.SeenAt,
+			&inactiveMS, &c.Active, &c.Pending, &c.BlockedLanes)
+		c.Ordering = Ordering(ordering)
+		c.InactiveAfter = "never"
+		if inactiveMS >= 0 {
+			c.InactiveAfter = (time.Duration(inactiveMS) * time.Millisecond).String()
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	return out, nil
+}
+
+// ConsumerLiveWithin is how recently a worker must have recorded a consumer
+// for RemoveConsumer to take it for live and refuse without Force: a few
+// heartbeats.
+const ConsumerLiveWithin = 5 * ConsumerHeartbeatInterval
+
+// ErrConsumerLive is returned (wrapped) by RemoveConsumer for a consumer a
+// live worker runs.
+var ErrConsumerLive = errors.New("a live worker runs this consumer")
+
+// RemoveConsumerOpts are RemoveConsumer's options.
+type RemoveConsumerOpts struct {
+	// Force removes a consumer that a worker recorded within
+	// ConsumerLiveWithin. That worker keeps running its dispatch jobs
+	// already fetched, and registers the consumer again when it restarts.
+	Force bool
+}
+
+// RemovedConsumer is what RemoveConsumer deleted.
+type RemovedConsumer struct {
+	Name string `json:"name"`
+	// Jobs is the unfinished dispatch jobs deleted; Running those left to
+	// finish (River does not delete a running job): a worker that does not
+	// run the consumer cancels them when they end, with the reason.
+	Jobs    int64 `json:"jobs"`
+	Running int64 `json:"running"`
+	Lanes   int64 `json:"lanes"`
+}
+
+// consumerRemoveBatch bounds one delete statement of RemoveConsumer.
+const consumerRemoveBatch = 5000
+
+// RemoveConsumer removes a consumer that no worker runs any more (renamed or
+// removed from the code): its row first, so forwarders stop creating work
+// for it, then its unfinished dispatch jobs and its lanes, in bounded
+// batches. Its finished jobs stay until River's retention. A name with no
+// row but with jobs or lanes left (an interrupted removal) is cleaned up
+// too; a name with none of them is ErrUnknownConsumer.
+func RemoveConsumer(ctx context.Context, pool *pgxpool.Pool, schema, name string, opts RemoveConsumerOpts) (*RemovedConsumer, error) {
+	res := &RemovedConsumer{Name: name}
+	now := time.Now().UTC()
+	var found bool
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var seenAt time.Time
+		err := tx.QueryRow(ctx, queue.Qualify(schema, lockConsumerSQL), name).Scan(&seenAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("error reading consumer %q: %w", name, err)
+		}
+		found = true
+		if ago := now.Sub(seenAt); ago < ConsumerLiveWithin && !opts.Force {
+			return fmt.Errorf("consumer %q was seen by a live worker %s ago: %w; stop the workers that run it first, or force the removal",
+				name, ago.Round(time.Second), ErrConsumerLive)
+		}
+		_, err = tx.Exec(ctx, queue.Qualify(schema, deleteConsumerSQL), name)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, step := range []struct {
+		sql string
+		n   *int64
+	}{{deleteConsumerJobsSQL, &res.Jobs}, {deleteConsumerLanesSQL, &res.Lanes}} {
+		sql := queue.Qualify(schema, step.sql)
+		for {
+			tag, err := pool.Exec(ctx, sql, name, consumerRemoveBatch)
+			if err != nil {
+				return nil, fmt.Errorf("error removing the work of consumer %q: %w", name, err)
+			}
+			*step.n += tag.RowsAffected()
+			if tag.RowsAffected() < consumerRemoveBatch {
+				break
+			}
+		}
+	}
+	if err := pool.QueryRow(ctx, queue.Qualify(schema, countRunningConsumerJobsSQL), name).Scan(&res.Running); err != nil {
+		return nil, fmt.Errorf("error counting the running jobs of consumer %q: %w", name, err)
+	}
+	if !found && res.Jobs == 0 && res.Lanes == 0 && res.Running == 0 {
+		return nil, fmt.Errorf("%w %q", ErrUnknownConsumer, name)
+	}
+	return res, nil
+}
+
+// listConsumersSQL: both counts read only what they count, unfinished jobs
+// through River's state-first index and blocked lanes through their partial
+// index.
+const listConsumersSQL = `
+SELECT c.name, c.patterns, c.queue, c.ordering, c.source_service, c.updated_at, c.seen_at, c.inactive_after_ms,
+       c.inactive_after_ms < 0 OR c.seen_at >= $1::timestamptz - c.inactive_after_ms * interval '1 millisecond',
+       coalesce(p.n, 0), coalesce(b.n, 0)
+FROM /*schema*/tributary_event_consumer c
+LEFT JOIN (
+    SELECT args ->> 'consumer' AS consumer, count(*) AS n FROM /*schema*/river_job
+    WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+      AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
+    GROUP BY 1
+) p ON p.consumer = c.name
+LEFT JOIN (
+    SELECT l.consumer, count(*) AS n FROM /*schema*/tributary_event_lane l
+    LEFT JOIN /*schema*/river_job j ON j.id = l.blocked_job_id
+    WHERE l.blocked_job_id IS NOT NULL AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded'))
+    GROUP BY 1
+) b ON b.consumer = c.name
+ORDER BY c.name`
+
+const lockConsumerSQL = `
+SELECT seen_at FROM /*schema*/tributary_event_consumer WHERE name = $1 FOR UPDATE`
+
+const deleteConsumerSQL = `
+DELETE FROM /*schema*/tributary_event_consumer WHERE name = $1`
+
+const deleteConsumerJobsSQL = `
+DELETE FROM /*schema*/river_job WHERE id IN (
+    SELECT id FROM /*schema*/river_job
+    WHERE state IN ('available', 'pending', 'retryable', 'scheduled')
+      AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
+      AND args ->> 'consumer' = $1
+    LIMIT $2 FOR UPDATE)`
+
+const deleteConsumerLanesSQL = `
+DELETE FROM /*schema*/tributary_event_lane WHERE (consumer, aggregate_id) IN (
+    SELECT consumer, aggregate_id FROM /*schema*/tributary_event_lane WHERE consumer = $1
+    LIMIT $2 FOR UPDATE)`
+
+const countRunningConsumerJobsSQL = `
+SELECT count(*) FROM /*schema*/river_job
+WHERE state = 'running' AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
+  AND args ->> 'consumer' = $1`

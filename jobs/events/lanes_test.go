@@ -1,0 +1,232 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
+)
+
+// laneBundle is one ordered consumer ("lanes") running in a runtime, whose
+// handler does what each note's text asks: "fail" fails every time, "flaky"
+// fails while failing is set, "hang" waits for its context, "gate" waits
+// for the bundle's gate, anything else succeeds.
+type laneBundle struct {
+	failing atomic.Bool
+	db      *pgtest.DB
+	rt      *queue.Runtime
+	inst    *events.Installation
+	em      *events.Emitter
+	loose   *events.Emitter
+	rec     *recorder
+	gate    chan struct{}
+}
+
+// setupLanes starts the consumer with the given ordering and retry delays.
+func setupLanes(t *testing.T, ordering events.Ordering, delays ...time.Duration) *laneBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	b := &laneBundle{db: db, rec: &recorder{}, gate: make(chan struct{})}
+	if len(delays) == 0 {
+		delays = []time.Duration{10 * time.Millisecond}
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "lanes", Ordering: ordering, RetryDelays: delays})
+	require.NoError(t, err)
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+		switch m.Payload.Text {
+		case "fail":
+			return errors.New("downstream says no")
+		case "flaky":
+			if b.failing.Load() {
+				return errors.New("downstream is flaky")
+			}
+		case "hang":
+			<-ctx.Done()
+			return ctx.Err()
+		case "gate":
+			select {
+			case <-b.gate:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		b.rec.add(call{eventID: m.ID, aggregateID: m.AggregateID, attempt: m.Attempt})
+		return nil
+	})
+	events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
+		b.rec.add(call{eventID: m.ID, aggregateID: m.AggregateID, attempt: m.Attempt})
+		return nil
+	})
+	b.rt, b.inst = startEvents(t, db, events.ForwarderConfig{}, c)
+	b.em = newEmitter(t, db)
+	b.loose = newEmitter(t, db, looseOrderEvent, noteEvent)
+	return b
+}
+
+func (b *laneBundle) emit(t *testing.T, agg, text string) string {
+	t.Helper()
+	id, err := b.em.EmitTx(context.Background(), b.db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: agg})
+	require.NoError(t, err)
+	return id
+}
+
+// emitInvalid emits an order the consumer's validation rejects.
+func (b *laneBundle) emitInvalid(t *testing.T, agg string) string {
+	t.Helper()
+	id, err := b.loose.EmitTx(context.Background(), b.db.Pool, looseOrderEvent, looseOrder{OrderID: "o", Amount: -1}, events.Meta{AggregateID: agg})
+	require.NoError(t, err)
+	return id
+}
+
+// waitJob waits for the event's dispatch job to reach state and returns its
+// id.
+func (b *laneBundle) waitJob(t *testing.T, eventID, state string) int64 {
+	t.Helper()
+	var id int64
+	pgtest.WaitFor(t, 15*time.Second, "the dispatch of "+eventID+" to be "+state, func() (bool, error) {
+		var s string
+		id, s, _ = dispatchJob(t, b.db, "lanes", eventID)
+		return s == state, nil
+	})
+	return id
+}
+
+func (b *laneBundle) waitHandled(t *testing.T, eventID string) {
+	t.Helper()
+	pgtest.WaitFor(t, 15*time.Second, "event "+eventID+" to be handled", func() (bool, error) {
+		return b.rec.count(func(c call) bool { return c.eventID == eventID }) > 0, nil
+	})
+}
+
+// ageLanes makes every lane look quiet to the repair sweep.
+func (b *laneBundle) ageLanes(t *testing.T) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`UPDATE /*schema*/tributary_event_lane SET updated_at = updated_at - interval '1 hour'`))
+	require.NoError(t, err)
+}
+
+// handledOrder is the ids of the handled events in handling order.
+func (b *laneBundle) handledOrder() []string {
+	var ids []string
+	for _, c := range b.rec.snapshot() {
+		ids = append(ids, c.eventID)
+	}
+	return ids
+}
+
+// TestLaneHeadCancelledOrDeletedElsewhere: a head cancelled or deleted
+// outside tributary (River's client or UI, SQL) releases its lane through
+// the repair sweep; a running head cancelled through River releases it as
+// soon as its handler returns.
+func TestLaneHeadCancelledOrDeletedElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("CancelledThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setupLanes(t, events.OrderingBlock, time.Hour)
+		head := b.emit(t, "A", "fail")
+		next := b.emit(t, "A", "ok")
+		headJob := b.waitJob(t, head, "retryable")
+		_, err := b.rt.River().JobCancel(ctx, headJob)
+		require.NoError(t, err)
+		b.ageLanes(t)
+		b.inst.Dispatcher.RepairLanes(ctx)
+		b.waitHandled(t, next)
+	})
+
+	t.Run("RunningHeadCancelledThroughRiver", func(t *testing.T) {
+		t.Parallel()
+		b := setupLanes(t, events.OrderingBlock)
+		head := b.emit(t, "A", "hang")
+		next := b.emit(t, "A", "ok")
+		headJob := b.waitJob(t, head, "running")
+		_, err := b.rt.River().JobCancel(ctx, headJob)
+		require.NoError(t, err)
+		b.waitHandled(t, next) // no repair sweep: the dispatcher releases it
+		b.waitJob(t, head, "cancelled")
+	})
+
+	t.Run("DeletedWithSQL", func(t *testing.T) {
+		t.Parallel()
+		b := setupLanes(t, events.OrderingBlock, time.Hour)
+		head := b.emit(t, "A", "fail")
+		next := b.emit(t, "A", "ok")
+		headJob := b.waitJob(t, head, "retryable")
+		_, err := b.db.Pool.Exec(ctx, b.db.Q(`DELETE FROM /*schema*/river_job WHERE id = $1`), headJob)
+		require.NoError(t, err)
+		b.ageLanes(t)
+		b.inst.Dispatcher.RepairLanes(ctx)
+		b.waitHandled(t, next)
+	})
+}
+
+// TestLaneJobRunAheadThroughRiver: a pending lane job made available through
+// River directly (not tributary) does not run before its lane's head: the
+// dispatcher puts it back to pending, attempt not spent, and it runs after
+// the head.
+func TestLaneJobRunAheadThroughRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanes(t, events.OrderingBlock)
+	head := b.emit(t, "A", "gate")
+	next := b.emit(t, "A", "ok")
+	b.waitJob(t, head, "running")
+	nextJob := b.waitJob(t, next, "pending")
+
+	row, err := b.rt.River().JobRetry(ctx, nextJob)
+	require.NoError(t, err)
+	require.Equal(t, "available", string(row.State))
+	pgtest.WaitFor(t, 15*time.Second, "the early job to be worked and put back", func() (bool, error) {
+		var state string
+		var attempted bool
+		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT state::text, attempted_at IS NOT NULL FROM /*schema*/river_job WHERE id = $1`), nextJob).Scan(&state, &attempted)
+		return state == "pending" && attempted, err
+	})
+	require.Zero(t, b.rec.count(nil), "nothing ran ahead of the head")
+	var attempt int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT attempt FROM /*schema*/river_job WHERE id = $1`), nextJob).Scan(&attempt))
+	require.Zero(t, attempt, "the early start did not spend an attempt")
+
+	close(b.gate)
+	b.waitHandled(t, next)
+	require.Equal(t, []string{head, next}, b.handledOrder())
+	require.Equal(t, 1, b.rec.snapshot()[1].attempt)
+}
+
+// TestDispatchForUnregisteredConsumer: a dispatch for a consumer that no
+// worker of its queue runs (renamed or removed) waits without spending its
+// attempts, instead of failing for good and blocking its lane.
+func TestDispatchForUnregisteredConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanes(t, events.OrderingBlock)
+	// "gone" was registered by a worker that no longer runs it.
+	gone := fastConsumer(t, "gone", nil)
+	events.On(gone, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
+	d, err := events.NewDispatcher(b.db.Pool, events.DispatcherConfig{Schema: b.db.Schema, Consumers: []*events.Consumer{gone}, LaneRepairInterval: -1})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	require.NoError(t, d.Stop(ctx))
+
+	ev := b.emit(t, "A", "ok")
+	b.waitHandled(t, ev)
+	var jobID int64
+	var state, errs string
+	var attempt int
+	pgtest.WaitFor(t, 15*time.Second, "the dispatch for gone to be tried, and to wait", func() (bool, error) {
+		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT id, state::text, attempt, coalesce(errors::text, '') FROM /*schema*/river_job
+            WHERE args->>'consumer' = 'gone' AND attempted_at IS NOT NULL AND state <> 'running'`)).Scan(&jobID, &state, &attempt, &errs)
+		return err == nil, nil
+	})
+	require.Zero(t, attempt, "no attempt spent")
+	require.Empty(t, errs, "no failure recorded")
+	require.Contains(t, []string{"scheduled", "available"}, state, "waiting for a worker that runs it")
+}
