@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/tributary-run/tributary/migrations"
 )
@@ -109,8 +110,8 @@ type Config struct {
 
 	// RescueStuckJobsAfter is how long a job may stay running before River
 	// assumes its process died and makes it available again
-	// (TRIBUTARY_RESCUE_STUCK_AFTER, a Go duration). Zero means River's
-	// default (1 hour).
+	// (TRIBUTARY_RESCUE_STUCK_AFTER, a Go duration, at least River's job
+	// timeout of 1 minute). Zero means River's default (1 hour).
 	RescueStuckJobsAfter time.Duration
 
 	// LogLevel is debug, info, warn or error (LOG_LEVEL). Defaults to info.
@@ -271,6 +272,13 @@ func (c Config) Validate() error {
 	}
 	if u, err := url.Parse(c.BatchSinkURL); err != nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "mem") {
 		return &ConfigError{Name: "BATCH_SINK_URL", Value: RedactURL(c.BatchSinkURL), Reason: "want file://PATH or s3://BUCKET?endpoint=...&region=..."}
+	}
+	if c.RescueStuckJobsAfter > 0 && c.RescueStuckJobsAfter < river.JobTimeoutDefault {
+		// River refuses this too, but only once the worker has connected, and
+		// in terms of its own fields; the job timeout is River's default here
+		// because the environment does not set one.
+		return &ConfigError{Name: "TRIBUTARY_RESCUE_STUCK_AFTER", Value: c.RescueStuckJobsAfter.String(),
+			Reason: fmt.Sprintf("must not be less than the job timeout (River's JobTimeout, %s), or River would rescue jobs still running within their timeout", river.JobTimeoutDefault)}
 	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return &ConfigError{Name: "LOG_LEVEL", Value: c.LogLevel, Reason: "want debug, info, warn or error"}

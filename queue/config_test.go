@@ -89,6 +89,7 @@ func TestConfigFromLookup(t *testing.T) {
 			{"TRIBUTARY_SHUTDOWN_TIMEOUT", "forever"},
 			{"TRIBUTARY_JOB_RETENTION_CANCELLED", "a while"},
 			{"TRIBUTARY_RESCUE_STUCK_AFTER", "-5m"},
+			{"TRIBUTARY_RESCUE_STUCK_AFTER", "15s"}, // below River's job timeout
 		} {
 			_, err := ConfigFromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
 			var ce *ConfigError

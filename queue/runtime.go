@@ -61,6 +61,7 @@ type RuntimeConfig struct {
 
 	// RescueStuckJobsAfter is how long a job may stay running before it is
 	// considered abandoned by a crashed process and made available again.
+	// It must not be less than JobTimeout.
 	//
 	// Defaults to River's (1 hour).
 	RescueStuckJobsAfter time.Duration
@@ -138,6 +139,10 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		if n < 1 || n > river.QueueNumWorkersMax {
 			return nil, fmt.Errorf("invalid worker count %d for queue %q: want 1 to %d", n, name, river.QueueNumWorkersMax)
 		}
+	}
+
+	if jobTimeout := cmp.Or(cfg.JobTimeout, river.JobTimeoutDefault); cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
+		return nil, fmt.Errorf("RescueStuckJobsAfter %s is less than JobTimeout %s: River would rescue jobs still running within their timeout", cfg.RescueStuckJobsAfter, jobTimeout)
 	}
 
 	rt := &Runtime{cfg: cfg, workers: river.NewWorkers()}
