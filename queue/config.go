@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -280,6 +281,9 @@ func (c Config) Validate() error {
 		return &ConfigError{Name: "TRIBUTARY_RESCUE_STUCK_AFTER", Value: c.RescueStuckJobsAfter.String(),
 			Reason: fmt.Sprintf("must not be less than the job timeout (River's JobTimeout, %s), or River would rescue jobs still running within their timeout", river.JobTimeoutDefault)}
 	}
+	if reason := CheckListenAddr(c.HTTPAddr); reason != "" {
+		return &ConfigError{Name: "TRIBUTARY_HTTP_ADDR", Value: c.HTTPAddr, Reason: reason}
+	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return &ConfigError{Name: "LOG_LEVEL", Value: c.LogLevel, Reason: "want debug, info, warn or error"}
 	}
@@ -287,6 +291,21 @@ func (c Config) Validate() error {
 		return &ConfigError{Name: "LOG_FORMAT", Value: c.LogFormat, Reason: "want text or json"}
 	}
 	return nil
+}
+
+// CheckListenAddr returns why addr cannot be a TCP listen address, or ""
+// when it can. It only looks at the form (HOST:PORT, PORT a number or a
+// service name), so it never waits on DNS; an address that is well formed
+// but unusable (in use, not local) fails when the server starts.
+func CheckListenAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "want HOST:PORT such as 127.0.0.1:8080"
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("port %q is not a port number", port)
+	}
+	return ""
 }
 
 // DatabaseHost returns host:port of the database for messages, without user

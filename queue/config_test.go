@@ -90,6 +90,8 @@ func TestConfigFromLookup(t *testing.T) {
 			{"TRIBUTARY_JOB_RETENTION_CANCELLED", "a while"},
 			{"TRIBUTARY_RESCUE_STUCK_AFTER", "-5m"},
 			{"TRIBUTARY_RESCUE_STUCK_AFTER", "15s"}, // below River's job timeout
+			{"TRIBUTARY_HTTP_ADDR", "nope:nope:nope"},
+			{"TRIBUTARY_HTTP_ADDR", "127.0.0.1:http-ish"},
 		} {
 			_, err := ConfigFromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
 			var ce *ConfigError

@@ -80,8 +80,15 @@ they run again later, and exits 0.`,
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("http") && httpAddr == "" {
-				return usagef("--http needs an address such as 127.0.0.1:8080")
+			if cmd.Flags().Changed("http") {
+				if httpAddr == "" {
+					return usagef("--http needs an address such as 127.0.0.1:8080")
+				}
+				// Checked here, not when the dashboard listens: by then River
+				// and every service have started, and the worker would exit 1.
+				if reason := queue.CheckListenAddr(httpAddr); reason != "" {
+					return usagef("invalid --http %q: %s", httpAddr, reason)
+				}
 			}
 			ctx := cmd.Context()
 			pool, err := a.pool(ctx)
