@@ -115,6 +115,12 @@ type Config struct {
 	// timeout of 1 minute). Zero means River's default (1 hour).
 	RescueStuckJobsAfter time.Duration
 
+	// LivenessTimeout is how old a worker process's heartbeat may get before
+	// the other processes take it for dead and make its running jobs
+	// available again (TRIBUTARY_LIVENESS_TIMEOUT, a Go duration of at least
+	// 1s). Zero means LivenessTimeoutDefault (30 seconds).
+	LivenessTimeout time.Duration
+
 	// LogLevel is debug, info, warn or error (LOG_LEVEL). Defaults to info.
 	LogLevel string
 
@@ -218,6 +224,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	durationVar("TRIBUTARY_JOB_RETENTION_DISCARDED", &cfg.DiscardedJobRetention, true)
 	durationVar("TRIBUTARY_RESCUE_STUCK_AFTER", &cfg.RescueStuckJobsAfter, false)
 	durationVar("TRIBUTARY_SHUTDOWN_TIMEOUT", &cfg.ShutdownTimeout, false)
+	durationVar("TRIBUTARY_LIVENESS_TIMEOUT", &cfg.LivenessTimeout, false)
 	if err != nil {
 		return Config{}, err
 	}
@@ -245,6 +252,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchSinkURL = cmp.Or(c.BatchSinkURL, BatchSinkURLDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.LivenessTimeout = cmp.Or(c.LivenessTimeout, LivenessTimeoutDefault)
 	c.LogLevel = cmp.Or(c.LogLevel, LogLevelDefault)
 	c.LogFormat = cmp.Or(c.LogFormat, LogFormatDefault)
 	return c
@@ -280,6 +288,9 @@ func (c Config) Validate() error {
 		// because the environment does not set one.
 		return &ConfigError{Name: "TRIBUTARY_RESCUE_STUCK_AFTER", Value: c.RescueStuckJobsAfter.String(),
 			Reason: fmt.Sprintf("must not be less than the job timeout (River's JobTimeout, %s), or River would rescue jobs still running within their timeout", river.JobTimeoutDefault)}
+	}
+	if c.LivenessTimeout < LivenessTimeoutMin {
+		return &ConfigError{Name: "TRIBUTARY_LIVENESS_TIMEOUT", Value: c.LivenessTimeout.String(), Reason: "want a Go duration of at least " + LivenessTimeoutMin.String()}
 	}
 	if reason := CheckListenAddr(c.HTTPAddr); reason != "" {
 		return &ConfigError{Name: "TRIBUTARY_HTTP_ADDR", Value: c.HTTPAddr, Reason: reason}
