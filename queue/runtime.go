@@ -216,8 +216,11 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
+	// RiverConfigFunc may have set another id; the row must carry the one
+	// River writes into attempted_by.
+	rt.cfg.ID = rc.ID()
 	rt.Client = &Client{pool: pool, river: rc, schema: cfg.Schema, logger: cfg.Logger}
-	rt.live = newLiveness(pool, cfg.Schema, cfg.Logger, cfg.ID, sortedQueues(cfg.Queues), cfg.LivenessTimeout, rt.loseLiveness)
+	rt.live = newLiveness(pool, cfg.Schema, cfg.Logger, rt.cfg.ID, sortedQueues(cfg.Queues), cfg.LivenessTimeout, rt.loseLiveness)
 	return rt, nil
 }
 

@@ -73,7 +73,12 @@ func newWorkerCmd(a *app) *cobra.Command {
 		Long: `Run a worker process. It works jobs of the built-in and demo kinds on the
 given queues until SIGINT or SIGTERM; then it stops fetching, lets running
 jobs finish for TRIBUTARY_SHUTDOWN_TIMEOUT (default 30s), cancels the rest so
-they run again later, and exits 0.`,
+they run again later, and exits 0.
+
+The worker heartbeats into the database. When another worker's heartbeat is
+older than TRIBUTARY_LIVENESS_TIMEOUT (default 30s), its running jobs are
+made available again. A worker that cannot heartbeat for most of that time
+cancels its jobs and exits 1, before the others may take them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queues, err := parseQueues(queuesFlag)
