@@ -164,6 +164,7 @@ func TestWorkerConfigErrorsBeforeStart(t *testing.T) {
 		mentions []string
 	}{
 		{"RescueStuckBelowJobTimeout", []string{"TRIBUTARY_RESCUE_STUCK_AFTER=15s"}, nil, []string{"TRIBUTARY_RESCUE_STUCK_AFTER", `"15s"`, "job timeout"}},
+		{"LivenessTimeoutTooShort", []string{"TRIBUTARY_LIVENESS_TIMEOUT=100ms"}, nil, []string{"TRIBUTARY_LIVENESS_TIMEOUT", `"100ms"`, "at least 1s"}},
 		{"HTTPTooManyColons", nil, []string{"--http", "nope:nope:nope"}, []string{"--http", `"nope:nope:nope"`}},
 		{"HTTPPortNotANumber", nil, []string{"--http", "127.0.0.1:nope"}, []string{"--http", `"127.0.0.1:nope"`}},
 		{"HTTPNoPort", nil, []string{"--http", "localhost"}, []string{"--http", `"localhost"`}},
