@@ -49,12 +49,18 @@ func liveProcesses(t *testing.T, db *pgtest.DB) int {
 	return n
 }
 
-// sigkill kills a worker process with SIGKILL and returns when it is gone.
-func sigkill(t *testing.T, cmd *exec.Cmd) time.Time {
+// sigkill kills a worker process with SIGKILL, logs how old its last
+// heartbeat was (the restart comes the liveness timeout after that
+// heartbeat, not after the kill), and returns when the process is gone.
+func sigkill(t *testing.T, db *pgtest.DB, cmd *exec.Cmd) time.Time {
 	t.Helper()
+	var age time.Duration
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`
+SELECT (extract(epoch FROM now() - heartbeat_at) * 1e9)::bigint FROM /*schema*/tributary_process WHERE pid = $1`), cmd.Process.Pid).Scan(&age))
 	at := time.Now()
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
+	t.Logf("killed worker pid %d; its last heartbeat was %s old", cmd.Process.Pid, age.Round(10*time.Millisecond))
 	return at
 }
 
@@ -82,7 +88,7 @@ func TestWorkerSIGKILLRunningJobRunsAgain(t *testing.T) {
 		return liveProcesses(t, db) == 2, nil
 	})
 
-	killedAt := sigkill(t, doomed)
+	killedAt := sigkill(t, db, doomed)
 	var again attemptView
 	pgtest.WaitFor(t, 90*time.Second, "the job running again on the second worker", func() (bool, error) {
 		again = readAttempt(t, db, res.Job.ID)
@@ -145,7 +151,7 @@ WHERE kind = $1 AND args ->> 'aggregate_id' = 'lane-1' ORDER BY (args ->> 'seq')
 		return liveProcesses(t, db) == 2, nil
 	})
 
-	killedAt := sigkill(t, doomed)
+	killedAt := sigkill(t, db, doomed)
 	db.WaitForJobState(t, secondID, "completed", 120*time.Second)
 	first, second := readAttempt(t, db, firstID), readAttempt(t, db, secondID)
 	require.Equal(t, "completed", first.state)
