@@ -20,7 +20,8 @@ import (
 func TestLivenessDatabaseLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const timeout = 4 * time.Second
+	// Long enough that a loaded machine does not stop the survivor too.
+	const timeout = 6 * time.Second
 	db := pgtest.New(t)
 	log := newHoldLog()
 

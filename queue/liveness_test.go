@@ -331,7 +331,7 @@ func TestLivenessRuntime(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		log := newHoldLog()
-		rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), LivenessTimeout: time.Second, ShutdownTimeout: 100 * time.Millisecond,
+		rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), LivenessTimeout: 3 * time.Second, ShutdownTimeout: 100 * time.Millisecond,
 			FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Queues: map[string]int{"default": 2, "other": 1}})
 		require.NoError(t, err)
 		queue.AddWorker(rt, &holdWorker{process: rt.ProcessID(), log: log})
@@ -382,11 +382,11 @@ func TestLivenessRuntime(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		log := newHoldLog()
-		cfg := queue.RuntimeConfig{LivenessTimeout: time.Second}
+		cfg := queue.RuntimeConfig{LivenessTimeout: 3 * time.Second}
 		worker := startHoldRuntime(t, db, cfg, log)
-		// The job runs for several times the liveness timeout while a second
-		// process sweeps too.
-		res, err := worker.Enqueue(ctx, holdArgs{Key: "long", MS: 4000}, nil)
+		// The job runs for more than twice the liveness timeout while a
+		// second process sweeps too.
+		res, err := worker.Enqueue(ctx, holdArgs{Key: "long", MS: 7000}, nil)
 		require.NoError(t, err)
 		waitStarted(t, log, 10*time.Second)
 		startHoldRuntime(t, db, cfg, log)
@@ -403,7 +403,7 @@ func TestLivenessRuntime(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		log := newHoldLog()
-		cfg := queue.RuntimeConfig{LivenessTimeout: 2 * time.Second}
+		cfg := queue.RuntimeConfig{LivenessTimeout: 5 * time.Second}
 		victim := startHoldRuntime(t, db, cfg, log)
 		res, err := victim.Enqueue(ctx, holdArgs{Key: "j", MS: 50, HoldOn: victim.ProcessID()}, nil)
 		require.NoError(t, err)
@@ -416,11 +416,15 @@ func TestLivenessRuntime(t *testing.T) {
 		// victim's next heartbeat from landing in between.
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
 		_, err = tx.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_process SET heartbeat_at = now() - interval '1 hour' WHERE id = $1`), victim.ProcessID())
 		require.NoError(t, err)
-		dead, err := queue.SweepTx(ctx, tx, db.Pool, db.Schema, cfg.LivenessTimeout)
-		require.NoError(t, err)
-		require.Equal(t, []string{victim.ProcessID()}, dead)
+		// The runtimes' own sweeps hold the sweep lock now and then; this
+		// one skips until it gets it.
+		pgtest.WaitFor(t, 10*time.Second, "the sweep to declare the victim dead", func() (bool, error) {
+			dead, err := queue.SweepTx(ctx, tx, db.Pool, db.Schema, cfg.LivenessTimeout)
+			return len(dead) == 1 && dead[0] == victim.ProcessID(), err
+		})
 		require.NoError(t, tx.Commit(ctx))
 
 		// Until its next heartbeat finds the row swept, the victim may
@@ -466,7 +470,7 @@ func TestLivenessRuntime(t *testing.T) {
 		_, err := db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET args = '{"key":"x","ms":10}' WHERE id = $1`), id)
 		require.NoError(t, err)
 
-		rt := startHoldRuntime(t, db, queue.RuntimeConfig{ID: "fixed-id", LivenessTimeout: time.Second}, log)
+		rt := startHoldRuntime(t, db, queue.RuntimeConfig{ID: "fixed-id", LivenessTimeout: 3 * time.Second}, log)
 		require.Equal(t, "fixed-id", rt.ProcessID())
 		db.WaitForJobState(t, id, rivertype.JobStateCompleted, 10*time.Second)
 		j := readJob(t, db, id)
@@ -478,7 +482,7 @@ func TestLivenessRuntime(t *testing.T) {
 	t.Run("SameIDAsALiveProcessFailsToStart", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
-		cfg := queue.RuntimeConfig{ID: "twin", LivenessTimeout: time.Second}
+		cfg := queue.RuntimeConfig{ID: "twin", LivenessTimeout: 3 * time.Second}
 		startHoldRuntime(t, db, cfg, newHoldLog())
 
 		cfg.Schema, cfg.Logger = db.Schema, pgtest.Logger(t)
