@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/tributary-run/tributary/migrations"
 )
@@ -109,9 +111,15 @@ type Config struct {
 
 	// RescueStuckJobsAfter is how long a job may stay running before River
 	// assumes its process died and makes it available again
-	// (TRIBUTARY_RESCUE_STUCK_AFTER, a Go duration). Zero means River's
-	// default (1 hour).
+	// (TRIBUTARY_RESCUE_STUCK_AFTER, a Go duration, at least River's job
+	// timeout of 1 minute). Zero means River's default (1 hour).
 	RescueStuckJobsAfter time.Duration
+
+	// LivenessTimeout is how old a worker process's heartbeat may get before
+	// the other processes take it for dead and make its running jobs
+	// available again (TRIBUTARY_LIVENESS_TIMEOUT, a Go duration of at least
+	// 1s). Zero means LivenessTimeoutDefault (30 seconds).
+	LivenessTimeout time.Duration
 
 	// LogLevel is debug, info, warn or error (LOG_LEVEL). Defaults to info.
 	LogLevel string
@@ -216,6 +224,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	durationVar("TRIBUTARY_JOB_RETENTION_DISCARDED", &cfg.DiscardedJobRetention, true)
 	durationVar("TRIBUTARY_RESCUE_STUCK_AFTER", &cfg.RescueStuckJobsAfter, false)
 	durationVar("TRIBUTARY_SHUTDOWN_TIMEOUT", &cfg.ShutdownTimeout, false)
+	durationVar("TRIBUTARY_LIVENESS_TIMEOUT", &cfg.LivenessTimeout, false)
 	if err != nil {
 		return Config{}, err
 	}
@@ -243,6 +252,7 @@ func (c Config) WithDefaults() Config {
 	c.BatchSinkURL = cmp.Or(c.BatchSinkURL, BatchSinkURLDefault)
 	c.HTTPAddr = cmp.Or(c.HTTPAddr, HTTPAddrDefault)
 	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, ShutdownTimeoutDefault)
+	c.LivenessTimeout = cmp.Or(c.LivenessTimeout, LivenessTimeoutDefault)
 	c.LogLevel = cmp.Or(c.LogLevel, LogLevelDefault)
 	c.LogFormat = cmp.Or(c.LogFormat, LogFormatDefault)
 	return c
@@ -272,6 +282,19 @@ func (c Config) Validate() error {
 	if u, err := url.Parse(c.BatchSinkURL); err != nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "mem") {
 		return &ConfigError{Name: "BATCH_SINK_URL", Value: RedactURL(c.BatchSinkURL), Reason: "want file://PATH or s3://BUCKET?endpoint=...&region=..."}
 	}
+	if c.RescueStuckJobsAfter > 0 && c.RescueStuckJobsAfter < river.JobTimeoutDefault {
+		// River refuses this too, but only once the worker has connected, and
+		// in terms of its own fields; the job timeout is River's default here
+		// because the environment does not set one.
+		return &ConfigError{Name: "TRIBUTARY_RESCUE_STUCK_AFTER", Value: c.RescueStuckJobsAfter.String(),
+			Reason: fmt.Sprintf("must not be less than the job timeout (River's JobTimeout, %s), or River would rescue jobs still running within their timeout", river.JobTimeoutDefault)}
+	}
+	if c.LivenessTimeout < LivenessTimeoutMin {
+		return &ConfigError{Name: "TRIBUTARY_LIVENESS_TIMEOUT", Value: c.LivenessTimeout.String(), Reason: "want a Go duration of at least " + LivenessTimeoutMin.String()}
+	}
+	if reason := CheckListenAddr(c.HTTPAddr); reason != "" {
+		return &ConfigError{Name: "TRIBUTARY_HTTP_ADDR", Value: c.HTTPAddr, Reason: reason}
+	}
 	if _, err := parseLogLevel(c.LogLevel); err != nil {
 		return &ConfigError{Name: "LOG_LEVEL", Value: c.LogLevel, Reason: "want debug, info, warn or error"}
 	}
@@ -279,6 +302,21 @@ func (c Config) Validate() error {
 		return &ConfigError{Name: "LOG_FORMAT", Value: c.LogFormat, Reason: "want text or json"}
 	}
 	return nil
+}
+
+// CheckListenAddr returns why addr cannot be a TCP listen address, or ""
+// when it can. It only looks at the form (HOST:PORT, PORT a number or a
+// service name), so it never waits on DNS; an address that is well formed
+// but unusable (in use, not local) fails when the server starts.
+func CheckListenAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "want HOST:PORT such as 127.0.0.1:8080"
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("port %q is not a port number", port)
+	}
+	return ""
 }
 
 // DatabaseHost returns host:port of the database for messages, without user

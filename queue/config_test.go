@@ -32,6 +32,7 @@ func TestConfigFromLookup(t *testing.T) {
 		require.Equal(t, 10*time.Minute, cfg.BatchMaxAge)
 		require.Equal(t, 30*time.Second, cfg.BatchTimerInterval)
 		require.Equal(t, "127.0.0.1:8080", cfg.HTTPAddr)
+		require.Equal(t, LivenessTimeoutDefault, cfg.LivenessTimeout)
 		require.Empty(t, cfg.AMQPURL)
 		require.Empty(t, cfg.DashboardToken)
 	})
@@ -56,6 +57,7 @@ func TestConfigFromLookup(t *testing.T) {
 			"TRIBUTARY_JOB_RETENTION_COMPLETED": "2h",
 			"TRIBUTARY_JOB_RETENTION_DISCARDED": "forever",
 			"TRIBUTARY_RESCUE_STUCK_AFTER":      "10m",
+			"TRIBUTARY_LIVENESS_TIMEOUT":        "5s",
 		}))
 		require.NoError(t, err)
 		require.Equal(t, "jobs", cfg.Schema)
@@ -71,6 +73,7 @@ func TestConfigFromLookup(t *testing.T) {
 		require.Equal(t, time.Duration(0), cfg.CancelledJobRetention)
 		require.Equal(t, time.Duration(-1), cfg.DiscardedJobRetention)
 		require.Equal(t, 10*time.Minute, cfg.RescueStuckJobsAfter)
+		require.Equal(t, 5*time.Second, cfg.LivenessTimeout)
 	})
 
 	t.Run("InvalidValuesNameVariableAndValue", func(t *testing.T) {
@@ -89,6 +92,11 @@ func TestConfigFromLookup(t *testing.T) {
 			{"TRIBUTARY_SHUTDOWN_TIMEOUT", "forever"},
 			{"TRIBUTARY_JOB_RETENTION_CANCELLED", "a while"},
 			{"TRIBUTARY_RESCUE_STUCK_AFTER", "-5m"},
+			{"TRIBUTARY_RESCUE_STUCK_AFTER", "15s"}, // below River's job timeout
+			{"TRIBUTARY_HTTP_ADDR", "nope:nope:nope"},
+			{"TRIBUTARY_LIVENESS_TIMEOUT", "soon"},
+			{"TRIBUTARY_LIVENESS_TIMEOUT", "500ms"},
+			{"TRIBUTARY_HTTP_ADDR", "127.0.0.1:http-ish"},
 		} {
 			_, err := ConfigFromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
 			var ce *ConfigError

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,10 @@ const QueueMaxWorkersDefault = 100
 // HardStopGraceDefault is how long Stop waits for cancelled jobs to return
 // and their results to be written after the shutdown timeout expired.
 const HardStopGraceDefault = 5 * time.Second
+
+// lostStopGrace is how long River gets to wind down after the process lost
+// its liveness: enough to flush results of jobs that ended before.
+const lostStopGrace = time.Second
 
 // RuntimeConfig configures a Runtime.
 type RuntimeConfig struct {
@@ -59,11 +64,28 @@ type RuntimeConfig struct {
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 
-	// RescueStuckJobsAfter is how long a job may stay running before it is
-	// considered abandoned by a crashed process and made available again.
+	// RescueStuckJobsAfter is how long a job may stay running before River's
+	// rescuer takes it for abandoned and makes it available again. It must
+	// not be less than JobTimeout. With liveness (LivenessTimeout), the jobs
+	// of a crashed tributary process are made available long before; River's
+	// rescuer remains for the jobs liveness does not judge (see
+	// LivenessTimeout).
 	//
 	// Defaults to River's (1 hour).
 	RescueStuckJobsAfter time.Duration
+
+	// LivenessTimeout is how old this process's heartbeat may get before
+	// other processes take it for dead and make its running jobs available
+	// again. The process heartbeats every LivenessTimeout/6 into
+	// tributary_process; it stops working (Run returns ErrLivenessLost) when
+	// no heartbeat has reached the database for LivenessTimeout minus one
+	// heartbeat interval, before anyone may hand its jobs on. Jobs attempted
+	// by a River client with no row in tributary_process (a plain River
+	// client sharing the schema) are left to River's rescuer.
+	//
+	// Defaults to LivenessTimeoutDefault (30 seconds); at least
+	// LivenessTimeoutMin (1 second).
+	LivenessTimeout time.Duration
 
 	// CompletedJobRetention, CancelledJobRetention and DiscardedJobRetention
 	// are how long finalized jobs are kept before River deletes them. -1
@@ -79,8 +101,13 @@ type RuntimeConfig struct {
 	// Defaults to River's (1 minute).
 	JobTimeout time.Duration
 
-	// ID identifies this process among replicas. Defaults to River's, derived
-	// from the host name and start time.
+	// ID identifies this process among replicas: it is River's client id
+	// (written into river_job.attempted_by) and the key of the process's
+	// liveness row. Two live processes must not share one; a process started
+	// with the id of one that is still heartbeating waits up to about one
+	// LivenessTimeout for it to go stale, then fails to start.
+	//
+	// Defaults to "tributary-<host>-<pid>-<random>".
 	ID string
 
 	// RiverConfigFunc may adjust River's configuration after tributary
@@ -106,6 +133,17 @@ type Runtime struct {
 	hardStopping      atomic.Bool
 	softStopCancel    context.CancelFunc // set while River's soft stop runs
 	hardStopRequested bool               // HardStop was called
+
+	live *liveness
+	// lostCtx is cancelled, with the cause, when the process lost its
+	// liveness; so are the contexts of the jobs running then (jobCancels).
+	lostCtx    context.Context
+	loseCancel context.CancelCauseFunc
+	jobsMu     sync.Mutex
+	jobCancels map[*rivertype.JobRow]context.CancelCauseFunc
+	lossOnce   sync.Once
+	lossDone   chan struct{} // closed once the stop after a loss finished
+	lossErr    error         // the loss and that stop's errors; set before lossDone closes
 }
 
 // RuntimeConfigFrom fills the runtime settings that come from the
@@ -116,6 +154,7 @@ func RuntimeConfigFrom(cfg Config, logger *slog.Logger) RuntimeConfig {
 		Logger:                logger,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		RescueStuckJobsAfter:  cfg.RescueStuckJobsAfter,
+		LivenessTimeout:       cfg.LivenessTimeout,
 		CompletedJobRetention: cfg.CompletedJobRetention,
 		CancelledJobRetention: cfg.CancelledJobRetention,
 		DiscardedJobRetention: cfg.DiscardedJobRetention,
@@ -140,7 +179,17 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		}
 	}
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers()}
+	if jobTimeout := cmp.Or(cfg.JobTimeout, river.JobTimeoutDefault); cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
+		return nil, fmt.Errorf("RescueStuckJobsAfter %s is less than JobTimeout %s: River would rescue jobs still running within their timeout", cfg.RescueStuckJobsAfter, jobTimeout)
+	}
+	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
+	if cfg.LivenessTimeout < LivenessTimeoutMin {
+		return nil, fmt.Errorf("LivenessTimeout %s is less than the minimum of %s", cfg.LivenessTimeout, LivenessTimeoutMin)
+	}
+	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
+
+	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{}}
+	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
 		queues[name] = river.QueueConfig{MaxWorkers: n}
@@ -158,7 +207,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		DiscardedJobRetentionPeriod: cfg.DiscardedJobRetention,
 		JobTimeout:                  cfg.JobTimeout,
 		ID:                          cfg.ID,
-		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.snoozeOnHardStop)},
+		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.guardJob)},
 	}
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
@@ -167,21 +216,116 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
+	// RiverConfigFunc may have set another id; the row must carry the one
+	// River writes into attempted_by.
+	rt.cfg.ID = rc.ID()
 	rt.Client = &Client{pool: pool, river: rc, schema: cfg.Schema, logger: cfg.Logger}
+	rt.live = newLiveness(pool, cfg.Schema, cfg.Logger, rt.cfg.ID, sortedQueues(cfg.Queues), cfg.LivenessTimeout, rt.loseLiveness)
 	return rt, nil
 }
 
-// snoozeOnHardStop turns a job that returned because the shutdown cancelled
-// it into a snooze, so it is available again at once and the interruption
-// does not count as a failed attempt.
-func (rt *Runtime) snoozeOnHardStop(ctx context.Context, job *rivertype.JobRow, doInner func(ctx context.Context) error) error {
+// guardJob wraps every job. A job that returned because the shutdown
+// cancelled it becomes a snooze, so it is available again at once and the
+// interruption does not count as a failed attempt. And once the process
+// has lost its liveness, jobs are cancelled and their results withheld (see
+// withholdResult).
+func (rt *Runtime) guardJob(ctx context.Context, job *rivertype.JobRow, doInner func(ctx context.Context) error) error {
+	if rt.livenessLost() {
+		rt.withholdResult(ctx, job)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rt.jobsMu.Lock()
+	rt.jobCancels[job] = cancel
+	rt.jobsMu.Unlock()
+	defer func() {
+		rt.jobsMu.Lock()
+		delete(rt.jobCancels, job)
+		rt.jobsMu.Unlock()
+	}()
+	if rt.lostCtx.Err() != nil { // lost since the check above, before the registration
+		cancel(context.Cause(rt.lostCtx))
+	}
+
 	err := doInner(ctx)
+	if rt.livenessLost() {
+		rt.withholdResult(ctx, job)
+	}
 	if err != nil && ctx.Err() != nil && rt.hardStopping.Load() {
 		rt.logger.WarnContext(ctx, "job interrupted by shutdown, will run again", "job_id", job.ID, "kind", job.Kind)
 		return river.JobSnooze(0)
 	}
 	return err
 }
+
+// livenessLost reports whether the process may no longer work jobs. A
+// heartbeat deadline that passed counts even before the heartbeat loop
+// noticed (the process may just have woken from a pause).
+func (rt *Runtime) livenessLost() bool {
+	if rt.lostCtx.Err() != nil {
+		return true
+	}
+	if rt.live.expired() && rt.live.running() {
+		rt.live.lose(fmt.Errorf("%w: no heartbeat reached the database for %s (liveness timeout %s)", ErrLivenessLost, rt.live.sinceBeat().Round(time.Millisecond), rt.cfg.LivenessTimeout))
+		return true
+	}
+	return false
+}
+
+// withholdResult never returns. Once the process lost its liveness, the
+// job's row belongs to the sweep: another process may already be running
+// it. Any result River wrote now (completed, retryable, snoozed) would land
+// on that other attempt, since River's completion checks only that the job
+// is running. So the job's goroutine parks until the process exits, and
+// whatever of its row is left is made available again by this process's
+// final liveness stop or by the sweep.
+func (rt *Runtime) withholdResult(ctx context.Context, job *rivertype.JobRow) {
+	rt.logger.ErrorContext(ctx, "job result withheld: this process lost its liveness, the job runs again elsewhere",
+		"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt, "cause", context.Cause(rt.lostCtx))
+	select {}
+}
+
+// loseLiveness stops the process's work after it lost its liveness: every
+// running job is cancelled at once (their contexts carry the cause), and the
+// runtime stops with no soft part, in the background; Run returns
+// ErrLivenessLost once that stop finished.
+func (rt *Runtime) loseLiveness(cause error) {
+	rt.lossOnce.Do(func() {
+		rt.logger.Error("stopping: this process can no longer show that it is alive, so its jobs will be run by others", "process_id", rt.cfg.ID, "cause", cause)
+		rt.loseCancel(cause)
+		rt.jobsMu.Lock()
+		for _, cancel := range rt.jobCancels {
+			cancel(cause)
+		}
+		rt.jobsMu.Unlock()
+		go func() {
+			rt.HardStop()
+			ctx, cancel := context.WithTimeout(context.Background(), HardStopGraceDefault+5*time.Second)
+			defer cancel()
+			rt.lossErr = cause
+			if err := rt.stopStarted(ctx); err != nil {
+				// One line: the CLI prints this as its one sentence.
+				rt.lossErr = fmt.Errorf("%w; then, stopping: %s", cause, strings.ReplaceAll(err.Error(), "\n", "; "))
+			}
+			close(rt.lossDone)
+		}()
+	})
+}
+
+// LivenessLost returns a channel that is closed once the process lost its
+// liveness and the runtime stopped because of it (Run then returns an error
+// wrapping ErrLivenessLost). A process that uses Start and Stop instead of
+// Run should watch it and exit.
+func (rt *Runtime) LivenessLost() <-chan struct{} { return rt.lossDone }
+
+// ProcessID returns this process's id: River's client id, the value River
+// writes into river_job.attempted_by, and the key of its tributary_process
+// row.
+func (rt *Runtime) ProcessID() string { return rt.cfg.ID }
+
+// LivenessTimeout returns the heartbeat age past which this runtime takes a
+// process for dead.
+func (rt *Runtime) LivenessTimeout() time.Duration { return rt.cfg.LivenessTimeout }
 
 // Workers returns the worker registry, for river.AddWorker.
 func (rt *Runtime) Workers() *river.Workers { return rt.workers }
@@ -213,7 +357,9 @@ func (rt *Runtime) Start(ctx context.Context) error {
 		return errors.New("runtime already started")
 	}
 	rt.running = true
-	all := append([]Service{&riverService{rt: rt}}, rt.services...)
+	// Liveness first and last: every job River fetches is attempted by a
+	// process with a row, and the row goes only after River stopped.
+	all := append([]Service{rt.live, &riverService{rt: rt}}, rt.services...)
 	rt.mu.Unlock()
 
 	for _, svc := range all {
@@ -227,6 +373,14 @@ func (rt *Runtime) Start(ctx context.Context) error {
 		rt.mu.Lock()
 		rt.started = append(rt.started, svc)
 		rt.mu.Unlock()
+		if rt.lostCtx.Err() != nil {
+			// Lost while starting: the stop after the loss may already have
+			// run and missed the services started since.
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HardStopGraceDefault)
+			defer cancel()
+			_ = rt.stopStarted(stopCtx)
+			return context.Cause(rt.lostCtx)
+		}
 	}
 	rt.logger.InfoContext(ctx, "runtime started", "schema", rt.schema, "queues", rt.cfg.Queues, "services", len(all))
 	return nil
@@ -237,6 +391,16 @@ func (rt *Runtime) Start(ctx context.Context) error {
 // later. ctx bounds the whole stop.
 func (rt *Runtime) Stop(ctx context.Context) error {
 	err := rt.stopStarted(ctx)
+	if rt.lostCtx.Err() != nil {
+		// The stop after the loss took the services; its outcome is the
+		// result.
+		select {
+		case <-rt.lossDone:
+			err = rt.lossErr
+		case <-ctx.Done():
+			err = context.Cause(rt.lostCtx)
+		}
+	}
 	rt.logger.InfoContext(ctx, "runtime stopped")
 	return err
 }
@@ -277,7 +441,11 @@ func (rt *Runtime) Run(ctx context.Context) error {
 	second := make(chan os.Signal, 1)
 	signal.Notify(second, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(second)
-	<-sigCtx.Done()
+	select {
+	case <-sigCtx.Done():
+	case <-rt.lossDone:
+		return rt.lossErr
+	}
 	stop()
 	select { // the first signal was delivered to both listeners
 	case <-second:
@@ -343,9 +511,16 @@ func (s *riverService) Stop(ctx context.Context) error {
 	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err
 	}
-	s.rt.logger.WarnContext(ctx, "shutdown timeout reached, cancelling running jobs", "timeout", s.rt.cfg.ShutdownTimeout)
+	grace := HardStopGraceDefault
+	if s.rt.lostCtx.Err() != nil {
+		// Every job's result is withheld now (see withholdResult): none will
+		// return, so waiting for them only delays the final rescue.
+		grace = lostStopGrace
+	} else {
+		s.rt.logger.WarnContext(ctx, "shutdown timeout reached, cancelling running jobs", "timeout", s.rt.cfg.ShutdownTimeout)
+	}
 	s.rt.hardStopping.Store(true)
-	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), HardStopGraceDefault)
+	hardCtx, cancelHard := context.WithTimeout(context.WithoutCancel(ctx), grace)
 	defer cancelHard()
 	return s.rt.river.StopAndCancel(hardCtx)
 }

@@ -82,7 +82,8 @@ func baseEnv(db *pgtest.DB, overrides []string) []string {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "DATABASE_URL", "TRIBUTARY_SCHEMA", "LOG_LEVEL", "LOG_FORMAT", "TRIBUTARY_SHUTDOWN_TIMEOUT":
+		case "DATABASE_URL", "TRIBUTARY_SCHEMA", "LOG_LEVEL", "LOG_FORMAT", "TRIBUTARY_SHUTDOWN_TIMEOUT",
+			"TRIBUTARY_LIVENESS_TIMEOUT", "TRIBUTARY_RESCUE_STUCK_AFTER":
 			continue
 		}
 		env = append(env, kv)

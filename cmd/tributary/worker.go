@@ -73,15 +73,27 @@ func newWorkerCmd(a *app) *cobra.Command {
 		Long: `Run a worker process. It works jobs of the built-in and demo kinds on the
 given queues until SIGINT or SIGTERM; then it stops fetching, lets running
 jobs finish for TRIBUTARY_SHUTDOWN_TIMEOUT (default 30s), cancels the rest so
-they run again later, and exits 0.`,
+they run again later, and exits 0.
+
+The worker heartbeats into the database. When another worker's heartbeat is
+older than TRIBUTARY_LIVENESS_TIMEOUT (default 30s), its running jobs are
+made available again. A worker that cannot heartbeat for most of that time
+cancels its jobs and exits 1, before the others may take them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queues, err := parseQueues(queuesFlag)
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("http") && httpAddr == "" {
-				return usagef("--http needs an address such as 127.0.0.1:8080")
+			if cmd.Flags().Changed("http") {
+				if httpAddr == "" {
+					return usagef("--http needs an address such as 127.0.0.1:8080")
+				}
+				// Checked here, not when the dashboard listens: by then River
+				// and every service have started, and the worker would exit 1.
+				if reason := queue.CheckListenAddr(httpAddr); reason != "" {
+					return usagef("invalid --http %q: %s", httpAddr, reason)
+				}
 			}
 			ctx := cmd.Context()
 			pool, err := a.pool(ctx)

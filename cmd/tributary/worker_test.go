@@ -146,3 +146,44 @@ func TestWorkerSecondSignalCancelsAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, job.Errors)
 }
+
+// TestWorkerConfigErrorsBeforeStart checks that settings the worker cannot
+// use stop it with exit 2 and one sentence naming them, before it connects
+// to anything. Each case runs twice: against a closed port, where any later
+// failure would be a connection error with exit 1, and against a migrated
+// schema, where a worker that started anything would log more than the one
+// line on stderr.
+func TestWorkerConfigErrorsBeforeStart(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	unreachable := "DATABASE_URL=postgres://postgres@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"
+	cases := []struct {
+		name     string
+		env      []string
+		args     []string
+		mentions []string
+	}{
+		{"RescueStuckBelowJobTimeout", []string{"TRIBUTARY_RESCUE_STUCK_AFTER=15s"}, nil, []string{"TRIBUTARY_RESCUE_STUCK_AFTER", `"15s"`, "job timeout"}},
+		{"LivenessTimeoutTooShort", []string{"TRIBUTARY_LIVENESS_TIMEOUT=100ms"}, nil, []string{"TRIBUTARY_LIVENESS_TIMEOUT", `"100ms"`, "at least 1s"}},
+		{"HTTPTooManyColons", nil, []string{"--http", "nope:nope:nope"}, []string{"--http", `"nope:nope:nope"`}},
+		{"HTTPPortNotANumber", nil, []string{"--http", "127.0.0.1:nope"}, []string{"--http", `"127.0.0.1:nope"`}},
+		{"HTTPNoPort", nil, []string{"--http", "localhost"}, []string{"--http", `"localhost"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"worker"}, tc.args...)
+			for _, res := range []cliResult{
+				cli(t, nil, append([]string{unreachable}, tc.env...), args...),
+				cli(t, db, tc.env, args...),
+			} {
+				require.Equal(t, exitUsage, res.code, "stderr: %s", res.stderr)
+				oneSentence(t, res.stderr)
+				for _, m := range tc.mentions {
+					require.Contains(t, res.stderr, m)
+				}
+				require.Empty(t, res.stdout)
+			}
+		})
+	}
+}

@@ -23,6 +23,9 @@ type Note struct {
 	Text string `json:"text"`
 	// Fail makes the demo consumer's handler fail (and retry, then give up).
 	Fail bool `json:"fail,omitempty"`
+	// SleepMS makes the demo consumer's handler take that long (or until
+	// its context ends), for reliability tests that need a slow dispatch.
+	SleepMS int `json:"sleep_ms,omitempty"`
 }
 
 // OrderPlaced is the payload of demo.order_placed.
@@ -65,8 +68,9 @@ const ConsumerName = "demo.logger"
 var ErrRequestedFailure = errors.New("demo consumer: failing as the payload asked")
 
 // NewConsumer returns the demo consumer: subscribed to demo.*, it logs each
-// event and fails when the payload has "fail": true. It uses the skip
-// policy, so a failed demo event does not hold its aggregate.
+// event, sleeps for "sleep_ms" when the payload has it, and fails when the
+// payload has "fail": true. It uses the skip policy, so a failed demo event
+// does not hold its aggregate.
 func NewConsumer() (*events.Consumer, error) {
 	c, err := events.NewConsumer(events.ConsumerConfig{Name: ConsumerName, Ordering: events.OrderingSkip})
 	if err != nil {
@@ -74,9 +78,19 @@ func NewConsumer() (*events.Consumer, error) {
 	}
 	err = c.Subscribe(events.HandleRaw("demo.*", func(ctx context.Context, m events.Message[json.RawMessage]) error {
 		var probe struct {
-			Fail bool `json:"fail"`
+			Fail    bool `json:"fail"`
+			SleepMS int  `json:"sleep_ms"`
 		}
 		_ = json.Unmarshal(m.Payload, &probe)
+		if probe.SleepMS > 0 {
+			t := time.NewTimer(time.Duration(probe.SleepMS) * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		events.Logger(ctx).InfoContext(ctx, "demo event", "payload", string(m.Payload))
 		if probe.Fail {
 			return ErrRequestedFailure
