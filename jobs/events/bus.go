@@ -66,7 +66,7 @@ func NewBus(client *queue.Client, cfg BusConfig) (*Bus, error) {
 		logger:             logger,
 		consumersSQL:       queue.Qualify(client.Schema(), busConsumersSQL),
 		laneSQL:            queue.Qualify(client.Schema(), laneReserveSQL),
-		riverInsertChannel: client.Schema() + ".river_insert",
+		riverInsertChannel: queue.RiverInsertChannel(client.Schema()),
 	}, nil
 }
 

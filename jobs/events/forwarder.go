@@ -30,7 +30,6 @@ const (
 	ForwardPollIntervalDefault    = 10 * time.Millisecond
 	ForwardConcurrencyDefault     = 2
 	StaleClaimAfterDefault        = 5 * time.Minute
-	ForwardLivenessTimeoutDefault = 30 * time.Second
 	ForwardMaxRetriesDefault      = 10
 	ForwardRetryBackoffMinDefault = time.Second
 	ForwardRetryBackoffMaxDefault = 5 * time.Minute
@@ -123,9 +122,11 @@ type ForwarderConfig struct {
 
 	// LivenessTimeout is how old the heartbeat of the tributary_process
 	// row named by claimed_by must be before the sweep takes that
-	// process for dead and returns its claims to PENDING.
+	// process for dead and returns its claims to PENDING (the judgement is
+	// queue.StaleProcesses', on the database clock). Install sets the
+	// runtime's.
 	//
-	// Defaults to 30 seconds.
+	// Defaults to queue.LivenessTimeoutDefault (30 seconds).
 	LivenessTimeout time.Duration
 
 	// MaxRetries is how many failed forwarding attempts turn a row FAILED.
@@ -225,7 +226,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	cfg.BatchSize = cmp.Or(cfg.BatchSize, ForwardBatchSizeDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, ForwardSweepIntervalDefault)
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
-	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, ForwardLivenessTimeoutDefault)
+	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, queue.LivenessTimeoutDefault)
 	cfg.PollInterval = min(cmp.Or(cfg.PollInterval, ForwardPollIntervalDefault), cfg.SweepInterval)
 	cfg.MaxRetries = cmp.Or(cfg.MaxRetries, ForwardMaxRetriesDefault)
 	cfg.RetryBackoffMin = cmp.Or(cfg.RetryBackoffMin, ForwardRetryBackoffMinDefault)
@@ -524,9 +525,15 @@ func (f *Forwarder) forwardLoop(ctx, work context.Context, wake <-chan struct{})
 // than LivenessTimeout, or the claim is older than StaleClaimAfter. The
 // forwarder runs it every SweepInterval.
 func (f *Forwarder) ResetStale(ctx context.Context) {
-	now := time.Now()
-	staleBefore, deadBefore := now.Add(-f.cfg.StaleClaimAfter), now.Add(-f.cfg.LivenessTimeout)
-	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, staleBefore, deadBefore)
+	staleBefore := time.Now().Add(-f.cfg.StaleClaimAfter)
+	dead, err := queue.StaleProcesses(ctx, f.pool, f.cfg.Schema, f.cfg.LivenessTimeout)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
+		}
+		return
+	}
+	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, staleBefore, dead)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
@@ -535,7 +542,7 @@ func (f *Forwarder) ResetStale(ctx context.Context) {
 	}
 	if n := tag.RowsAffected(); n > 0 {
 		f.staleResets.Add(n)
-		f.logger.WarnContext(ctx, "reset stale outbox claims", "count", n, "claimed_before", staleBefore, "heartbeat_before", deadBefore)
+		f.logger.WarnContext(ctx, "reset stale outbox claims", "count", n, "claimed_before", staleBefore, "dead_processes", dead)
 	}
 }
 
@@ -1096,13 +1103,13 @@ SET retry_count = o.retry_count + 1,
 WHERE o.id = $1 AND o.status = 'PENDING' AND o.retry_count = $6
 RETURNING o.status`
 
-// staleSQL returns to PENDING the claims older than $1, and those of a
-// process whose heartbeat is older than $2.
+// staleSQL returns to PENDING the claims older than $1, and those of the
+// dead processes $2 (queue.StaleProcesses).
 const staleSQL = `
 UPDATE /*schema*/tributary_outbox o
 SET status = 'PENDING', claimed_by = NULL, claimed_at = NULL
 WHERE o.status = 'CLAIMED'
-  AND (o.claimed_at < $1 OR o.claimed_by IN (SELECT p.id FROM /*schema*/tributary_process p WHERE p.heartbeat_at < $2))`
+  AND (o.claimed_at < $1 OR o.claimed_by = ANY($2::text[]))`
 
 // releaseSQL returns one claim's rows to PENDING (Stop past its deadline).
 const releaseSQL = `

@@ -52,6 +52,7 @@ func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
 	fcfg.Schema = cmp.Or(fcfg.Schema, rt.Schema())
 	fcfg.Logger = cmp.Or(fcfg.Logger, rt.Logger())
 	fcfg.ID = cmp.Or(fcfg.ID, rt.River().ID())
+	fcfg.LivenessTimeout = cmp.Or(fcfg.LivenessTimeout, rt.LivenessTimeout())
 	fcfg.Publishers = append([]queue.OutboxPublisher{bus}, fcfg.Publishers...)
 	f, err := NewForwarder(rt.Pool(), fcfg)
 	if err != nil {

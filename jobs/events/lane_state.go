@@ -63,7 +63,7 @@ func newLaneStatements(schema string) *laneStatements {
 		lock:        queue.Qualify(schema, laneLockSQL),
 		requeue:     queue.Qualify(schema, laneRequeueSQL),
 		headJobSQL:  queue.Qualify(schema, laneHeadJobSQL),
-		wakeChannel: schema + ".river_insert",
+		wakeChannel: queue.RiverInsertChannel(schema),
 	}
 }
 
