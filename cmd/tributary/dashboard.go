@@ -15,6 +15,7 @@ import (
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/dashboard"
+	"github.com/tributary-run/tributary/queue"
 )
 
 func newDashboardCmd(a *app) *cobra.Command {
@@ -36,6 +37,8 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			}
 			if addr == "" {
 				addr = a.cfg.HTTPAddr
+			} else if reason := queue.CheckListenAddr(addr); reason != "" {
+				return usagef("invalid --addr %q: %s", addr, reason)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

@@ -187,3 +187,18 @@ func TestWorkerConfigErrorsBeforeStart(t *testing.T) {
 		})
 	}
 }
+
+// TestDashboardAddrErrorsBeforeStart: `tributary dashboard --addr` refuses
+// an address that cannot be listened on with exit 2 naming it, as the
+// worker's --http does, before it connects to anything.
+func TestDashboardAddrErrorsBeforeStart(t *testing.T) {
+	t.Parallel()
+	unreachable := "DATABASE_URL=postgres://postgres@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"
+	for _, addr := range []string{"nope:nope:nope", "127.0.0.1:nope", "localhost"} {
+		res := cli(t, nil, []string{unreachable}, "dashboard", "--addr", addr)
+		require.Equal(t, exitUsage, res.code, "stderr: %s", res.stderr)
+		oneSentence(t, res.stderr)
+		require.Contains(t, res.stderr, "--addr")
+		require.Contains(t, res.stderr, `"`+addr+`"`)
+	}
+}
