@@ -67,9 +67,11 @@ type pubSession struct {
 	returns chan amqp.Return
 
 	// mu guards returned; returns are moved from the channel into it by
-	// whoever needs to know (see collectReturns).
+	// whoever needs to know (see takeReturn). Each message id holds its
+	// returns in arrival order: ids are the caller's when it sets them, and
+	// two publishes with one id that are both returned are both unroutable.
 	mu       sync.Mutex
-	returned map[string]string
+	returned map[string][]string
 }
 
 // NewPublisher returns a publisher; it does not connect until the first
@@ -202,9 +204,11 @@ func (pd *Pending) Wait(ctx context.Context) error {
 	select {
 	case <-pd.dc.Done():
 	case <-ctx.Done():
+		pd.abandon()
 		return fmt.Errorf("error waiting for publish confirm: %w", ctx.Err())
 	}
 	if !pd.dc.Acked() {
+		pd.sess.takeReturn(pd.id)
 		pd.p.invalidate(pd.sess)
 		return fmt.Errorf("publish to exchange %q routing key %q: %w", pd.exchange, pd.routingKey, ErrNotConfirmed)
 	}
@@ -216,6 +220,19 @@ func (pd *Pending) Wait(ctx context.Context) error {
 	}
 	pd.p.confirmed.Add(1)
 	return nil
+}
+
+// abandon is called when a waiter gives up before the confirm: once the
+// confirm arrives (or the channel closes, which completes it too), the
+// message's return, if the broker sent one, is dropped. Left alone it would
+// stay in the session's map for as long as the connection lives; the
+// forwarder's deadlines give up often enough under a slow broker to make
+// that a leak.
+func (pd *Pending) abandon() {
+	go func() {
+		<-pd.dc.Done()
+		pd.sess.takeReturn(pd.id)
+	}()
 }
 
 // PublishDeferred publishes one message without waiting for its confirm; the
@@ -273,7 +290,7 @@ func (p *Publisher) session() (*pubSession, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("error enabling publisher confirms: %w", err)
 	}
-	s := &pubSession{conn: conn, ch: ch, returns: make(chan amqp.Return, 4096), returned: map[string]string{}}
+	s := &pubSession{conn: conn, ch: ch, returns: make(chan amqp.Return, 4096), returned: map[string][]string{}}
 	ch.NotifyReturn(s.returns)
 	p.sess = s
 	p.cfg.Logger.Debug("amqp publisher connected", "connection", p.name)
@@ -313,16 +330,21 @@ func (s *pubSession) takeReturn(id string) (string, bool) {
 				drained = true
 				break
 			}
-			s.returned[r.MessageId] = fmt.Sprintf("%d %s", r.ReplyCode, r.ReplyText)
+			s.returned[r.MessageId] = append(s.returned[r.MessageId], fmt.Sprintf("%d %s", r.ReplyCode, r.ReplyText))
 		default:
 			drained = true
 		}
 	}
-	reason, ok := s.returned[id]
-	if ok {
-		delete(s.returned, id)
+	reasons := s.returned[id]
+	if len(reasons) == 0 {
+		return "", false
 	}
-	return reason, ok
+	if len(reasons) == 1 {
+		delete(s.returned, id)
+	} else {
+		s.returned[id] = reasons[1:]
+	}
+	return reasons[0], true
 }
 
 // withChannel runs fn on a short-lived channel of the publisher's connection
