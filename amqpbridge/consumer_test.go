@@ -398,6 +398,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{MaxMessageRetries: 101}, "MAX_MESSAGE_RETRIES 101"},
 		{Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "RETRY_MAX_MS 1"},
 		{Config{BatchMaxEvents: 70000}, "S3_BATCH_MAX_EVENTS 70000"},
+		{Config{PublishTimeout: -time.Second}, "publish timeout -1s"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {
