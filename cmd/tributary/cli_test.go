@@ -43,6 +43,8 @@ func TestCLIBadInput(t *testing.T) {
 		{"UnknownSubcommand", nil, []string{"jobs", "frobnicate"}, `"frobnicate"`},
 		{"UnknownFlag", nil, []string{"stats", "--frob"}, "--frob"},
 		{"BadJobID", nil, []string{"jobs", "retry", "abc"}, `"abc"`},
+		{"NULInArgs", nil, []string{"enqueue", "my.kind", `{"s":"\u0000"}`, "--any-kind"}, `\u0000`},
+		{"LoneSurrogateInArgs", nil, []string{"enqueue", "my.kind", `{"s":"\udc00"}`, "--any-kind"}, "surrogate"},
 		{"BadLogLevel", []string{"LOG_LEVEL=loud"}, []string{"stats"}, "LOG_LEVEL"},
 		{"BadSchema", []string{"TRIBUTARY_SCHEMA=drop table"}, []string{"stats"}, "TRIBUTARY_SCHEMA"},
 		{"BadQueues", nil, []string{"worker", "--queues", "default=zero"}, "default=zero"},

@@ -43,6 +43,11 @@ given, for jobs worked by your own service.`,
 			if !known && !anyKind {
 				return usagef("unknown job kind %q: the worker knows %s (use --any-kind for kinds of your own service)", kind, strings.Join(demo.Kinds(), ", "))
 			}
+			// What River's table would refuse (a \u0000 in the JSON, an
+			// empty kind) is a usage error, found before connecting.
+			if err := queue.CheckArgs(queue.RawArgs{KindName: kind, JSON: raw}); err != nil {
+				return usagef("%v", err)
+			}
 			if priority < 1 || priority > 4 {
 				return usagef("priority %d is out of range: want 1 (first) to 4 (last)", priority)
 			}
