@@ -155,6 +155,35 @@ func TestConsumerBadInput(t *testing.T) {
 		mu.Unlock()
 	})
 
+	// The same rule as event payloads: a body with a repeated key or a key
+	// that matches a field only when case is ignored reads differently in
+	// other decoders, so it fails at once. Unknown keys stay allowed: other
+	// producers (the Node service) may add fields.
+	t.Run("AmbiguousJSONBodyFailsWithoutRetry", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("ambiguous"))
+		type order struct {
+			ID int `json:"id"`
+		}
+		handled := make(chan int, 10)
+		c := startConsumer(t, cfg, ConsumerConfig{Queue: b.queue, Handler: JSONHandler(func(ctx context.Context, o order, d *Delivery) error {
+			handled <- o.ID
+			return nil
+		})})
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"id":1,"id":2}`), nil)
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"ID":3}`), nil)
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"id":4,"added_later":true}`), nil)
+		require.Equal(t, 4, <-handled)
+		reasons := []string{
+			headerString(amqptest.Get(t, b.ch, c.Topology().Failed, 5*time.Second).Headers, HeaderFailureReason),
+			headerString(amqptest.Get(t, b.ch, c.Topology().Failed, 5*time.Second).Headers, HeaderFailureReason),
+		}
+		require.Contains(t, reasons[0], `duplicate key "id"`)
+		require.Contains(t, reasons[1], `key "ID" matches field "id" only when case is ignored`)
+		require.Equal(t, uint64(0), c.Stats().Retried)
+		require.Empty(t, handled)
+	})
+
 	t.Run("OversizeMessageRejected", func(t *testing.T) {
 		t.Parallel()
 		cfg, b := testConfig(t, amqptest.UniqueName("oversize"))

@@ -42,6 +42,8 @@ func TestCLIEmitBadInput(t *testing.T) {
 		{"WrongType", []string{"emit", "demo.order_placed", `{"order_id": 7}`}, nil, "demo.order_placed"},
 		{"FailsValidation", []string{"emit", "demo.order_placed", `{"order_id":"o","amount":-1}`}, nil, "amount -1 must not be negative"},
 		{"OverTheLimit", []string{"emit", "demo.note", "-"}, []byte(`{"text":"` + strings.Repeat("x", 1<<20) + `"}`), "over the limit of 1048576 bytes"},
+		{"DuplicateKey", []string{"emit", "demo.note", `{"text":"a","text":"b"}`}, nil, `duplicate key "text"`},
+		{"KeyByCaseOnly", []string{"emit", "demo.note", `{"TEXT":"a"}`}, nil, `key "TEXT" matches field "text" only when case is ignored`},
 		{"NULInPayload", []string{"emit", "demo.note", `{"text":"\u0000"}`}, nil, `\u0000`},
 		{"LoneSurrogateInPayload", []string{"emit", "demo.note", `{"text":"\ud800"}`}, nil, "surrogate"},
 		{"InvalidUTF8InPayload", []string{"emit", "demo.note", "-"}, []byte("{\"text\":\"\xff\"}"), "UTF-8"},
