@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +34,12 @@ given, for jobs worked by your own service.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, raw := args[0], []byte(args[1])
+			if err := nonEmptyArg("KIND", kind); err != nil {
+				return err
+			}
+			if strings.ContainsFunc(kind, unicode.IsSpace) {
+				return usagef("KIND %q must not contain spaces", kind)
+			}
 			if !json.Valid(raw) {
 				return usagef("arguments %q are not valid JSON", args[1])
 			}
