@@ -39,6 +39,9 @@ type BlobSink struct {
 	bucket *blob.Bucket
 	prefix string
 	url    string
+	// files writes the objects of a file:// sink (the bucket still reads
+	// them back).
+	files *fileWriter
 }
 
 // NewBlobSink wraps an open bucket; prefix is placed before every key by
@@ -66,6 +69,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		return nil, fmt.Errorf("invalid sink URL %q: %w", rawURL, err)
 	}
 	var bucket *blob.Bucket
+	var files *fileWriter
 	prefix := ""
 	switch u.Scheme {
 	case "file":
@@ -90,6 +94,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		if err != nil {
 			return nil, fmt.Errorf("error opening sink directory %q: %w", dir, err)
 		}
+		files = &fileWriter{dir: dir, ops: osFileOps{}}
 		prefix = u.Query().Get("prefix")
 	case "s3":
 		if u.Host == "" {
@@ -119,6 +124,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 	}
 	s := NewBlobSink(bucket, prefix)
 	s.url = rawURL
+	s.files = files
 	return s, nil
 }
 
@@ -144,6 +150,9 @@ func (s *BlobSink) Bucket() *blob.Bucket { return s.bucket }
 
 // Write streams r into the object key; see Sink.
 func (s *BlobSink) Write(ctx context.Context, key string, r io.Reader) error {
+	if s.files != nil {
+		return s.files.Write(ctx, key, r)
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.bucket.NewWriter(wctx, key, &blob.WriterOptions{
