@@ -13,11 +13,16 @@ import (
 )
 
 // fileWriter writes the objects of a file:// sink: into a temporary file
-// next to the object's final name, renamed over it, so a crash never leaves
-// a partial object under the key (it may leave a *.tmp file). Objects are
-// read back through the fileblob bucket of the same directory, so keys map
-// to paths the way fileblob maps them; keys that fileblob would escape are
-// refused (see checkFileKey).
+// next to the object's final name, synced, renamed over it, and the
+// directories synced, all before Write returns. The flusher deletes the
+// staged items as soon as Write returned, so after a power loss the object
+// must be on disk whenever that delete is: without the syncs the delete
+// could be durable while the object (or its directory entry) is not.
+// fileblob's writer, used before, renamed without syncing anything. A crash
+// never leaves a partial object under the key (it may leave a *.tmp file).
+// Objects are read back through the fileblob bucket of the same directory,
+// so keys map to paths the way fileblob maps them; keys that fileblob would
+// escape are refused (see checkFileKey).
 type fileWriter struct {
 	dir string
 	ops fileOps
@@ -30,6 +35,9 @@ type fileOps interface {
 	CreateExcl(name string) (file, error)
 	Rename(oldpath, newpath string) error
 	Remove(name string) error
+	// SyncDir makes dir's entries (a rename into it, a directory created
+	// in it) durable.
+	SyncDir(dir string) error
 }
 
 // file is an open file as fileWriter uses it.
@@ -52,6 +60,15 @@ func (osFileOps) CreateExcl(name string) (file, error) {
 
 func (osFileOps) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 func (osFileOps) Remove(name string) error             { return os.Remove(name) }
+
+func (osFileOps) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
 
 // checkFileKey refuses keys whose file would not be where fileblob reads
 // it, or outside the directory: empty segments ("a//b", a leading or
@@ -90,6 +107,11 @@ func (w *fileWriter) Write(ctx context.Context, key string, r io.Reader) error {
 		_ = w.ops.Remove(tmp)
 		return fmt.Errorf("error writing object %q: %w", key, err)
 	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = w.ops.Remove(tmp)
+		return fmt.Errorf("error syncing object %q to disk: %w", key, err)
+	}
 	if err := f.Close(); err != nil {
 		_ = w.ops.Remove(tmp)
 		return fmt.Errorf("error writing object %q: %w", key, err)
@@ -101,6 +123,21 @@ func (w *fileWriter) Write(ctx context.Context, key string, r io.Reader) error {
 	if err := w.ops.Rename(tmp, path); err != nil {
 		_ = w.ops.Remove(tmp)
 		return fmt.Errorf("error writing object %q: %w", key, err)
+	}
+	// The object's directory holds the rename; each one above it up to the
+	// sink's holds a directory this or a concurrent write may have just
+	// created. Syncing them all, rather than the ones this write created,
+	// also covers a directory another write created and has not synced
+	// yet.
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		if err := w.ops.SyncDir(d); err != nil {
+			// The object is in place but may not survive a power loss:
+			// failing keeps the staged items, and the retry rewrites it.
+			return fmt.Errorf("error syncing directory %q of object %q to disk: %w", d, key, err)
+		}
+		if d == w.dir || d == filepath.Dir(d) {
+			break
+		}
 	}
 	return nil
 }

@@ -55,8 +55,10 @@ func NewBlobSink(bucket *blob.Bucket, prefix string) *BlobSink {
 //   - file://PATH: a directory, created if missing. A relative PATH
 //     (file://./.tributary/batches, file://out) is resolved against the
 //     working directory; file:///abs/path is absolute. Objects are written
-//     to a temporary file next to their final name and renamed, so a crash
-//     never leaves a partial object (it may leave a *.tmp file).
+//     to a temporary file next to their final name, synced, renamed, and
+//     their directories synced before Write returns, so a crash never
+//     leaves a partial object (it may leave a *.tmp file) and a power loss
+//     never loses an object whose Write returned.
 //   - s3://BUCKET[/PREFIX]?region=R&endpoint=URL: an S3 bucket; PREFIX is
 //     placed before every key. With an endpoint (an S3-compatible server)
 //     path-style addressing is the default (use_path_style=false turns it
@@ -95,6 +97,12 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 			return nil, fmt.Errorf("error opening sink directory %q: %w", dir, err)
 		}
 		files = &fileWriter{dir: dir, ops: osFileOps{}}
+		// The directory may have just been created: make its entry durable
+		// before anything is written under it.
+		if err := files.ops.SyncDir(filepath.Dir(dir)); err != nil {
+			_ = bucket.Close()
+			return nil, fmt.Errorf("error syncing the parent of sink directory %q: %w", dir, err)
+		}
 		prefix = u.Query().Get("prefix")
 	case "s3":
 		if u.Host == "" {
