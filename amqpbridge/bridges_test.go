@@ -82,6 +82,27 @@ func TestInbound(t *testing.T) {
 		}
 	})
 
+	// A body that is JSON but that River's jsonb column cannot hold fails
+	// alone; before, its insert error rolled back its whole batch, which
+	// the broker then redelivered, failed again, for ever.
+	t.Run("BodyPostgresCannotStoreFailsAlone", func(t *testing.T) {
+		t.Parallel()
+		in, b, db := setup(t, func(client *queue.Client) InsertBatchFunc {
+			return JobInserter(client, "amqp.note", nil)
+		})
+		for i := range 10 {
+			publishRaw(t, b.ch, in.Topology().Main, []byte(fmt.Sprintf(`{"n":%d}`, i)), nil)
+			if i == 5 {
+				publishRaw(t, b.ch, in.Topology().Main, []byte(`{"text":"\u0000"}`), nil)
+			}
+		}
+		failed := amqptest.Get(t, b.ch, in.Topology().Failed, 10*time.Second)
+		require.Equal(t, `{"text":"\u0000"}`, string(failed.Body))
+		require.Contains(t, headerString(failed.Headers, HeaderFailureReason), `\u0000`)
+		amqptest.Eventually(t, 10*time.Second, "10 jobs", func() bool { return countJobs(t, db, "amqp.note") == 10 })
+		amqptest.Eventually(t, 5*time.Second, "all settled", func() bool { return amqptest.Depth(t, b.ch, in.Topology().Main) == 0 })
+	})
+
 	t.Run("AckOnlyAfterCommit", func(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int32
