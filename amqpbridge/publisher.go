@@ -241,6 +241,13 @@ type Pending struct {
 // passed since the write (ErrNotConfirmed and context.DeadlineExceeded), or
 // ctx ended.
 func (pd *Pending) Wait(ctx context.Context) error {
+	select {
+	case <-pd.dc.Done():
+		// Already confirmed (the usual case in PublishMany's window): no
+		// timer needed.
+		return pd.result()
+	default:
+	}
 	timer := time.NewTimer(time.Until(pd.deadline))
 	defer timer.Stop()
 	flow := pd.sess.flow.Load()
@@ -275,6 +282,11 @@ func (pd *Pending) Wait(ctx context.Context) error {
 				pd.exchange, pd.routingKey, pd.p.cfg.PublishTimeout, ErrNotConfirmed, context.DeadlineExceeded)
 		}
 	}
+	return pd.result()
+}
+
+// result is the outcome of a completed confirmation.
+func (pd *Pending) result() error {
 	if !pd.dc.Acked() {
 		pd.sess.takeReturn(pd.id)
 		pd.p.invalidate(pd.sess)
