@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,6 +80,27 @@ func TestInbound(t *testing.T) {
 		for id, n := range seen {
 			require.Equal(t, 1, n, "order %d", id)
 		}
+	})
+
+	// A body that is JSON but that River's jsonb column cannot hold fails
+	// alone; before, its insert error rolled back its whole batch, which
+	// the broker then redelivered, failed again, for ever.
+	t.Run("BodyPostgresCannotStoreFailsAlone", func(t *testing.T) {
+		t.Parallel()
+		in, b, db := setup(t, func(client *queue.Client) InsertBatchFunc {
+			return JobInserter(client, "amqp.note", nil)
+		})
+		for i := range 10 {
+			publishRaw(t, b.ch, in.Topology().Main, []byte(fmt.Sprintf(`{"n":%d}`, i)), nil)
+			if i == 5 {
+				publishRaw(t, b.ch, in.Topology().Main, []byte(`{"text":"\u0000"}`), nil)
+			}
+		}
+		failed := amqptest.Get(t, b.ch, in.Topology().Failed, 10*time.Second)
+		require.Equal(t, `{"text":"\u0000"}`, string(failed.Body))
+		require.Contains(t, headerString(failed.Headers, HeaderFailureReason), `\u0000`)
+		amqptest.Eventually(t, 10*time.Second, "10 jobs", func() bool { return countJobs(t, db, "amqp.note") == 10 })
+		amqptest.Eventually(t, 5*time.Second, "all settled", func() bool { return amqptest.Depth(t, b.ch, in.Topology().Main) == 0 })
 	})
 
 	t.Run("AckOnlyAfterCommit", func(t *testing.T) {
@@ -201,6 +223,71 @@ func TestDLQ(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		<-handled
+	})
+
+	// A message's own x-original-queue header is input from whoever could
+	// publish to the failed queue: it must not choose where a replay goes.
+	t.Run("ReplayIgnoresOriginalQueueHeader", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("dlq-redirect"))
+		topo := cfg.Topology(b.queue)
+		victim := amqptest.UniqueName("dlq-victim")
+		amqptest.DeleteQueuesOnCleanup(t, b.conn, topo.Main, topo.Failed, victim)
+		for _, q := range []string{topo.Main, topo.Failed, victim} {
+			_, err := b.ch.QueueDeclare(q, true, false, false, false, nil)
+			require.NoError(t, err)
+		}
+		publishRaw(t, b.ch, topo.Failed, []byte(`{"forged":true}`), amqp.Table{HeaderOriginalQueue: victim, HeaderRetryCount: int32(5)})
+		amqptest.Eventually(t, 5*time.Second, "message in .failed", func() bool { return amqptest.Depth(t, b.ch, topo.Failed) == 1 })
+
+		dlq, err := NewDLQ(cfg)
+		require.NoError(t, err)
+		n, err := dlq.Replay(context.Background(), b.queue, 0)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		d := amqptest.Get(t, b.ch, topo.Main, 5*time.Second)
+		require.JSONEq(t, `{"forged":true}`, string(d.Body))
+		require.Zero(t, amqptest.Depth(t, b.ch, victim), "the replay followed the message's x-original-queue header")
+	})
+
+	t.Run("ReplayToExplicitTarget", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("dlq-to"))
+		cfg.QueuePrefix = "svc"
+		topo := cfg.Topology(b.queue)
+		other := amqptest.UniqueName("dlq-other")
+		amqptest.DeleteQueuesOnCleanup(t, b.conn, topo.Main, topo.Failed, cfg.QueueName(other))
+		for _, q := range []string{topo.Main, topo.Failed, cfg.QueueName(other)} {
+			_, err := b.ch.QueueDeclare(q, true, false, false, false, nil)
+			require.NoError(t, err)
+		}
+		publishRaw(t, b.ch, topo.Failed, []byte(`{"n":1}`), amqp.Table{HeaderOriginalQueue: topo.Main})
+		amqptest.Eventually(t, 5*time.Second, "message in .failed", func() bool { return amqptest.Depth(t, b.ch, topo.Failed) == 1 })
+		dlq, err := NewDLQ(cfg)
+		require.NoError(t, err)
+
+		for _, bad := range []struct{ target, mention string }{
+			{b.queue + ".failed", "failed-message queue"},
+			{" " + other, "space"},
+			{strings.Repeat("q", 256), "over 255 bytes"},
+		} {
+			_, err := dlq.ReplayTo(context.Background(), b.queue, bad.target, 0)
+			require.ErrorIs(t, err, ErrInvalidReplayTarget)
+			require.ErrorContains(t, err, bad.mention)
+			require.ErrorContains(t, err, fmt.Sprintf("%q", bad.target))
+		}
+		_, err = dlq.ReplayTo(context.Background(), b.queue, "no-such-"+other, 0)
+		require.ErrorIs(t, err, ErrQueueNotFound)
+		require.ErrorContains(t, err, `"svc/no-such-`+other+`"`)
+		require.Equal(t, 1, amqptest.Depth(t, b.ch, topo.Failed), "a refused target replays nothing")
+
+		n, err := dlq.ReplayTo(context.Background(), b.queue, other, 0)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		d := amqptest.Get(t, b.ch, cfg.QueueName(other), 5*time.Second)
+		require.Equal(t, int32(0), d.Headers[HeaderRetryCount])
+		require.NotContains(t, d.Headers, HeaderOriginalQueue)
+		require.Zero(t, amqptest.Depth(t, b.ch, topo.Main))
 	})
 
 	t.Run("UnknownQueueIsAClearError", func(t *testing.T) {

@@ -22,6 +22,7 @@ const (
 	BatchMaxAgeDefault        = 10 * time.Minute
 	BatchTimerIntervalDefault = 30 * time.Second
 	ConfirmWindowDefault      = 512
+	PublishTimeoutDefault     = 30 * time.Second
 	ConnectionNameDefault     = "tributary"
 	ReconnectMinDefault       = 100 * time.Millisecond
 	ReconnectMaxDefault       = 5 * time.Second
@@ -65,6 +66,15 @@ type Config struct {
 	// once in Publisher.PublishMany. Defaults to 512.
 	ConfirmWindow int
 
+	// PublishTimeout bounds one publish, from its write to the broker's
+	// confirm, when the caller's context has no earlier deadline; a publish
+	// past it fails with ErrNotConfirmed (the message may or may not be
+	// enqueued) and the next one reconnects. It also bounds any write to a
+	// connection the broker stopped reading (a memory or disk alarm blocks
+	// publishers that way), after which the connection is closed. Defaults
+	// to 30s.
+	PublishTimeout time.Duration
+
 	// ConnectionName is sent as the connection_name client property, suffixed
 	// per connection ("{name}.publisher", "{name}.consumer.{queue}"), so
 	// operators (and tests) can tell the bridge's connections apart. Defaults
@@ -99,6 +109,7 @@ func (c Config) withDefaults() Config {
 	c.BatchMaxAge = cmp.Or(c.BatchMaxAge, BatchMaxAgeDefault)
 	c.BatchTimerInterval = cmp.Or(c.BatchTimerInterval, BatchTimerIntervalDefault)
 	c.ConfirmWindow = cmp.Or(c.ConfirmWindow, ConfirmWindowDefault)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	c.ConnectionName = cmp.Or(c.ConnectionName, ConnectionNameDefault)
 	c.ReconnectMin = cmp.Or(c.ReconnectMin, ReconnectMinDefault)
 	c.ReconnectMax = cmp.Or(c.ReconnectMax, ReconnectMaxDefault)
@@ -135,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("invalid S3_BATCH_TIMER_INTERVAL_MS %d: want > 0", c.BatchTimerInterval.Milliseconds())
 	case c.ConfirmWindow < 1:
 		return fmt.Errorf("invalid confirm window %d: want > 0", c.ConfirmWindow)
+	case c.PublishTimeout < time.Millisecond:
+		return fmt.Errorf("invalid publish timeout %s: want at least 1ms", c.PublishTimeout)
 	case c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("invalid reconnect max %s: want at least reconnect min %s", c.ReconnectMax, c.ReconnectMin)
 	}

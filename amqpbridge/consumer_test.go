@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -154,6 +155,35 @@ func TestConsumerBadInput(t *testing.T) {
 		mu.Unlock()
 	})
 
+	// The same rule as event payloads: a body with a repeated key or a key
+	// that matches a field only when case is ignored reads differently in
+	// other decoders, so it fails at once. Unknown keys stay allowed: other
+	// producers (the Node service) may add fields.
+	t.Run("AmbiguousJSONBodyFailsWithoutRetry", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("ambiguous"))
+		type order struct {
+			ID int `json:"id"`
+		}
+		handled := make(chan int, 10)
+		c := startConsumer(t, cfg, ConsumerConfig{Queue: b.queue, Handler: JSONHandler(func(ctx context.Context, o order, d *Delivery) error {
+			handled <- o.ID
+			return nil
+		})})
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"id":1,"id":2}`), nil)
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"ID":3}`), nil)
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"id":4,"added_later":true}`), nil)
+		require.Equal(t, 4, <-handled)
+		reasons := []string{
+			headerString(amqptest.Get(t, b.ch, c.Topology().Failed, 5*time.Second).Headers, HeaderFailureReason),
+			headerString(amqptest.Get(t, b.ch, c.Topology().Failed, 5*time.Second).Headers, HeaderFailureReason),
+		}
+		require.Contains(t, reasons[0], `duplicate key "id"`)
+		require.Contains(t, reasons[1], `key "ID" matches field "id" only when case is ignored`)
+		require.Equal(t, uint64(0), c.Stats().Retried)
+		require.Empty(t, handled)
+	})
+
 	t.Run("OversizeMessageRejected", func(t *testing.T) {
 		t.Parallel()
 		cfg, b := testConfig(t, amqptest.UniqueName("oversize"))
@@ -295,6 +325,69 @@ func TestConsumerInterop(t *testing.T) {
 		require.Equal(t, 0, RetryCount(amqp.Table{}))
 	})
 
+	// A count below zero from another producer must not buy it about 2^31
+	// retries: it counts as no retries yet, so the message gets the
+	// configured number and then goes to .failed.
+	t.Run("NegativeRetryCountCountsAsZero", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("negative"))
+		cfg.MaxMessageRetries = 2
+		var (
+			mu     sync.Mutex
+			counts []int
+		)
+		c := startConsumer(t, cfg, ConsumerConfig{Queue: b.queue, Handler: func(ctx context.Context, d *Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			counts = append(counts, d.RetryCount)
+			return errors.New("still failing")
+		}})
+		publishRaw(t, b.ch, c.Topology().Main, []byte(`{"n":1}`), amqp.Table{HeaderRetryCount: int32(math.MinInt32)})
+		failed := amqptest.Get(t, b.ch, c.Topology().Failed, 10*time.Second)
+		require.Equal(t, 2, RetryCount(failed.Headers))
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []int{0, 1, 2}, counts)
+	})
+
+	t.Run("RetryCountOfEveryHeaderType", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			value any
+			want  int
+		}{
+			{int16(2), 2},
+			{int64(3), 3},
+			{float64(7), 7},
+			{"4", 4},
+			{[]byte("5"), 5},
+			{amqp.Decimal{Scale: 1, Value: 60}, 6},
+			{nil, 0},
+			// Below zero, not a number, or not a count at all: no retries yet.
+			{int32(math.MinInt32), 0},
+			{int64(math.MinInt64), 0},
+			{int8(-1), 0},
+			{float64(-0.5), 0},
+			{math.Inf(-1), 0},
+			{math.NaN(), 0},
+			{"-3", 0},
+			{"three", 0},
+			{amqp.Decimal{Scale: 0, Value: -2}, 0},
+			// Above what a 32-bit header holds: as many as it holds.
+			{uint64(math.MaxUint64), math.MaxInt32},
+			{int64(math.MaxInt64), math.MaxInt32},
+			{math.Inf(1), math.MaxInt32},
+			{float64(1e300), math.MaxInt32},
+			{"99999999999999999999", math.MaxInt32},
+		} {
+			h := amqp.Table{}
+			if tc.value != nil {
+				h[HeaderRetryCount] = tc.value
+			}
+			require.Equal(t, tc.want, RetryCount(h), "%T %v", tc.value, tc.value)
+		}
+	})
+
 	t.Run("ExistingQueueWithOtherArgumentsWarnsAndWorks", func(t *testing.T) {
 		t.Parallel()
 		cfg, b := testConfig(t, amqptest.UniqueName("existing"))
@@ -334,6 +427,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{MaxMessageRetries: 101}, "MAX_MESSAGE_RETRIES 101"},
 		{Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "RETRY_MAX_MS 1"},
 		{Config{BatchMaxEvents: 70000}, "S3_BATCH_MAX_EVENTS 70000"},
+		{Config{PublishTimeout: -time.Second}, "publish timeout -1s"},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

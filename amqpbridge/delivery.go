@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -114,42 +115,78 @@ func newDelivery(queue string, gen uint64, raw amqp.Delivery, owner settler) *De
 }
 
 // RetryCount reads the x-retry-count header whatever numeric type the
-// publisher used (amqplib, for one, picks the type from the value).
+// publisher used (amqplib, for one, picks the type from the value), as a
+// count in 0..math.MaxInt32.
+//
+// A value below zero, NaN, or one that is not a number counts as 0, the
+// same as no header: the message gets the configured retries from the
+// start. Trusting it would be worse either way: a negative count from
+// another producer would buy about 2^31 retries, and refusing the message
+// would dead-letter it before its handler ever ran. A value above
+// math.MaxInt32 (what the header is written as) counts as math.MaxInt32,
+// which is past any retry limit.
 func RetryCount(h amqp.Table) int {
 	switch v := h[HeaderRetryCount].(type) {
 	case int:
-		return v
+		return clampCount(int64(v))
 	case int8:
-		return int(v)
+		return clampCount(int64(v))
 	case int16:
-		return int(v)
+		return clampCount(int64(v))
 	case int32:
-		return int(v)
+		return clampCount(int64(v))
 	case int64:
-		return int(v)
+		return clampCount(v)
 	case uint8:
-		return int(v)
+		return clampCount(int64(v))
 	case uint16:
-		return int(v)
+		return clampCount(int64(v))
 	case uint32:
-		return int(v)
+		return clampCount(int64(v))
 	case uint64:
-		return int(min(v, math.MaxInt32))
+		return clampCount(int64(min(v, math.MaxInt32)))
 	case float32:
-		return int(v)
+		return clampFloatCount(float64(v))
 	case float64:
-		return int(v)
+		return clampFloatCount(v)
 	case amqp.Decimal:
-		return int(float64(v.Value) / math.Pow10(int(v.Scale)))
+		return clampFloatCount(float64(v.Value) / math.Pow10(int(v.Scale)))
 	case string:
-		n, _ := strconv.Atoi(v)
-		return n
+		return parseCount(v)
 	case []byte:
-		n, _ := strconv.Atoi(string(v))
-		return n
+		return parseCount(string(v))
 	default:
 		return 0
 	}
+}
+
+func clampCount(n int64) int {
+	return int(max(0, min(n, math.MaxInt32)))
+}
+
+func clampFloatCount(f float64) int {
+	switch {
+	case math.IsNaN(f) || f <= 0:
+		return 0
+	case f >= math.MaxInt32:
+		return math.MaxInt32
+	default:
+		return int(f)
+	}
+}
+
+// parseCount reads a count written as text; digits beyond what int64 holds
+// are still a large count, not garbage.
+func parseCount(s string) int {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		var nerr *strconv.NumError
+		if errors.As(err, &nerr) && errors.Is(nerr.Err, strconv.ErrRange) && !strings.HasPrefix(strings.TrimSpace(s), "-") {
+			return math.MaxInt32
+		}
+		return 0
+	}
+	return clampCount(n)
 }
 
 // republishing builds the message to publish elsewhere (retry tier, .failed,

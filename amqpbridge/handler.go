@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
+
+	"github.com/tributary-run/tributary/internal/strictjson"
 )
 
 // HandlerFunc handles one delivery. In AutoAck mode its result decides the
@@ -46,12 +49,22 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
 // JSONHandler decodes the body into T before calling fn. A body that is not
-// valid JSON for T is a permanent failure: retrying cannot fix it.
+// valid JSON for T is a permanent failure: retrying cannot fix it. So is a
+// body with a key repeated in an object, or with a key that matches a field
+// of T only when case is ignored: encoding/json takes the last repeated key
+// and folds case, other decoders keep the first key, refuse, or match case
+// exactly, so another consumer could read the same bytes differently.
+// Event payloads follow the same rule (events.DecodeStrict). Keys T does
+// not know are ignored, unlike in event payloads: other producers (the
+// Node service) may add fields to a message before its consumers know them.
 func JSONHandler[T any](fn func(ctx context.Context, v T, d *Delivery) error) HandlerFunc {
 	return func(ctx context.Context, d *Delivery) error {
 		var v T
 		if err := json.Unmarshal(d.Body, &v); err != nil {
 			return Permanent(fmt.Errorf("invalid JSON body: %w", err))
+		}
+		if err := strictjson.CheckNames(d.Body, reflect.TypeFor[T]()); err != nil {
+			return Permanent(fmt.Errorf("ambiguous JSON body: %w", err))
 		}
 		return fn(ctx, v, d)
 	}

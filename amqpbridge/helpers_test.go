@@ -33,6 +33,19 @@ func (l *logBuffer) String() string {
 	return l.buf.String()
 }
 
+// containsEventually polls the log for s for up to 5 seconds.
+func (l *logBuffer) containsEventually(t *testing.T, s string) bool {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(l.String(), s) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log until a deadline
+	}
+	return true
+}
+
 type testBundle struct {
 	cfg   Config
 	conn  *amqp.Connection

@@ -156,7 +156,9 @@ type JobEnqueuer interface {
 
 // JobInserter returns an InsertBatchFunc that turns each delivery's JSON body
 // into the arguments of a job of kind, inserted with River's batch insert. A
-// body that is not JSON is a permanent failure.
+// body that is not JSON, or JSON that River's jsonb column cannot hold (a
+// \u0000 escape, say: queue.CheckArgs), is a permanent failure: its insert
+// would fail every time, and roll back the rest of its batch with it.
 func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) InsertBatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
 		items := make([]queue.EnqueueItem, len(batch))
@@ -164,7 +166,11 @@ func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) Inser
 			if !json.Valid(d.Body) {
 				return Permanent(fmt.Errorf("message %q is not valid JSON for job kind %q", d.MessageID, kind))
 			}
-			items[i] = queue.EnqueueItem{Args: queue.RawArgs{KindName: kind, JSON: d.Body}, Opts: opts}
+			args := queue.RawArgs{KindName: kind, JSON: d.Body}
+			if err := queue.CheckArgs(args); err != nil {
+				return Permanent(fmt.Errorf("message %q: %w", d.MessageID, err))
+			}
+			items[i] = queue.EnqueueItem{Args: args, Opts: opts}
 		}
 		if _, err := client.EnqueueManyTx(ctx, tx, items); err != nil {
 			return fmt.Errorf("error inserting %d %q jobs: %w", len(items), kind, err)

@@ -31,11 +31,16 @@ type settlement struct {
 func newSettlement(cfg Config, topo Topology, name string) settlement {
 	pubCfg := cfg
 	pubCfg.MaxMessageBytes = math.MaxInt
+	pub := newPublisher(pubCfg, name+".publisher")
+	// A republish that failed at once under flow control would requeue the
+	// delivery and run its handler again and again while the alarm lasts;
+	// waiting (up to PublishTimeout) paces it instead.
+	pub.waitWhileBlocked = true
 	return settlement{
 		cfg:    cfg,
 		topo:   topo,
 		logger: cfg.Logger.With("queue", topo.Main),
-		pub:    newPublisher(pubCfg, name+".publisher"),
+		pub:    pub,
 	}
 }
 

@@ -3,10 +3,12 @@ package queue
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -40,6 +42,63 @@ type EnqueueOpts struct {
 
 // ErrInvalidPriority reports a priority outside 1..4.
 var ErrInvalidPriority = errors.New("priority must be between 1 and 4")
+
+// ArgsError is job arguments (or a job kind) that River's table would
+// refuse, reported before anything reaches the database. It wraps a
+// *StorageError when the arguments are valid JSON that jsonb cannot hold.
+type ArgsError struct {
+	Kind string
+	Err  error
+}
+
+func (e *ArgsError) Error() string {
+	return fmt.Sprintf("arguments of job kind %q cannot be stored: %v", e.Kind, e.Err)
+}
+
+func (e *ArgsError) Unwrap() error { return e.Err }
+
+// maxKindChars is River's limit on a job kind (river_job's kind_length
+// check: 1 to 127 characters).
+const maxKindChars = 127
+
+// CheckArgs reports, as an *ArgsError, job arguments the enqueue methods
+// would refuse before inserting: a kind River's table does not accept
+// (empty, or over 127 characters), or arguments whose JSON a jsonb column
+// cannot hold (see CheckJSONB). The enqueue methods call it; the CLI calls
+// it before it connects.
+//
+// Refusing these before the insert matters inside a caller's transaction:
+// a failed insert aborts the whole transaction, and Postgres's error names
+// neither the job nor the value.
+func CheckArgs(args river.JobArgs) error {
+	kind := args.Kind()
+	switch n := utf8.RuneCountInString(kind); {
+	case n == 0:
+		return &ArgsError{Kind: kind, Err: errors.New("the job kind is empty")}
+	case n > maxKindChars:
+		return &ArgsError{Kind: kind, Err: fmt.Errorf("the job kind has %d characters, over River's limit of %d", n, maxKindChars)}
+	}
+	if err := CheckText(kind); err != nil {
+		return &ArgsError{Kind: kind, Err: fmt.Errorf("job kind: %w", err)}
+	}
+	var raw []byte
+	if ra, ok := args.(RawArgs); ok {
+		// Already JSON: no need to marshal it again to look at it.
+		var err error
+		if raw, err = ra.MarshalJSON(); err != nil {
+			return &ArgsError{Kind: kind, Err: err}
+		}
+	} else {
+		var err error
+		if raw, err = json.Marshal(args); err != nil {
+			return &ArgsError{Kind: kind, Err: fmt.Errorf("error encoding the arguments: %w", err)}
+		}
+	}
+	if err := CheckJSONB(raw); err != nil {
+		return &ArgsError{Kind: kind, Err: err}
+	}
+	return nil
+}
 
 func (o *EnqueueOpts) riverOpts() (*river.InsertOpts, error) {
 	if o == nil {
@@ -114,6 +173,9 @@ func (c *Client) River() *river.Client[pgx.Tx] { return c.river }
 
 // Enqueue inserts one job in its own transaction.
 func (c *Client) Enqueue(ctx context.Context, args river.JobArgs, opts *EnqueueOpts) (*rivertype.JobInsertResult, error) {
+	if err := CheckArgs(args); err != nil {
+		return nil, err
+	}
 	ropts, err := opts.riverOpts()
 	if err != nil {
 		return nil, err
@@ -128,6 +190,9 @@ func (c *Client) Enqueue(ctx context.Context, args river.JobArgs, opts *EnqueueO
 // EnqueueTx inserts one job in the caller's transaction: if tx rolls back,
 // the job never existed; once it commits, workers see the job.
 func (c *Client) EnqueueTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *EnqueueOpts) (*rivertype.JobInsertResult, error) {
+	if err := CheckArgs(args); err != nil {
+		return nil, err
+	}
 	ropts, err := opts.riverOpts()
 	if err != nil {
 		return nil, err
@@ -148,6 +213,9 @@ type EnqueueItem struct {
 func (c *Client) manyParams(items []EnqueueItem) ([]river.InsertManyParams, error) {
 	params := make([]river.InsertManyParams, len(items))
 	for i, it := range items {
+		if err := CheckArgs(it.Args); err != nil {
+			return nil, fmt.Errorf("job %d: %w", i, err)
+		}
 		ropts, err := it.Opts.riverOpts()
 		if err != nil {
 			return nil, fmt.Errorf("job %d (%s): %w", i, it.Args.Kind(), err)

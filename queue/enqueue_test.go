@@ -122,3 +122,46 @@ func TestEnqueueTx(t *testing.T) {
 		require.ErrorContains(t, err, "7")
 	})
 }
+
+// Arguments that are valid JSON but that River's jsonb column refuses, and
+// kinds its table refuses, must fail before the insert: an insert error
+// aborts the caller's transaction and names nothing.
+func TestEnqueueNotStorable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	c, err := queue.NewClient(db.Pool, queue.ClientConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		args    river.JobArgs
+		mention string
+	}{
+		{"TypedNUL", countArgs{Key: "a\x00"}, `\u0000`},
+		{"RawNUL", queue.RawArgs{KindName: "test.raw", JSON: []byte(`{"k":"\u0000"}`)}, `\u0000`},
+		{"RawLoneSurrogate", queue.RawArgs{KindName: "test.raw", JSON: []byte(`{"k":"\udc00"}`)}, "surrogate"},
+		{"RawInvalidUTF8", queue.RawArgs{KindName: "test.raw", JSON: []byte("{\"k\":\"\xff\"}")}, "UTF-8"},
+		{"EmptyKind", queue.RawArgs{KindName: "", JSON: []byte(`{}`)}, `job kind ""`},
+	} {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = c.EnqueueTx(ctx, tx, tc.args, nil)
+		var argsErr *queue.ArgsError
+		require.ErrorAs(t, err, &argsErr, tc.name)
+		require.Equal(t, tc.args.Kind(), argsErr.Kind)
+		if tc.name != "EmptyKind" {
+			require.ErrorIs(t, err, queue.ErrNotStorable, tc.name)
+		}
+		require.ErrorContains(t, err, tc.args.Kind(), tc.name)
+		require.ErrorContains(t, err, tc.mention, tc.name)
+		_, err = c.EnqueueManyTx(ctx, tx, []queue.EnqueueItem{{Args: countArgs{Key: "fine"}}, {Args: tc.args}})
+		require.ErrorContains(t, err, "job 1", tc.name)
+		require.ErrorContains(t, err, tc.mention, tc.name)
+		_, err = tx.Exec(ctx, "SELECT 1")
+		require.NoError(t, err, "%s: the caller's transaction is still usable", tc.name)
+		require.NoError(t, tx.Rollback(ctx))
+		_, err = c.Enqueue(ctx, tc.args, nil)
+		require.ErrorContains(t, err, tc.mention, tc.name)
+	}
+	require.Zero(t, db.CountJobs(t))
+}

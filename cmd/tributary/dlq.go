@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -27,9 +28,10 @@ func (a *app) dlq() (*amqpbridge.DLQ, error) {
 	return amqpbridge.NewDLQ(cfg)
 }
 
-// dlqError turns an unknown queue into a usage error (exit 2).
+// dlqError turns an unknown queue or a refused replay target into a usage
+// error (exit 2).
 func dlqError(err error) error {
-	if errors.Is(err, amqpbridge.ErrQueueNotFound) {
+	if errors.Is(err, amqpbridge.ErrQueueNotFound) || errors.Is(err, amqpbridge.ErrInvalidReplayTarget) {
 		return &usageError{msg: err.Error()}
 	}
 	return err
@@ -45,6 +47,9 @@ func newDLQListCmd(a *app) *cobra.Command {
 		Short: "List messages in QUEUE's failed queue without removing them",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyArg("QUEUE", args[0]); err != nil {
+				return err
+			}
 			if limit < 1 {
 				return usagef("--limit %d must be at least 1", limit)
 			}
@@ -80,28 +85,42 @@ func newDLQListCmd(a *app) *cobra.Command {
 }
 
 func newDLQReplayCmd(a *app) *cobra.Command {
-	var limit int
+	var (
+		limit int
+		to    string
+	)
 	cmd := &cobra.Command{
 		Use:   "replay QUEUE",
 		Short: "Move failed messages back to QUEUE with the retry count reset",
-		Args:  cobra.ExactArgs(1),
+		Long: `Move failed messages back to QUEUE (or to the queue --to names) with the
+retry count reset and the failure headers removed. The messages' own
+x-original-queue header is not followed: whoever can publish to the failed
+queue could otherwise send a replay into any queue.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyArg("QUEUE", args[0]); err != nil {
+				return err
+			}
 			if limit < 0 {
 				return usagef("--limit %d must not be negative", limit)
+			}
+			if cmd.Flags().Changed("to") && to == "" {
+				return usagef("--to needs a queue name")
 			}
 			dlq, err := a.dlq()
 			if err != nil {
 				return &usageError{msg: err.Error()}
 			}
-			n, err := dlq.Replay(cmd.Context(), args[0], limit)
+			n, err := dlq.ReplayTo(cmd.Context(), args[0], to, limit)
 			if err != nil {
 				return dlqError(err)
 			}
-			fmt.Fprintf(a.stdout, "replayed %d messages to %s\n", n, args[0])
+			fmt.Fprintf(a.stdout, "replayed %d messages to %s\n", n, cmp.Or(to, args[0]))
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "replay at most this many messages (0: all)")
+	cmd.Flags().StringVar(&to, "to", "", "replay into this queue instead of QUEUE (QUEUE_PREFIX applies; it must exist)")
 	return cmd
 }
 

@@ -85,6 +85,44 @@ func TestCLIDLQ(t *testing.T) {
 		require.Equal(t, 1, q.Messages)
 	})
 
+	t.Run("ReplayToRefusedTargets", func(t *testing.T) {
+		for _, tc := range []struct {
+			args    []string
+			mention string
+		}{
+			{[]string{"dlq", "replay", name, "--to", name + ".failed"}, "failed-message queue"},
+			{[]string{"dlq", "replay", name, "--to", "no-such-" + name}, `"cli/no-such-` + name + `"`},
+			{[]string{"dlq", "replay", name, "--to", ""}, "--to"},
+			{[]string{"dlq", "replay", ""}, "QUEUE must not be empty"},
+			{[]string{"dlq", "list", ""}, "QUEUE must not be empty"},
+		} {
+			res := cli(t, db, env, tc.args...)
+			require.Equal(t, exitUsage, res.code, res.stderr)
+			oneSentence(t, res.stderr)
+			require.Contains(t, res.stderr, tc.mention)
+			require.Empty(t, res.stdout)
+		}
+		q, err := ch.QueueDeclarePassive(failed, true, false, false, false, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, q.Messages, "nothing was replayed")
+	})
+
+	t.Run("ReplayTo", func(t *testing.T) {
+		other := "cli/" + name + "-other"
+		_, err := ch.QueueDeclare(other, true, false, false, false, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			if c, err := conn.Channel(); err == nil {
+				_, _ = c.QueueDelete(other, false, false, false)
+			}
+		})
+		res := cli(t, db, env, "dlq", "replay", name, "--to", name+"-other")
+		require.Equal(t, exitOK, res.code, res.stderr)
+		require.Contains(t, res.stdout, "replayed 1 messages to "+name+"-other")
+		d := getOne(t, ch, other)
+		require.Equal(t, int32(0), d.Headers["x-retry-count"])
+	})
+
 	t.Run("UnknownQueue", func(t *testing.T) {
 		res := cli(t, db, env, "dlq", "replay", "no-such-"+name)
 		require.Equal(t, exitUsage, res.code, res.stderr)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +34,12 @@ given, for jobs worked by your own service.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, raw := args[0], []byte(args[1])
+			if err := nonEmptyArg("KIND", kind); err != nil {
+				return err
+			}
+			if strings.ContainsFunc(kind, unicode.IsSpace) {
+				return usagef("KIND %q must not contain spaces", kind)
+			}
 			if !json.Valid(raw) {
 				return usagef("arguments %q are not valid JSON", args[1])
 			}
@@ -42,6 +49,11 @@ given, for jobs worked by your own service.`,
 			}
 			if !known && !anyKind {
 				return usagef("unknown job kind %q: the worker knows %s (use --any-kind for kinds of your own service)", kind, strings.Join(demo.Kinds(), ", "))
+			}
+			// What River's table would refuse (a \u0000 in the JSON, an
+			// empty kind) is a usage error, found before connecting.
+			if err := queue.CheckArgs(queue.RawArgs{KindName: kind, JSON: raw}); err != nil {
+				return usagef("%v", err)
 			}
 			if priority < 1 || priority > 4 {
 				return usagef("priority %d is out of range: want 1 (first) to 4 (last)", priority)

@@ -48,7 +48,8 @@ func newSchedulesCmd(a *app) *cobra.Command {
 		Short: "List, trigger, pause or resume cron schedules",
 		Long: `Schedules are declared in the worker's code; their state (next and last
 run, paused) is in the database, so these commands work from any machine.
-An unknown schedule NAME is a runtime failure (exit 1), like an unknown job id.`,
+An unknown schedule NAME is a runtime failure (exit 1), like an unknown job id;
+an empty NAME is a usage error (exit 2).`,
 	})
 	cmd.AddCommand(newSchedulesListCmd(a), newSchedulesTriggerCmd(a))
 	for _, action := range []struct {
@@ -68,6 +69,9 @@ An unknown schedule NAME is a runtime failure (exit 1), like an unknown job id.`
 			Short: action.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := nonEmptyArg("NAME", args[0]); err != nil {
+					return err
+				}
 				client, pool, err := a.client(cmd.Context())
 				if err != nil {
 					return err
@@ -168,6 +172,9 @@ orphaned schedule, and a schedule with overlap policy "skip" whose previous
 job is unfinished unless --force.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := nonEmptyArg("NAME", args[0]); err != nil {
+				return err
+			}
 			client, pool, err := a.client(cmd.Context())
 			if err != nil {
 				return err

@@ -39,6 +39,9 @@ type BlobSink struct {
 	bucket *blob.Bucket
 	prefix string
 	url    string
+	// files writes the objects of a file:// sink (the bucket still reads
+	// them back).
+	files *fileWriter
 }
 
 // NewBlobSink wraps an open bucket; prefix is placed before every key by
@@ -52,8 +55,10 @@ func NewBlobSink(bucket *blob.Bucket, prefix string) *BlobSink {
 //   - file://PATH: a directory, created if missing. A relative PATH
 //     (file://./.tributary/batches, file://out) is resolved against the
 //     working directory; file:///abs/path is absolute. Objects are written
-//     to a temporary file next to their final name and renamed, so a crash
-//     never leaves a partial object (it may leave a *.tmp file).
+//     to a temporary file next to their final name, synced, renamed, and
+//     their directories synced before Write returns, so a crash never
+//     leaves a partial object (it may leave a *.tmp file) and a power loss
+//     never loses an object whose Write returned.
 //   - s3://BUCKET[/PREFIX]?region=R&endpoint=URL: an S3 bucket; PREFIX is
 //     placed before every key. With an endpoint (an S3-compatible server)
 //     path-style addressing is the default (use_path_style=false turns it
@@ -66,6 +71,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		return nil, fmt.Errorf("invalid sink URL %q: %w", rawURL, err)
 	}
 	var bucket *blob.Bucket
+	var files *fileWriter
 	prefix := ""
 	switch u.Scheme {
 	case "file":
@@ -89,6 +95,13 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		})
 		if err != nil {
 			return nil, fmt.Errorf("error opening sink directory %q: %w", dir, err)
+		}
+		files = &fileWriter{dir: dir, ops: osFileOps{}}
+		// The directory may have just been created: make its entry durable
+		// before anything is written under it.
+		if err := files.ops.SyncDir(filepath.Dir(dir)); err != nil {
+			_ = bucket.Close()
+			return nil, fmt.Errorf("error syncing the parent of sink directory %q: %w", dir, err)
 		}
 		prefix = u.Query().Get("prefix")
 	case "s3":
@@ -119,6 +132,7 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 	}
 	s := NewBlobSink(bucket, prefix)
 	s.url = rawURL
+	s.files = files
 	return s, nil
 }
 
@@ -144,6 +158,9 @@ func (s *BlobSink) Bucket() *blob.Bucket { return s.bucket }
 
 // Write streams r into the object key; see Sink.
 func (s *BlobSink) Write(ctx context.Context, key string, r io.Reader) error {
+	if s.files != nil {
+		return s.files.Write(ctx, key, r)
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.bucket.NewWriter(wctx, key, &blob.WriterOptions{

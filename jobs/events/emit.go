@@ -88,6 +88,26 @@ func (e *PayloadTooLargeError) Error() string {
 	return fmt.Sprintf("payload of event %s is %d bytes, over the limit of %d bytes", e.EventType, e.Size, e.Limit)
 }
 
+// NotStorableError is an event the emitter refuses because PostgreSQL
+// would: its payload or metadata is valid JSON that jsonb cannot hold (a
+// \u0000 escape, an unpaired surrogate escape, invalid UTF-8, a number
+// beyond numeric's range), or its aggregate id holds a NUL byte or invalid
+// UTF-8. Nothing is written, and the caller's transaction stays usable:
+// the insert that would have failed, aborting it, is never sent. Err is a
+// *queue.StorageError (errors.Is(err, queue.ErrNotStorable) holds).
+type NotStorableError struct {
+	EventType string
+	// Part is "payload", "metadata" or "aggregate id".
+	Part string
+	Err  error
+}
+
+func (e *NotStorableError) Error() string {
+	return fmt.Sprintf("%s of event %s cannot be stored: %v", e.Part, e.EventType, e.Err)
+}
+
+func (e *NotStorableError) Unwrap() error { return e.Err }
+
 // Emitter writes events into the outbox in the caller's transaction. It is
 // safe for concurrent use.
 type Emitter struct {
@@ -106,6 +126,9 @@ func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
 		return nil, errors.New("events: EmitterConfig.Registry is required")
 	}
 	cfg.MaxPayloadBytes = cmp.Or(cfg.MaxPayloadBytes, MaxPayloadBytesDefault)
+	if err := queue.CheckText(cfg.SourceService); err != nil {
+		return nil, fmt.Errorf("events: invalid EmitterConfig.SourceService %q: %w", cfg.SourceService, err)
+	}
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
@@ -132,8 +155,8 @@ func (e *Emitter) EmitTx(ctx context.Context, tx queue.DBTX, def Definition, pay
 
 // ValidateJSON checks, without writing anything, what EmitJSONTx checks:
 // the event type is registered, the payload is JSON that decodes strictly
-// into its payload type and passes Validate, and it is within the size
-// limit.
+// into its payload type and passes Validate, that PostgreSQL can store
+// (*NotStorableError), and it is within the size limit.
 func (e *Emitter) ValidateJSON(eventType string, payload json.RawMessage) error {
 	def, err := e.cfg.Registry.Lookup(eventType)
 	if err != nil {
@@ -141,6 +164,9 @@ func (e *Emitter) ValidateJSON(eventType string, payload json.RawMessage) error 
 	}
 	if !json.Valid(payload) {
 		return fmt.Errorf("payload of event %s is not valid JSON", eventType)
+	}
+	if err := queue.CheckJSONB(payload); err != nil {
+		return &NotStorableError{EventType: eventType, Part: "payload", Err: err}
 	}
 	if _, err := def.decode(payload); err != nil {
 		return err
@@ -247,6 +273,12 @@ func (e *Emitter) row(def Definition, raw []byte, meta Meta) (outboxRow, error) 
 	if len(raw) > e.cfg.MaxPayloadBytes {
 		return outboxRow{}, &PayloadTooLargeError{EventType: def.Name(), Size: len(raw), Limit: e.cfg.MaxPayloadBytes}
 	}
+	if err := queue.CheckJSONB(raw); err != nil {
+		return outboxRow{}, &NotStorableError{EventType: def.Name(), Part: "payload", Err: err}
+	}
+	if err := queue.CheckText(meta.AggregateID); err != nil {
+		return outboxRow{}, &NotStorableError{EventType: def.Name(), Part: "aggregate id", Err: err}
+	}
 	md, err := json.Marshal(queue.EventMetadata{
 		CorrelationID: meta.CorrelationID,
 		CausationID:   meta.CausationID,
@@ -255,6 +287,9 @@ func (e *Emitter) row(def Definition, raw []byte, meta Meta) (outboxRow, error) 
 	})
 	if err != nil {
 		return outboxRow{}, fmt.Errorf("error encoding metadata of event %s: %w", def.Name(), err)
+	}
+	if err := queue.CheckJSONB(md); err != nil {
+		return outboxRow{}, &NotStorableError{EventType: def.Name(), Part: "metadata", Err: err}
 	}
 	id, err := uuid.NewV7()
 	if err != nil {

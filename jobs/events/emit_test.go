@@ -13,6 +13,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 func TestEmitAtomicity(t *testing.T) {
@@ -141,6 +142,60 @@ func TestEmitBadInput(t *testing.T) {
 		require.ErrorContains(t, err, `unknown field "bogus"`)
 		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{not json`), events.Meta{})
 		require.ErrorContains(t, err, "not valid JSON")
+		require.Zero(t, countOutbox(t, db))
+	})
+
+	// JSON that is valid but that Postgres's jsonb (or text) refuses must be
+	// refused before the insert: an insert error would abort the caller's
+	// transaction with a database error that names nothing.
+	t.Run("NotStorableInPostgresKeepsTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		em, db := setup(t)
+		ctx := context.Background()
+		ok := orderPlaced{OrderID: "ok"}
+		for _, tc := range []struct {
+			name    string
+			emit    func(tx pgx.Tx) error
+			mention string
+		}{
+			{"TypedNUL", func(tx pgx.Tx) error {
+				_, err := em.EmitTx(ctx, tx, orderPlacedEvent, orderPlaced{OrderID: "a\x00b"}, events.Meta{})
+				return err
+			}, `\u0000`},
+			{"RawNUL", func(tx pgx.Tx) error {
+				_, err := em.EmitJSONTx(ctx, tx, "test.order_placed", json.RawMessage(`{"order_id":"\u0000"}`), events.Meta{})
+				return err
+			}, `\u0000`},
+			{"RawLoneSurrogate", func(tx pgx.Tx) error {
+				_, err := em.EmitJSONTx(ctx, tx, "test.order_placed", json.RawMessage(`{"order_id":"\ud800"}`), events.Meta{})
+				return err
+			}, "surrogate"},
+			{"RawInvalidUTF8", func(tx pgx.Tx) error {
+				_, err := em.EmitJSONTx(ctx, tx, "test.order_placed", json.RawMessage("{\"order_id\":\"\xff\"}"), events.Meta{})
+				return err
+			}, "UTF-8"},
+			{"NULInMetadata", func(tx pgx.Tx) error {
+				_, err := em.EmitTx(ctx, tx, orderPlacedEvent, ok, events.Meta{Extra: map[string]string{"k": "\x00"}})
+				return err
+			}, "metadata"},
+			{"NULInAggregate", func(tx pgx.Tx) error {
+				_, err := em.EmitTx(ctx, tx, orderPlacedEvent, ok, events.Meta{AggregateID: "a\x00"})
+				return err
+			}, "aggregate"},
+		} {
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			err = tc.emit(tx)
+			var notStorable *events.NotStorableError
+			require.ErrorAs(t, err, &notStorable, tc.name)
+			require.Equal(t, "test.order_placed", notStorable.EventType)
+			require.ErrorIs(t, err, queue.ErrNotStorable, tc.name)
+			require.ErrorContains(t, err, "test.order_placed", tc.name)
+			require.ErrorContains(t, err, tc.mention, tc.name)
+			_, err = tx.Exec(ctx, "SELECT 1")
+			require.NoError(t, err, "%s: the caller's transaction is still usable", tc.name)
+			require.NoError(t, tx.Rollback(ctx))
+		}
 		require.Zero(t, countOutbox(t, db))
 	})
 

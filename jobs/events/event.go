@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/tributary-run/tributary/internal/strictjson"
 )
 
 // Kind says whom an event is for: domain events stay inside the service
@@ -126,7 +128,13 @@ func validate(ptr any) error {
 }
 
 // DecodeStrict decodes one JSON value into dst, rejecting unknown object
-// fields, values of the wrong type and trailing data.
+// fields, values of the wrong type, trailing data, a key repeated in any
+// object, and a key that matches a struct field only when case is ignored
+// ("Order_ID" for `json:"order_id"`). encoding/json accepts the last two,
+// keeping the last of repeated keys and folding case; other decoders keep
+// the first key, refuse, or match case exactly, so the same payload could
+// read differently in another consumer. Map keys are free; types with
+// their own UnmarshalJSON name their own fields.
 func DecodeStrict(raw []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -136,7 +144,7 @@ func DecodeStrict(raw []byte, dst any) error {
 	if dec.More() {
 		return errors.New("trailing data after the JSON value")
 	}
-	return nil
+	return strictjson.CheckNames(raw, reflect.TypeOf(dst))
 }
 
 // ErrUnknownEventType is returned (wrapped, with the name) for an event type
