@@ -1,0 +1,187 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// completerMaxBatch bounds how many task outcomes share one transaction;
+// completerMaxCommitters how many such transactions run at once in one
+// process.
+const (
+	completerMaxBatch      = 200
+	completerMaxCommitters = 4
+)
+
+// request is one task outcome waiting for its transaction.
+type request struct {
+	jobCtx   context.Context // the job's work context: River's client and metadata updates
+	job      *rivertype.JobRow
+	outcome  outcome
+	jobState rivertype.JobState
+	done     chan error
+}
+
+// completer group-commits task outcomes. Each outcome is a transaction
+// (finalize the job, record the task, release its dependents, count), and
+// one commit per task would cap a busy worker at the disk's flush rate (the
+// events lanes measured 152 completions/s that way, 570/s grouped).
+// Outcomes that arrive while a transaction runs share the next one. There is
+// no timer: a lone outcome commits at once.
+type completer struct {
+	c *Coordinator
+
+	mu         sync.Mutex
+	queue      []*request
+	committers int
+}
+
+// submit queues an outcome and waits for its transaction.
+func (cp *completer) submit(ctx context.Context, req *request) error {
+	req.done = make(chan error, 1)
+	cp.mu.Lock()
+	cp.queue = append(cp.queue, req)
+	if cp.committers < completerMaxCommitters {
+		cp.committers++
+		go cp.drain()
+	}
+	cp.mu.Unlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The outcome may still commit; if it does not, River runs the job
+		// again (at-least-once).
+		return ctx.Err()
+	}
+}
+
+func (cp *completer) drain() {
+	for {
+		cp.mu.Lock()
+		if len(cp.queue) == 0 {
+			cp.committers--
+			cp.mu.Unlock()
+			return
+		}
+		n := min(len(cp.queue), completerMaxBatch)
+		batch := make([]*request, n)
+		copy(batch, cp.queue[:n])
+		cp.queue = cp.queue[n:]
+		cp.mu.Unlock()
+		cp.commit(batch)
+	}
+}
+
+// commit records a batch in one transaction. If it fails, each outcome is
+// retried in a transaction of its own, so one bad outcome does not fail
+// the others.
+func (cp *completer) commit(batch []*request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cp.commitTx(ctx, batch); err == nil || len(batch) == 1 {
+		for _, req := range batch {
+			req.done <- err
+		}
+		return
+	}
+	for _, req := range batch {
+		req.done <- cp.commitTx(ctx, []*request{req})
+	}
+}
+
+func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
+	c := cp.c
+	var queues []string
+	var recorded []outcome
+	var finished map[string]Status
+	stale := 0
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		now := time.Now().UTC()
+		ids := make([]string, len(batch))
+		for i, req := range batch {
+			ids[i] = req.outcome.WorkflowID
+		}
+		if _, err := lockWorkflows(ctx, tx, &c.sql, ids); err != nil {
+			return err
+		}
+		// Finalize the jobs first, guarded by running at this attempt: an
+		// attempt that was rescued and handed on meanwhile is stale, and
+		// its outcome is dropped.
+		live := make([]outcome, 0, len(batch))
+		var finals []riverjob.Final
+		byJob := map[int64]*request{}
+		for _, req := range batch {
+			if req.jobState == rivertype.JobStateCompleted {
+				// The job's own context, without its cancellation (a
+				// completion being written should not be cut short).
+				row, err := riverjob.CompleteTx(context.WithoutCancel(req.jobCtx), tx, req.job)
+				if errors.Is(err, rivertype.ErrNotFound) {
+					stale++
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("error completing job %d: %w", req.job.ID, err)
+				}
+				if row.State != rivertype.JobStateCompleted || row.Attempt != req.job.Attempt {
+					stale++
+					continue
+				}
+				live = append(live, req.outcome)
+				continue
+			}
+			last := req.outcome.Errors[len(req.outcome.Errors)-1]
+			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
+				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
+			byJob[req.job.ID] = req
+		}
+		done, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
+		if err != nil {
+			return err
+		}
+		stale += len(finals) - len(done)
+		for _, id := range done {
+			live = append(live, byJob[id].outcome)
+		}
+		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		if recorded, err = a.finish(ctx, live); err != nil {
+			return err
+		}
+		if queues, err = a.flush(ctx); err != nil {
+			return err
+		}
+		finished = a.finished
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.batches.Add(1)
+	c.stale.Add(int64(stale))
+	for _, o := range recorded {
+		switch o.State {
+		case TaskCompleted:
+			c.completed.Add(1)
+		case TaskFailed:
+			c.failed.Add(1)
+		case TaskCancelled:
+			c.cancelled.Add(1)
+		}
+	}
+	for id, st := range finished {
+		c.logger.InfoContext(ctx, "workflow finished", "workflow_id", id, "status", st)
+	}
+	if err := riverjob.Wake(ctx, c.pool, c.cfg.Schema, queues); err != nil {
+		// The jobs are available; River's poll finds them without it.
+		c.logger.WarnContext(ctx, "error waking River for released tasks", "error", err)
+	}
+	return nil
+}
