@@ -47,11 +47,13 @@ type stepWorker struct {
 	mu      sync.Mutex
 	starts  map[string][]time.Time
 	release map[string]chan struct{}
+	failing map[string]bool
 	started chan string
 }
 
 func newStepWorker() *stepWorker {
-	return &stepWorker{starts: map[string][]time.Time{}, release: map[string]chan struct{}{}, started: make(chan string, 10_000)}
+	return &stepWorker{starts: map[string][]time.Time{}, release: map[string]chan struct{}{}, failing: map[string]bool{},
+		started: make(chan string, 100_000)}
 }
 
 func (w *stepWorker) NextRetry(*river.Job[stepArgs]) time.Time {
@@ -69,6 +71,15 @@ func (w *stepWorker) releaseCh(name string) chan struct{} {
 	return ch
 }
 
+// SetFailing makes every attempt of the named steps fail (or not).
+func (w *stepWorker) SetFailing(fail bool, names ...string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, n := range names {
+		w.failing[n] = fail
+	}
+}
+
 // Release lets a waiting step finish.
 func (w *stepWorker) Release(name string) { close(w.releaseCh(name)) }
 
@@ -82,6 +93,7 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[stepArgs]) error {
 	a := job.Args
 	w.mu.Lock()
 	w.starts[a.Name] = append(w.starts[a.Name], time.Now())
+	failing := w.failing[a.Name]
 	w.mu.Unlock()
 	w.started <- a.Name
 	if a.Wait {
@@ -93,6 +105,9 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[stepArgs]) error {
 	}
 	if a.Panic {
 		panic("step " + a.Name + " panics")
+	}
+	if failing {
+		return fmt.Errorf("step %s is failing", a.Name)
 	}
 	if job.Attempt <= a.FailAttempts {
 		return fmt.Errorf("step %s fails attempt %d", a.Name, job.Attempt)
