@@ -100,8 +100,8 @@ func (c *Client) recount(ctx context.Context, tx pgx.Tx, id string, status Statu
 const recountSQL = `
 UPDATE /*schema*/tributary_workflow w
 SET tasks_pending = n.pending, tasks_active = n.active, tasks_completed = n.completed, tasks_failed = n.failed,
-    tasks_cancelled = n.cancelled, tasks_skipped = n.skipped, status = $2, updated_at = $3,
-    finished_at = CASE WHEN $2 = 'running' THEN NULL ELSE $3 END
+    tasks_cancelled = n.cancelled, tasks_skipped = n.skipped, status = $2::text, updated_at = $3::timestamptz,
+    finished_at = CASE WHEN $2::text = 'running' THEN NULL ELSE $3::timestamptz END
 FROM (
     SELECT count(*) FILTER (WHERE state = 'pending') AS pending, count(*) FILTER (WHERE state = 'active') AS active,
            count(*) FILTER (WHERE state = 'completed') AS completed, count(*) FILTER (WHERE state = 'failed') AS failed,

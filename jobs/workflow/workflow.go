@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
 
 	"github.com/riverqueue/river"
@@ -385,6 +386,14 @@ func validateInsertOpts(t *taskDef) error {
 	if o.MaxAttempts < 0 {
 		return fmt.Errorf("has invalid MaxAttempts %d: want at least 1", o.MaxAttempts)
 	}
+	if o.Queue != "" && (len(o.Queue) > 64 || !riverQueueName.MatchString(o.Queue)) {
+		return fmt.Errorf("has invalid queue %q: want at most 64 lower-case letters and digits, separated by single '_' or '-'", o.Queue)
+	}
+	for _, tag := range o.Tags {
+		if len(tag) > 255 || !riverTag.MatchString(tag) {
+			return fmt.Errorf("has invalid tag %q: want 3 to 255 letters, digits, '_' and '-', starting and ending with a letter or digit", tag)
+		}
+	}
 	if len(o.Metadata) > 0 {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(o.Metadata, &m); err != nil || m == nil {
@@ -399,6 +408,15 @@ func validateInsertOpts(t *taskDef) error {
 	}
 	return nil
 }
+
+// River's rules for queue names and tags (v0.51.2, client.go and
+// insert_opts.go), checked here too so that a bad one is refused before
+// anything is written with an error naming the task; River checks them
+// again at insert.
+var (
+	riverQueueName = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
+	riverTag       = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
+)
 
 func checkName(what, s string) error {
 	switch {

@@ -134,6 +134,16 @@ func TestValidation(t *testing.T) {
 			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{Priority: 9}})
 			return wf
 		}, workflow.ErrInvalidTask, `task "a" has invalid priority 9`},
+		{"BadQueue", func() *workflow.Workflow {
+			wf := workflow.New("w", nil)
+			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{Queue: "Bad Queue"}})
+			return wf
+		}, workflow.ErrInvalidTask, `task "a" has invalid queue "Bad Queue"`},
+		{"BadTag", func() *workflow.Workflow {
+			wf := workflow.New("w", nil)
+			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{Tags: []string{"t"}}})
+			return wf
+		}, workflow.ErrInvalidTask, `task "a" has invalid tag "t"`},
 		{"UniqueOpts", func() *workflow.Workflow {
 			wf := workflow.New("w", nil)
 			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}}})
