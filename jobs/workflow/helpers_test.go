@@ -215,3 +215,6 @@ func diamond(name string, opts *workflow.Opts) *workflow.Workflow {
 	wf.Add("d", stepArgs{Name: "d", Read: []string{"b", "c"}}, &workflow.TaskOpts{Deps: []string{"b", "c"}})
 	return wf
 }
+
+// idleQueue puts a task's job in a queue no test runtime works.
+func idleQueue() *river.InsertOpts { return &river.InsertOpts{Queue: "idle"} }
