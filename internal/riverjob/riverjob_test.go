@@ -205,7 +205,7 @@ func TestCompleteTx(t *testing.T) {
 	require.Empty(t, b.get(t, res.Job.ID).Errors, "the error returned after the committed completion is not recorded")
 }
 
-func TestSettledActiveTasks(t *testing.T) {
+func TestScanActiveTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -253,8 +253,9 @@ func TestSettledActiveTasks(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	settled, err := riverjob.SettledActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), 100)
+	settled, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), nil, 100)
 	require.NoError(t, err)
+	require.Nil(t, next, "the scan reached the end")
 	byTask := map[string]riverjob.Settled{}
 	for _, s := range settled {
 		require.Equal(t, wf.String(), s.WorkflowID)
@@ -274,9 +275,24 @@ func TestSettledActiveTasks(t *testing.T) {
 	require.NotContains(t, byTask, "running")
 	require.NotContains(t, byTask, "recent", "a task changed within the quiet time is left alone")
 
-	limited, err := riverjob.SettledActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), 2)
-	require.NoError(t, err)
-	require.Len(t, limited, 2)
+	// Pages of two: the six quiet tasks in three pages, then the end; the
+	// settled ones are the same five.
+	var cursor *riverjob.ScanCursor
+	paged := map[string]bool{}
+	for page := 0; ; page++ {
+		require.Less(t, page, 4)
+		got, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), cursor, 2)
+		require.NoError(t, err)
+		for _, s := range got {
+			require.False(t, paged[s.Task], "task %s seen twice", s.Task)
+			paged[s.Task] = true
+		}
+		if next == nil {
+			break
+		}
+		cursor = next
+	}
+	require.Len(t, paged, 5)
 }
 
 func TestWake(t *testing.T) {

@@ -131,7 +131,7 @@ func lockWorkflows(ctx context.Context, tx pgx.Tx, sql *statements, ids []string
 }
 
 const lockWorkflowsSQL = `
-SELECT id::text, status FROM /*schema*/tributary_workflow WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE`
+SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY($1::uuid[]) ORDER BY w.id FOR UPDATE`
 
 // finish records outcomes on their tasks (each only while the task is
 // active with that job; a completion also while the task was cancelled by

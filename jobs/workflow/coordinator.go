@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -84,6 +86,9 @@ type Coordinator struct {
 
 	stopRepair context.CancelFunc
 	repairDone chan struct{}
+
+	repairMu     sync.Mutex
+	repairCursor *riverjob.ScanCursor // where the next repair pass continues
 }
 
 // NewCoordinator returns a coordinator on pool.

@@ -285,7 +285,11 @@ const (
 // listWorkflowsSQL is completed by List with the filters that are set. Ids
 // are UUIDv7, so id order is creation order and the primary key (or the
 // name or running index) pages through it without OFFSET.
-const listWorkflowsSQL = `SELECT ` + summaryColumns + ` FROM /*schema*/tributary_workflow WHERE true`
+//
+// The ordering names the table's column (w.id): the output column id is its
+// text, and ordering by that sorted the whole match instead of walking the
+// index (248 ms against well under 1 ms for a page of 200,000 workflows).
+const listWorkflowsSQL = `SELECT ` + summaryColumns + ` FROM /*schema*/tributary_workflow w WHERE true`
 
 // List returns a page of workflows, newest first, from their rows alone
 // (counts included; no task row is read).
@@ -323,9 +327,9 @@ func (c *Client) List(ctx context.Context, p ListParams) (*ListResult, error) {
 		if _, err := uuid.Parse(p.After); err != nil {
 			return nil, fmt.Errorf("invalid cursor %q: want a workflow id", p.After)
 		}
-		sb.WriteString(" AND id < " + arg(p.After) + "::uuid")
+		sb.WriteString(" AND w.id < " + arg(p.After) + "::uuid")
 	}
-	sb.WriteString(" ORDER BY id DESC LIMIT " + arg(limit+1))
+	sb.WriteString(" ORDER BY w.id DESC LIMIT " + arg(limit+1))
 	rows, err := c.qc.Pool().Query(ctx, sb.String(), append([]any{customPlan}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing workflows: %w", err)

@@ -11,7 +11,10 @@ import (
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
-// repairBatch bounds the tasks one repair pass looks at.
+// repairBatch bounds the active tasks one repair pass looks at: a pass
+// continues where the last one stopped and wraps around at the end, so its
+// cost does not grow with the number of active tasks (a large backlog is
+// covered over several passes).
 const repairBatch = 1000
 
 // Repair runs one pass of the safety net and returns how many tasks it
@@ -21,12 +24,18 @@ const repairBatch = 1000
 // job's outcome (a job completed that way leaves no output; a deleted job
 // counts as cancelled); an active task whose job is still pending is
 // released; a pending task with nothing left to wait for is decided. Only
-// tasks unchanged for 10 seconds are looked at. Each change is logged as a
+// tasks unchanged for 10 seconds are looked at, and of the active ones at
+// most 1,000 per pass, continuing where the previous pass stopped. Each change is logged as a
 // warning: by construction there are none.
 func (c *Coordinator) Repair(ctx context.Context) (int, error) {
 	now := time.Now().UTC()
 	quiet := now.Add(-repairQuietFor)
-	settled, err := riverjob.SettledActiveTasks(ctx, c.pool, c.cfg.Schema, quiet, repairBatch)
+	c.repairMu.Lock()
+	settled, next, err := riverjob.ScanActiveTasks(ctx, c.pool, c.cfg.Schema, quiet, c.repairCursor, repairBatch)
+	if err == nil {
+		c.repairCursor = next
+	}
+	c.repairMu.Unlock()
 	if err != nil {
 		return 0, err
 	}

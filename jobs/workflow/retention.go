@@ -17,12 +17,19 @@ import (
 const RetentionDefault = 30 * 24 * time.Hour
 
 // Clean-up target for the scheduler's clean-up job: rows of CleanupTable
-// matching CleanupWhere ($1 is the cut-off) are deletable. Deleting a
-// workflow's row deletes its task rows (ON DELETE CASCADE, through the
-// task table's primary key).
+// matching CleanupWhere ($1 is the cut-off) are deletable, oldest first by
+// CleanupOrderBy. Deleting a workflow's row deletes its task rows (ON
+// DELETE CASCADE, through the task table's primary key).
+//
+// Order the batch's selection by CleanupOrderBy: without statistics
+// (autovacuum off) Postgres reads the whole table for `finished_at < $1
+// LIMIT n` when few rows qualify (50 ms for 200,000 workflows, nothing to
+// delete); ordered, it walks the partial index on finished_at and stops
+// (under 0.1 ms; 10 ms for a batch of 500 with their 2,500 tasks).
 const (
-	CleanupTable = "tributary_workflow"
-	CleanupWhere = "finished_at < $1"
+	CleanupTable   = "tributary_workflow"
+	CleanupWhere   = "finished_at < $1"
+	CleanupOrderBy = "finished_at"
 )
 
 // DeleteBatchSizeDefault bounds the workflows one delete statement removes
@@ -32,7 +39,7 @@ const DeleteBatchSizeDefault = 500
 const deleteFinishedSQL = `
 DELETE FROM /*schema*/tributary_workflow WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM /*schema*/tributary_workflow WHERE ` + CleanupWhere + `
-    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+    ORDER BY ` + CleanupOrderBy + ` LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
 // DeleteFinishedBefore deletes workflows that finished before cutoff, with
 // their tasks, at most batchSize workflows per statement (default 500)

@@ -77,7 +77,7 @@ CREATE TABLE tributary_workflow_task (
     finished_at    timestamptz,
     PRIMARY KEY (workflow_id, name)
 );
--- The repair sweep looks at active tasks quiet for a while, and at pending
--- tasks left with nothing to wait for (by construction none).
-CREATE INDEX tributary_workflow_task_active_idx ON tributary_workflow_task (updated_at) WHERE state = 'active';
+-- The repair sweep pages through active tasks quiet for a while, and looks
+-- at pending tasks left with nothing to wait for (by construction none).
+CREATE INDEX tributary_workflow_task_active_idx ON tributary_workflow_task (updated_at, workflow_id, name) WHERE state = 'active';
 CREATE INDEX tributary_workflow_task_undecided_idx ON tributary_workflow_task (updated_at) WHERE state = 'pending' AND pending_deps = 0;
