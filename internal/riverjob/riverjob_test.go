@@ -159,6 +159,33 @@ func TestFinalizeRunning(t *testing.T) {
 	require.ErrorContains(t, err, `invalid final state "completed"`)
 }
 
+func TestCompleteRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	first := b.insert(t, 1, nil)
+	second := b.insert(t, 2, nil)
+	stale := b.insert(t, 3, nil)
+	notRunning := b.insert(t, 4, nil)
+	for _, id := range []int64{first.ID, second.ID, stale.ID} {
+		b.setRunning(t, id)
+	}
+	ids, err := riverjob.CompleteRunning(ctx, b.db.Pool, b.db.Schema, []riverjob.Attempt{
+		{ID: first.ID, Attempt: 1}, {ID: second.ID, Attempt: 1}, {ID: stale.ID, Attempt: 2}, {ID: notRunning.ID, Attempt: 0},
+	}, now)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{first.ID, second.ID}, ids)
+	got := b.get(t, first.ID)
+	require.Equal(t, rivertype.JobStateCompleted, got.State)
+	require.WithinDuration(t, now, *got.FinalizedAt, time.Millisecond)
+	require.Equal(t, rivertype.JobStateRunning, b.get(t, stale.ID).State)
+	require.Equal(t, rivertype.JobStateAvailable, b.get(t, notRunning.ID).State)
+	ids, err = riverjob.CompleteRunning(ctx, b.db.Pool, b.db.Schema, nil, now)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
+
 // completeWorker completes its job in a transaction of its own through
 // CompleteTx, from the row as a middleware sees it.
 type completeWorker struct {

@@ -141,33 +141,52 @@ func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error)
 	if len(outs) == 0 {
 		return nil, nil
 	}
-	doc, err := json.Marshal(outs)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := a.tx.Query(ctx, a.sql.finishTasks, customPlan, string(doc), a.now)
-	if err != nil {
-		return nil, fmt.Errorf("error recording task outcomes: %w", err)
-	}
 	type key struct{ wf, task string }
 	recorded := map[key]bool{}
 	var res []resolution
-	for rows.Next() {
-		var wf, name string
-		var from, to TaskState
-		var dependents []string
-		if err := rows.Scan(&wf, &name, &from, &to, &dependents); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("error recording task outcomes: %w", err)
+	record := func(outs []outcome, from TaskState) error {
+		doc, err := json.Marshal(outs)
+		if err != nil {
+			return err
 		}
-		recorded[key{wf, name}] = true
-		a.delta(wf).move(from, to)
-		if from == TaskActive && len(dependents) > 0 {
-			res = append(res, resolution{workflowID: wf, dependents: dependents, satisfied: to.satisfied()})
+		rows, err := a.tx.Query(ctx, a.sql.finishTasks, customPlan, string(doc), a.now, string(from))
+		if err != nil {
+			return fmt.Errorf("error recording task outcomes: %w", err)
+		}
+		for rows.Next() {
+			var wf, name string
+			var to TaskState
+			var dependents []string
+			if err := rows.Scan(&wf, &name, &to, &dependents); err != nil {
+				rows.Close()
+				return fmt.Errorf("error recording task outcomes: %w", err)
+			}
+			recorded[key{wf, name}] = true
+			a.delta(wf).move(from, to)
+			if from == TaskActive && len(dependents) > 0 {
+				res = append(res, resolution{workflowID: wf, dependents: dependents, satisfied: to.satisfied()})
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("error recording task outcomes: %w", err)
+		}
+		return nil
+	}
+	if err := record(outs, TaskActive); err != nil {
+		return nil, err
+	}
+	// Completions of tasks an operator cancelled while they ran (rare: a
+	// second statement only then).
+	var late []outcome
+	for _, o := range outs {
+		if o.State == TaskCompleted && !recorded[key{o.WorkflowID, o.Task}] {
+			late = append(late, o)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error recording task outcomes: %w", err)
+	if len(late) > 0 {
+		if err := record(late, TaskCancelled); err != nil {
+			return nil, err
+		}
 	}
 	var done []outcome
 	for _, o := range outs {
@@ -178,28 +197,23 @@ func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error)
 	return done, a.resolve(ctx, res)
 }
 
-// finishTasksSQL records outcomes. The attempt errors get the task's run
-// number here, where it is known. The old state comes from a join (UPDATE
-// RETURNING shows only new values); it is the locked row's, since every
-// writer holds the workflow's lock.
+// finishTasksSQL records outcomes of tasks in state $3. The attempt errors
+// get the task's run number here, where it is known. The old state is the
+// parameter rather than read in a join: the join cost a primary-key probe
+// per task in the hottest statement.
 const finishTasksSQL = `
 UPDATE /*schema*/tributary_workflow_task t
-SET state = s.new_state,
-    output = CASE WHEN s.new_state = 'completed' THEN s.output END,
-    attempts = t.attempts + s.attempt,
-    errors = t.errors || coalesce((SELECT jsonb_agg(e || jsonb_build_object('run', t.run)) FROM jsonb_array_elements(s.errors) e), '[]'),
-    started_at = s.started_at,
+SET state = u.new_state,
+    output = CASE WHEN u.new_state = 'completed' THEN u.output END,
+    attempts = t.attempts + u.attempt,
+    errors = t.errors || coalesce((SELECT jsonb_agg(e || jsonb_build_object('run', t.run)) FROM jsonb_array_elements(u.errors) e), '[]'),
+    started_at = u.started_at,
     finished_at = $2,
     updated_at = $2
-FROM (
-    SELECT u.*, t0.state AS old_state
-    FROM jsonb_to_recordset($1::jsonb) AS u(workflow_id uuid, name text, job_id bigint, new_state text, output jsonb,
-        attempt integer, started_at timestamptz, errors jsonb)
-    JOIN /*schema*/tributary_workflow_task t0 ON t0.workflow_id = u.workflow_id AND t0.name = u.name AND t0.job_id = u.job_id
-) s
-WHERE t.workflow_id = s.workflow_id AND t.name = s.name
-  AND (s.old_state = 'active' OR (s.old_state = 'cancelled' AND s.new_state = 'completed'))
-RETURNING t.workflow_id::text, t.name, s.old_state, t.state, t.dependents`
+FROM jsonb_to_recordset($1::jsonb) AS u(workflow_id uuid, name text, job_id bigint, new_state text, output jsonb,
+    attempt integer, started_at timestamptz, errors jsonb)
+WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.job_id = u.job_id AND t.state = $3::text
+RETURNING t.workflow_id::text, t.name, t.state, t.dependents`
 
 // resolve tells dependents that tasks finished, until nothing more
 // changes: a dependent whose last dependency finished becomes active (or
@@ -368,31 +382,33 @@ func (a *advance) changed(wf string, state TaskState, dependents []string, jobID
 	return resolution{}, false
 }
 
-// decrementDepsSQL tells pending tasks that n of their dependencies
-// finished, nf of them failed or cancelled, and decides each task that can
-// be decided: cancelled at once when a dependency failed and its policy is
+// decideSQL is a pending task's state after n of its dependencies finished,
+// nf of them failed or cancelled (t's columns are the values before the
+// update): cancelled at once when a dependency failed and its policy is
 // cancel; once nothing is left to wait for, active (all satisfied, or
-// policy run) or skipped (policy skip). Tasks with a RunIf condition stay
-// pending for the caller to decide. With n = 0 it only decides.
+// policy run) or skipped (policy skip). A task with a RunIf condition stays
+// pending for the caller to decide.
+const decideSQL = `CASE
+            WHEN t.run_if IS NOT NULL THEN 'pending'
+            WHEN t.failed_deps + u.nf > 0 AND t.on_dep_failure = 'cancel' THEN 'cancelled'
+            WHEN t.pending_deps - u.n > 0 THEN 'pending'
+            WHEN t.failed_deps + u.nf = 0 OR t.on_dep_failure = 'run' THEN 'active'
+            ELSE 'skipped'
+        END`
+
+// decrementDepsSQL tells pending tasks that n of their dependencies
+// finished, nf of them failed or cancelled, and decides each (decideSQL).
+// With n = 0 it only decides. The decision is written out three times
+// rather than computed once in a join of the table with itself: the join
+// cost a primary-key probe per task.
 const decrementDepsSQL = `
 UPDATE /*schema*/tributary_workflow_task t
-SET pending_deps = s.new_pending, failed_deps = s.new_failed, state = s.new_state, updated_at = $5,
-    ready_at = CASE WHEN s.new_state = 'active' THEN $5 ELSE t.ready_at END,
-    finished_at = CASE WHEN s.new_state IN ('cancelled', 'skipped') THEN $5 ELSE t.finished_at END
-FROM (
-    SELECT t0.workflow_id, t0.name, t0.pending_deps - u.n AS new_pending, t0.failed_deps + u.nf AS new_failed,
-        CASE
-            WHEN t0.run_if IS NOT NULL THEN 'pending'
-            WHEN t0.failed_deps + u.nf > 0 AND t0.on_dep_failure = 'cancel' THEN 'cancelled'
-            WHEN t0.pending_deps - u.n > 0 THEN 'pending'
-            WHEN t0.failed_deps + u.nf = 0 OR t0.on_dep_failure = 'run' THEN 'active'
-            ELSE 'skipped'
-        END AS new_state
-    FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[]) AS u(workflow_id, name, n, nf)
-    JOIN /*schema*/tributary_workflow_task t0 ON t0.workflow_id = u.workflow_id AND t0.name = u.name
-    WHERE t0.state = 'pending'
-) s
-WHERE t.workflow_id = s.workflow_id AND t.name = s.name
+SET pending_deps = t.pending_deps - u.n, failed_deps = t.failed_deps + u.nf, state = ` + decideSQL + `,
+    updated_at = $5,
+    ready_at = CASE WHEN ` + decideSQL + ` = 'active' THEN $5 ELSE t.ready_at END,
+    finished_at = CASE WHEN ` + decideSQL + ` IN ('cancelled', 'skipped') THEN $5 ELSE t.finished_at END
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[]) AS u(workflow_id, name, n, nf)
+WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.state = 'pending'
 RETURNING t.workflow_id::text, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id`
 
 const taskStatesSQL = `

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -14,11 +15,10 @@ import (
 )
 
 // completerMaxBatch bounds how many task outcomes share one transaction;
-// completerMaxCommitters how many such transactions run at once in one
-// process.
+// completerShards is how many such transactions run at once in one process.
 const (
-	completerMaxBatch      = 200
-	completerMaxCommitters = 4
+	completerMaxBatch = 200
+	completerShards   = 4
 )
 
 // request is one task outcome waiting for its transaction.
@@ -36,24 +36,39 @@ type request struct {
 // events lanes measured 152 completions/s that way, 570/s grouped).
 // Outcomes that arrive while a transaction runs share the next one. There is
 // no timer: a lone outcome commits at once.
+//
+// Outcomes are sharded by workflow, one committer per shard: a transaction
+// holds its workflows' locks until it commits, and the tasks of one
+// workflow that finish together (a diamond's middle tasks) would otherwise
+// land in the batches of different committers and wait for each other's
+// commits. Measured with 4,000 five-task diamonds in one process: a batch
+// waited up to 190 ms for those locks, and the run reached 0.26 to 0.38 of
+// plain River jobs' throughput.
 type completer struct {
 	c *Coordinator
 
-	mu         sync.Mutex
-	queue      []*request
-	committers int
+	shards [completerShards]shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	queue   []*request
+	running bool
 }
 
 // submit queues an outcome and waits for its transaction.
 func (cp *completer) submit(ctx context.Context, req *request) error {
 	req.done = make(chan error, 1)
-	cp.mu.Lock()
-	cp.queue = append(cp.queue, req)
-	if cp.committers < completerMaxCommitters {
-		cp.committers++
-		go cp.drain()
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(req.outcome.WorkflowID))
+	sh := &cp.shards[h.Sum32()%completerShards]
+	sh.mu.Lock()
+	sh.queue = append(sh.queue, req)
+	if !sh.running {
+		sh.running = true
+		go cp.drain(sh)
 	}
-	cp.mu.Unlock()
+	sh.mu.Unlock()
 	select {
 	case err := <-req.done:
 		return err
@@ -64,19 +79,19 @@ func (cp *completer) submit(ctx context.Context, req *request) error {
 	}
 }
 
-func (cp *completer) drain() {
+func (cp *completer) drain(sh *shard) {
 	for {
-		cp.mu.Lock()
-		if len(cp.queue) == 0 {
-			cp.committers--
-			cp.mu.Unlock()
+		sh.mu.Lock()
+		if len(sh.queue) == 0 {
+			sh.running = false
+			sh.mu.Unlock()
 			return
 		}
-		n := min(len(cp.queue), completerMaxBatch)
+		n := min(len(sh.queue), completerMaxBatch)
 		batch := make([]*request, n)
-		copy(batch, cp.queue[:n])
-		cp.queue = cp.queue[n:]
-		cp.mu.Unlock()
+		copy(batch, sh.queue[:n])
+		sh.queue = sh.queue[n:]
+		sh.mu.Unlock()
 		cp.commit(batch)
 	}
 }
@@ -116,41 +131,32 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		// Finalize the jobs first, guarded by running at this attempt: an
 		// attempt that was rescued and handed on meanwhile is stale, and
 		// its outcome is dropped.
-		live := make([]outcome, 0, len(batch))
+		var completions []riverjob.Attempt
 		var finals []riverjob.Final
-		byJob := map[int64]*request{}
+		byJob := make(map[int64]*request, len(batch))
 		for _, req := range batch {
+			byJob[req.job.ID] = req
 			if req.jobState == rivertype.JobStateCompleted {
-				// The job's own context, without its cancellation (a
-				// completion being written should not be cut short).
-				row, err := riverjob.CompleteTx(context.WithoutCancel(req.jobCtx), tx, req.job)
-				if errors.Is(err, rivertype.ErrNotFound) {
-					stale++
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("error completing job %d: %w", req.job.ID, err)
-				}
-				if row.State != rivertype.JobStateCompleted || row.Attempt != req.job.Attempt {
-					stale++
-					continue
-				}
-				live = append(live, req.outcome)
+				completions = append(completions, riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt})
 				continue
 			}
 			last := req.outcome.Errors[len(req.outcome.Errors)-1]
 			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
 				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
-			byJob[req.job.ID] = req
 		}
-		done, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
+		completed, err := cp.completeJobs(ctx, tx, completions, byJob, now)
 		if err != nil {
 			return err
 		}
-		stale += len(finals) - len(done)
-		for _, id := range done {
+		finalized, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
+		if err != nil {
+			return err
+		}
+		live := make([]outcome, 0, len(batch))
+		for _, id := range append(completed, finalized...) {
 			live = append(live, byJob[id].outcome)
 		}
+		stale = len(batch) - len(live)
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
 		if recorded, err = a.finish(ctx, live); err != nil {
 			return err
@@ -177,11 +183,38 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		}
 	}
 	for id, st := range finished {
-		c.logger.InfoContext(ctx, "workflow finished", "workflow_id", id, "status", st)
+		c.logger.DebugContext(ctx, "workflow finished", "workflow_id", id, "status", st)
 	}
 	if err := riverjob.Wake(ctx, c.pool, c.cfg.Schema, queues); err != nil {
 		// The jobs are available; River's poll finds them without it.
 		c.logger.WarnContext(ctx, "error waking River for released tasks", "error", err)
 	}
 	return nil
+}
+
+// completeJobs completes the jobs of successful tasks and returns those it
+// completed. A lone completion goes through River's JobCompleteTx (with the
+// job's own context, without its cancellation, since River finds its client
+// and the attempt's metadata updates there); several go in one statement
+// (riverjob.CompleteRunning), what JobCompleteTx writes for each.
+func (cp *completer) completeJobs(ctx context.Context, tx pgx.Tx, attempts []riverjob.Attempt, byJob map[int64]*request, now time.Time) ([]int64, error) {
+	switch len(attempts) {
+	case 0:
+		return nil, nil
+	case 1:
+		req := byJob[attempts[0].ID]
+		row, err := riverjob.CompleteTx(context.WithoutCancel(req.jobCtx), tx, req.job)
+		if errors.Is(err, rivertype.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error completing job %d: %w", req.job.ID, err)
+		}
+		if row.State != rivertype.JobStateCompleted || row.Attempt != req.job.Attempt {
+			return nil, nil
+		}
+		return []int64{row.ID}, nil
+	default:
+		return riverjob.CompleteRunning(ctx, tx, cp.c.cfg.Schema, attempts, now)
+	}
 }

@@ -29,6 +29,7 @@ type stepArgs struct {
 	Wait         bool     `json:"wait,omitempty"` // block until released or cancelled
 	Read         []string `json:"read,omitempty"` // outputs to read
 	NoOutput     bool     `json:"no_output,omitempty"`
+	RiverOutput  bool     `json:"river_output,omitempty"` // also river.RecordOutput
 }
 
 func (stepArgs) Kind() string { return "wftest.step" }
@@ -129,6 +130,11 @@ func (w *stepWorker) Work(ctx context.Context, job *river.Job[stepArgs]) error {
 			out.Read = map[string]json.RawMessage{}
 		}
 		out.Read[r] = raw
+	}
+	if a.RiverOutput {
+		if err := river.RecordOutput(ctx, a.Name); err != nil {
+			return err
+		}
 	}
 	if a.NoOutput {
 		return nil

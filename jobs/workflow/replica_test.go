@@ -48,7 +48,7 @@ func (p *replicaProc) start() {
 	}
 	cmd := exec.Command(p.bin)
 	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
+		"DATABASE_URL="+dbURL+sep+"pool_max_conns=5",
 		"TRIBUTARY_SCHEMA="+p.db.Schema,
 		"REPLICA_NAME="+p.name,
 		"REPLICA_FAIL_RATE=0.05",

@@ -178,3 +178,31 @@ func TestOutputAPI(t *testing.T) {
 	_, ok := workflow.Current(ctx)
 	require.False(t, ok)
 }
+
+// TestRiverMetadataKept: what a task records in River's metadata
+// (river.RecordOutput) is on its completed job, whether the completion went
+// through River's JobCompleteTx alone or with others in one statement.
+func TestRiverMetadataKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := workflow.New("w", nil)
+	for i := range 50 {
+		n := fmt.Sprint("t", i)
+		wf.Add(n, stepArgs{Name: n, RiverOutput: true}, nil)
+	}
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	for name, id := range res.Jobs {
+		pgtest.WaitFor(t, 10*time.Second, "River's output on job of "+name, func() (bool, error) {
+			job, err := b.rt.River().JobGet(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			return string(job.Output()) == `"`+name+`"`, nil
+		})
+	}
+	st := b.coord.Stats()
+	require.Less(t, st.Batches, st.Completed, "some completions shared a transaction (the set-based path): %+v", st)
+}
