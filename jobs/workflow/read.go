@@ -122,6 +122,24 @@ func (c *Client) resolve(ctx context.Context, db queue.DBTX, ref string) (string
 	return id, nil
 }
 
+// Summary returns the workflow ref names (its id, else its caller key) from
+// its row alone, without its tasks, or a *NotFoundError.
+func (c *Client) Summary(ctx context.Context, ref string) (*Summary, error) {
+	id, err := c.resolve(ctx, c.qc.Pool(), ref)
+	if err != nil {
+		return nil, err
+	}
+	var s Summary
+	var input []byte
+	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &s, &input); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, &NotFoundError{Ref: ref}
+		}
+		return nil, fmt.Errorf("error reading workflow %s: %w", id, err)
+	}
+	return &s, nil
+}
+
 // Get returns the workflow ref names (its id, else its caller key) with
 // every task, or a *NotFoundError (errors.Is ErrNotFound).
 func (c *Client) Get(ctx context.Context, ref string) (*Details, error) {

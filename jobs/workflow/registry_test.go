@@ -127,6 +127,12 @@ func TestList(t *testing.T) {
 	require.Equal(t, ids[0], page.Workflows[0].ID)
 	require.Equal(t, workflow.Counts{Cancelled: 4}, page.Workflows[0].Counts)
 
+	sum, err := client.Summary(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, page.Workflows[0], *sum)
+	_, err = client.Summary(ctx, "nope")
+	require.ErrorIs(t, err, workflow.ErrNotFound)
+
 	_, err = client.List(ctx, workflow.ListParams{Statuses: []workflow.Status{"done"}})
 	require.EqualError(t, err, `invalid workflow status "done": want one of [running completed failed cancelled]`)
 	_, err = client.List(ctx, workflow.ListParams{Limit: 5000})
