@@ -110,6 +110,13 @@ type RuntimeConfig struct {
 	// Defaults to "tributary-<host>-<pid>-<random>".
 	ID string
 
+	// Middleware wrap every job this runtime works, outside the runtime's
+	// own (the first is the outermost), so they see each job's final result
+	// (jobs/workflow's Coordinator records task outcomes this way).
+	//
+	// Defaults to none.
+	Middleware []rivertype.Middleware
+
 	// RiverConfigFunc may adjust River's configuration after tributary
 	// filled it; it is the escape hatch for settings tributary does not
 	// expose.
@@ -209,6 +216,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		ID:                          cfg.ID,
 		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.guardJob)},
 	}
+	rcfg.Middleware = append(append([]rivertype.Middleware(nil), cfg.Middleware...), rcfg.Middleware...)
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
 	}

@@ -1,0 +1,362 @@
+package riverjob_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/queue"
+)
+
+type testArgs struct {
+	N int `json:"n"`
+}
+
+func (testArgs) Kind() string { return "riverjob.test" }
+
+type testBundle struct {
+	db     *pgtest.DB
+	client *queue.Client
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	return &testBundle{db: db, client: db.Client(t)}
+}
+
+// insert inserts a job with opts and returns its row.
+func (b *testBundle) insert(t *testing.T, n int, opts *river.InsertOpts) *rivertype.JobRow {
+	t.Helper()
+	res, err := b.client.River().Insert(context.Background(), testArgs{N: n}, opts)
+	require.NoError(t, err)
+	return res.Job
+}
+
+// setRunning puts a job into the state a producer's fetch leaves it in.
+func (b *testBundle) setRunning(t *testing.T, id int64) {
+	t.Helper()
+	_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`UPDATE /*schema*/river_job
+        SET state = 'running', attempt = attempt + 1, attempted_at = now(), attempted_by = array_append(attempted_by, 'test')
+        WHERE id = $1`), id)
+	require.NoError(t, err)
+}
+
+func (b *testBundle) get(t *testing.T, id int64) *rivertype.JobRow {
+	t.Helper()
+	job, err := b.client.River().JobGet(context.Background(), id)
+	require.NoError(t, err)
+	return job
+}
+
+func TestPromote(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+
+	due := b.insert(t, 1, &river.InsertOpts{Pending: true, Queue: "q1"})
+	due2 := b.insert(t, 2, &river.InsertOpts{Pending: true, Queue: "q1"})
+	later := b.insert(t, 3, &river.InsertOpts{Pending: true, Queue: "q2", ScheduledAt: now.Add(time.Hour)})
+	avail := b.insert(t, 4, &river.InsertOpts{Queue: "q3"})
+	require.Equal(t, rivertype.JobStatePending, due.State)
+
+	before := time.Now()
+	queues, err := riverjob.Promote(ctx, b.db.Pool, b.db.Schema, []int64{due.ID, due2.ID, later.ID, avail.ID, 999999})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q1", "q2"}, queues, "the queues of the promoted jobs, once each")
+
+	got := b.get(t, due.ID)
+	require.Equal(t, rivertype.JobStateAvailable, got.State)
+	require.WithinDuration(t, before, got.ScheduledAt, time.Second, "a promoted job queues from now")
+	require.True(t, got.ScheduledAt.After(due.ScheduledAt))
+	got = b.get(t, later.ID)
+	require.Equal(t, rivertype.JobStateScheduled, got.State, "a job scheduled for later waits for River's scheduler")
+	require.WithinDuration(t, now.Add(time.Hour), got.ScheduledAt, time.Millisecond)
+	require.Equal(t, avail.ScheduledAt, b.get(t, avail.ID).ScheduledAt, "a job that was not pending is untouched")
+
+	queues, err = riverjob.Promote(ctx, b.db.Pool, b.db.Schema, nil)
+	require.NoError(t, err)
+	require.Empty(t, queues)
+}
+
+func TestCancelUnstarted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+
+	pending := b.insert(t, 1, &river.InsertOpts{Pending: true})
+	avail := b.insert(t, 2, nil)
+	sched := b.insert(t, 3, &river.InsertOpts{ScheduledAt: now.Add(time.Hour)})
+	running := b.insert(t, 4, nil)
+	b.setRunning(t, running.ID)
+
+	ids, err := riverjob.CancelUnstarted(ctx, b.db.Pool, b.db.Schema, []int64{pending.ID, avail.ID, sched.ID, running.ID}, now)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{pending.ID, avail.ID, sched.ID}, ids)
+	for _, id := range ids {
+		got := b.get(t, id)
+		require.Equal(t, rivertype.JobStateCancelled, got.State)
+		require.NotNil(t, got.FinalizedAt)
+		var meta map[string]any
+		require.NoError(t, json.Unmarshal(got.Metadata, &meta))
+		require.Contains(t, meta, "cancel_attempted_at", "as River's JobCancel marks it")
+	}
+	require.Equal(t, rivertype.JobStateRunning, b.get(t, running.ID).State, "a running job is left to JobCancelTx")
+
+	// River's own retry of a job cancelled this way runs it again, so the
+	// mark is what River expects.
+	retried, err := b.client.River().JobRetry(ctx, pending.ID)
+	require.NoError(t, err)
+	require.Equal(t, rivertype.JobStateAvailable, retried.State)
+}
+
+func TestFinalizeRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+
+	discard := b.insert(t, 1, nil)
+	cancel := b.insert(t, 2, nil)
+	stale := b.insert(t, 3, nil)
+	notRunning := b.insert(t, 4, nil)
+	for _, id := range []int64{discard.ID, cancel.ID, stale.ID} {
+		b.setRunning(t, id)
+	}
+	ae := rivertype.AttemptError{At: now, Attempt: 1, Error: "boom", Trace: "trace"}
+	ids, err := riverjob.FinalizeRunning(ctx, b.db.Pool, b.db.Schema, []riverjob.Final{
+		{ID: discard.ID, Attempt: 1, State: rivertype.JobStateDiscarded, Error: ae},
+		{ID: cancel.ID, Attempt: 1, State: rivertype.JobStateCancelled, Error: ae},
+		{ID: stale.ID, Attempt: 2, State: rivertype.JobStateDiscarded, Error: ae},
+		{ID: notRunning.ID, Attempt: 0, State: rivertype.JobStateDiscarded, Error: ae},
+	}, now)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{discard.ID, cancel.ID}, ids, "only running jobs at the given attempt")
+
+	got := b.get(t, discard.ID)
+	require.Equal(t, rivertype.JobStateDiscarded, got.State)
+	require.NotNil(t, got.FinalizedAt)
+	require.Len(t, got.Errors, 1)
+	require.Equal(t, "boom", got.Errors[0].Error)
+	require.Equal(t, "trace", got.Errors[0].Trace)
+	require.Equal(t, rivertype.JobStateCancelled, b.get(t, cancel.ID).State)
+	require.Equal(t, rivertype.JobStateRunning, b.get(t, stale.ID).State)
+	require.Equal(t, rivertype.JobStateAvailable, b.get(t, notRunning.ID).State)
+
+	_, err = riverjob.FinalizeRunning(ctx, b.db.Pool, b.db.Schema, []riverjob.Final{{ID: 1, State: rivertype.JobStateCompleted}}, now)
+	require.ErrorContains(t, err, `invalid final state "completed"`)
+}
+
+func TestCompleteRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	first := b.insert(t, 1, nil)
+	second := b.insert(t, 2, nil)
+	stale := b.insert(t, 3, nil)
+	notRunning := b.insert(t, 4, nil)
+	for _, id := range []int64{first.ID, second.ID, stale.ID} {
+		b.setRunning(t, id)
+	}
+	ids, err := riverjob.CompleteRunning(ctx, b.db.Pool, b.db.Schema, []riverjob.Attempt{
+		{ID: first.ID, Attempt: 1}, {ID: second.ID, Attempt: 1}, {ID: stale.ID, Attempt: 2}, {ID: notRunning.ID, Attempt: 0},
+	}, now)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []int64{first.ID, second.ID}, ids)
+	got := b.get(t, first.ID)
+	require.Equal(t, rivertype.JobStateCompleted, got.State)
+	require.WithinDuration(t, now, *got.FinalizedAt, time.Millisecond)
+	require.Equal(t, rivertype.JobStateRunning, b.get(t, stale.ID).State)
+	require.Equal(t, rivertype.JobStateAvailable, b.get(t, notRunning.ID).State)
+	ids, err = riverjob.CompleteRunning(ctx, b.db.Pool, b.db.Schema, nil, now)
+	require.NoError(t, err)
+	require.Empty(t, ids)
+}
+
+// completeWorker completes its job in a transaction of its own through
+// CompleteTx, from the row as a middleware sees it.
+type completeWorker struct {
+	river.WorkerDefaults[testArgs]
+	pool interface {
+		Begin(ctx context.Context) (pgx.Tx, error)
+	}
+	got chan *rivertype.JobRow
+}
+
+func (w *completeWorker) Work(ctx context.Context, job *river.Job[testArgs]) error {
+	tx, err := w.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	row, err := riverjob.CompleteTx(ctx, tx, job.JobRow)
+	if err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	w.got <- row
+	return errors.New("ignored: the committed completion wins")
+}
+
+func TestCompleteTx(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := &completeWorker{pool: b.db.Pool, got: make(chan *rivertype.JobRow, 1)}
+	rt := pgtest.StartRuntime(t, b.db, queue.RuntimeConfig{}, func(rt *queue.Runtime) { queue.AddWorker(rt, w) })
+	res, err := rt.River().Insert(context.Background(), testArgs{N: 7}, nil)
+	require.NoError(t, err)
+	select {
+	case row := <-w.got:
+		require.Equal(t, res.Job.ID, row.ID)
+		require.Equal(t, rivertype.JobStateCompleted, row.State)
+		require.Equal(t, 1, row.Attempt)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker never ran")
+	}
+	b.db.WaitForJobState(t, res.Job.ID, rivertype.JobStateCompleted, 10*time.Second)
+	require.Empty(t, b.get(t, res.Job.ID).Errors, "the error returned after the committed completion is not recorded")
+}
+
+func TestScanActiveTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+
+	completed := b.insert(t, 1, nil)
+	b.setRunning(t, completed.ID)
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'completed', finalized_at = now() WHERE id = $1`), completed.ID)
+	require.NoError(t, err)
+	discarded := b.insert(t, 2, nil)
+	b.setRunning(t, discarded.ID)
+	_, err = riverjob.FinalizeRunning(ctx, b.db.Pool, b.db.Schema, []riverjob.Final{{ID: discarded.ID, Attempt: 1, State: rivertype.JobStateDiscarded,
+		Error: rivertype.AttemptError{At: now, Attempt: 1, Error: "gave up"}}}, now)
+	require.NoError(t, err)
+	cancelled := b.insert(t, 3, nil)
+	_, err = b.client.River().JobCancel(ctx, cancelled.ID)
+	require.NoError(t, err)
+	pending := b.insert(t, 4, &river.InsertOpts{Pending: true})
+	running := b.insert(t, 5, nil)
+	b.setRunning(t, running.ID)
+	recent := b.insert(t, 6, nil)
+	b.setRunning(t, recent.ID)
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'completed', finalized_at = now() WHERE id = $1`), recent.ID)
+	require.NoError(t, err)
+
+	wf := uuid.Must(uuid.NewV7())
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_workflow
+        (id, name, status, task_count, tasks_pending, tasks_active, tasks_completed, tasks_failed, tasks_cancelled, tasks_skipped, created_at, updated_at)
+        VALUES ($1, 'w', 'running', 7, 0, 7, 0, 0, 0, 0, $2, $2)`), wf, now)
+	require.NoError(t, err)
+	old := now.Add(-time.Minute)
+	for _, task := range []struct {
+		name    string
+		jobID   int64
+		updated time.Time
+	}{
+		{"completed", completed.ID, old}, {"discarded", discarded.ID, old}, {"cancelled", cancelled.ID, old},
+		{"pending", pending.ID, old}, {"running", running.ID, old}, {"recent", recent.ID, now}, {"deleted", 424242, old},
+	} {
+		_, err = b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_workflow_task
+            (workflow_id, name, position, kind, args, queue, priority, max_attempts, tags, metadata, deps, dependents, pending_deps, failed_deps,
+             on_dep_failure, state, job_id, run, attempts, errors, created_at, updated_at)
+            VALUES ($1, $2, 0, 'riverjob.test', '{}', 'default', 1, 25, '{}', '{}', '{}', '{}', 0, 0, 'cancel', 'active', $3, 1, 0, '[]', $4, $4)`),
+			wf, task.name, task.jobID, task.updated)
+		require.NoError(t, err)
+	}
+
+	settled, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), nil, 100)
+	require.NoError(t, err)
+	require.Nil(t, next, "the scan reached the end")
+	byTask := map[string]riverjob.Settled{}
+	for _, s := range settled {
+		require.Equal(t, wf.String(), s.WorkflowID)
+		byTask[s.Task] = s
+	}
+	require.Len(t, byTask, 5, "finalized, pending and deleted jobs of quiet tasks: %v", byTask)
+	require.Equal(t, rivertype.JobStateCompleted, byTask["completed"].JobState)
+	require.Equal(t, rivertype.JobStateDiscarded, byTask["discarded"].JobState)
+	require.Len(t, byTask["discarded"].Errors, 1)
+	require.Equal(t, "gave up", byTask["discarded"].Errors[0].Error)
+	require.Equal(t, 1, byTask["discarded"].Attempt)
+	require.Equal(t, rivertype.JobStateCancelled, byTask["cancelled"].JobState)
+	require.True(t, byTask["cancelled"].CancelAttempted)
+	require.False(t, byTask["discarded"].CancelAttempted)
+	require.Equal(t, rivertype.JobStatePending, byTask["pending"].JobState)
+	require.Equal(t, rivertype.JobState(""), byTask["deleted"].JobState)
+	require.NotContains(t, byTask, "running")
+	require.NotContains(t, byTask, "recent", "a task changed within the quiet time is left alone")
+
+	// Pages of two: the six quiet tasks in three pages, then the end; the
+	// settled ones are the same five.
+	var cursor *riverjob.ScanCursor
+	paged := map[string]bool{}
+	for page := 0; ; page++ {
+		require.Less(t, page, 4)
+		got, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), cursor, 2)
+		require.NoError(t, err)
+		for _, s := range got {
+			require.False(t, paged[s.Task], "task %s seen twice", s.Task)
+			paged[s.Task] = true
+		}
+		if next == nil {
+			break
+		}
+		cursor = next
+	}
+	require.Len(t, paged, 5)
+}
+
+func TestWake(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	channel := b.db.Schema + ".river_insert"
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize())
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(context.Background(), "UNLISTEN *") }()
+
+	require.NoError(t, riverjob.Wake(ctx, b.db.Pool, b.db.Schema, []string{"alpha", "beta"}))
+	got := map[string]bool{}
+	for range 2 {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.Equal(t, channel, n.Channel)
+		var p struct {
+			Queue string `json:"queue"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(n.Payload), &p))
+		got[p.Queue] = true
+	}
+	require.Equal(t, map[string]bool{"alpha": true, "beta": true}, got)
+	require.NoError(t, riverjob.Wake(ctx, b.db.Pool, b.db.Schema, nil))
+}
+
+func TestRawArgs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.client.River().Insert(context.Background(), riverjob.RawArgs("riverjob.test", json.RawMessage(`{"n":5}`)), &river.InsertOpts{Queue: "raw"})
+	require.NoError(t, err)
+	require.Equal(t, "riverjob.test", res.Job.Kind)
+	require.JSONEq(t, `{"n":5}`, string(res.Job.EncodedArgs))
+	require.Equal(t, "raw", res.Job.Queue)
+}

@@ -1,0 +1,495 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// AttemptError is one failed attempt of a task, kept on the task's row so it
+// outlives River's job retention.
+type AttemptError struct {
+	// Run is the task's run the attempt belonged to (1, then one more per
+	// Retry that re-ran the task).
+	Run     int       `json:"run"`
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
+	Trace   string    `json:"trace,omitempty"`
+}
+
+// outcome is how a task's job ended, to be recorded on its row.
+type outcome struct {
+	WorkflowID string          `json:"workflow_id"`
+	Task       string          `json:"name"`
+	JobID      int64           `json:"job_id"`
+	State      TaskState       `json:"new_state"` // completed, failed or cancelled
+	Output     json.RawMessage `json:"output"`
+	Attempt    int             `json:"attempt"`
+	StartedAt  *time.Time      `json:"started_at"`
+	Errors     []AttemptError  `json:"errors"`
+}
+
+// resolution is a finished task whose dependents must hear of it.
+type resolution struct {
+	workflowID string
+	dependents []string
+	satisfied  bool
+}
+
+// counts are per-state task count changes of one workflow.
+type counts struct {
+	pending, active, completed, failed, cancelled, skipped int
+}
+
+func (c *counts) add(s TaskState, n int) {
+	switch s {
+	case TaskPending:
+		c.pending += n
+	case TaskActive:
+		c.active += n
+	case TaskCompleted:
+		c.completed += n
+	case TaskFailed:
+		c.failed += n
+	case TaskCancelled:
+		c.cancelled += n
+	case TaskSkipped:
+		c.skipped += n
+	}
+}
+
+// move records a task going from one state to another.
+func (c *counts) move(from, to TaskState) {
+	c.add(from, -1)
+	c.add(to, 1)
+}
+
+// advance is one transaction's worth of workflow changes: it collects the
+// count changes and the jobs to release or cancel while tasks change, and
+// writes them at the end (flush), so each kind of change is one statement
+// however many tasks and workflows the transaction touches.
+type advance struct {
+	tx     pgx.Tx
+	sql    *statements
+	schema string
+	now    time.Time
+
+	deltas   map[string]*counts
+	promote  []int64 // pending jobs of tasks that became active
+	cancel   []int64 // pending jobs of tasks that were cancelled or skipped
+	finished map[string]Status
+}
+
+func newAdvance(tx pgx.Tx, sql *statements, schema string, now time.Time) *advance {
+	return &advance{tx: tx, sql: sql, schema: schema, now: now, deltas: map[string]*counts{}, finished: map[string]Status{}}
+}
+
+func (a *advance) delta(wf string) *counts {
+	d := a.deltas[wf]
+	if d == nil {
+		d = &counts{}
+		a.deltas[wf] = d
+	}
+	return d
+}
+
+// lockWorkflows takes the row locks of the workflows, in id order, and
+// returns their statuses. Every change to a workflow's tasks happens under
+// this lock, so concurrent completions, cancels and retries of one workflow
+// are serialised, each statement after it sees the previous holders'
+// commits, and no two transactions wait for each other's task rows in a
+// cycle.
+func lockWorkflows(ctx context.Context, tx pgx.Tx, sql *statements, ids []string) (map[string]Status, error) {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	rows, err := tx.Query(ctx, sql.lockWorkflows, customPlan, ids)
+	if err != nil {
+		return nil, fmt.Errorf("error locking workflows: %w", err)
+	}
+	out := make(map[string]Status, len(ids))
+	for rows.Next() {
+		var id string
+		var st Status
+		if err := rows.Scan(&id, &st); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("error locking workflows: %w", err)
+		}
+		out[id] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error locking workflows: %w", err)
+	}
+	return out, nil
+}
+
+const lockWorkflowsSQL = `
+SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY($1::uuid[]) ORDER BY w.id FOR UPDATE`
+
+// finish records outcomes on their tasks (each only while the task is
+// active with that job; a completion also while the task was cancelled by
+// an operator after its job started, since the work did happen) and tells
+// their dependents. It returns the outcomes that were recorded.
+func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error) {
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	type key struct{ wf, task string }
+	recorded := map[key]bool{}
+	var res []resolution
+	record := func(outs []outcome, from TaskState) error {
+		doc, err := json.Marshal(outs)
+		if err != nil {
+			return err
+		}
+		rows, err := a.tx.Query(ctx, a.sql.finishTasks, customPlan, string(doc), a.now, string(from))
+		if err != nil {
+			return fmt.Errorf("error recording task outcomes: %w", err)
+		}
+		for rows.Next() {
+			var wf, name string
+			var to TaskState
+			var dependents []string
+			if err := rows.Scan(&wf, &name, &to, &dependents); err != nil {
+				rows.Close()
+				return fmt.Errorf("error recording task outcomes: %w", err)
+			}
+			recorded[key{wf, name}] = true
+			a.delta(wf).move(from, to)
+			if from == TaskActive && len(dependents) > 0 {
+				res = append(res, resolution{workflowID: wf, dependents: dependents, satisfied: to.satisfied()})
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("error recording task outcomes: %w", err)
+		}
+		return nil
+	}
+	if err := record(outs, TaskActive); err != nil {
+		return nil, err
+	}
+	// Completions of tasks an operator cancelled while they ran (rare: a
+	// second statement only then).
+	var late []outcome
+	for _, o := range outs {
+		if o.State == TaskCompleted && !recorded[key{o.WorkflowID, o.Task}] {
+			late = append(late, o)
+		}
+	}
+	if len(late) > 0 {
+		if err := record(late, TaskCancelled); err != nil {
+			return nil, err
+		}
+	}
+	var done []outcome
+	for _, o := range outs {
+		if recorded[key{o.WorkflowID, o.Task}] {
+			done = append(done, o)
+		}
+	}
+	return done, a.resolve(ctx, res)
+}
+
+// finishTasksSQL records outcomes of tasks in state $3. The attempt errors
+// get the task's run number here, where it is known. The old state is the
+// parameter rather than read in a join: the join cost a primary-key probe
+// per task in the hottest statement.
+const finishTasksSQL = `
+UPDATE /*schema*/tributary_workflow_task t
+SET state = u.new_state,
+    output = CASE WHEN u.new_state = 'completed' THEN u.output END,
+    attempts = t.attempts + u.attempt,
+    errors = t.errors || coalesce((SELECT jsonb_agg(e || jsonb_build_object('run', t.run)) FROM jsonb_array_elements(u.errors) e), '[]'),
+    started_at = u.started_at,
+    finished_at = $2,
+    updated_at = $2
+FROM jsonb_to_recordset($1::jsonb) AS u(workflow_id uuid, name text, job_id bigint, new_state text, output jsonb,
+    attempt integer, started_at timestamptz, errors jsonb)
+WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.job_id = u.job_id AND t.state = $3::text
+RETURNING t.workflow_id::text, t.name, t.state, t.dependents`
+
+// resolve tells dependents that tasks finished, until nothing more
+// changes: a dependent whose last dependency finished becomes active (or
+// skipped, or cancelled, as its policy says), and a cancelled or skipped
+// task is a finished task in turn. One pass per level of the graph that
+// changes; a success changes one level.
+func (a *advance) resolve(ctx context.Context, res []resolution) error {
+	for len(res) > 0 {
+		type key struct{ wf, task string }
+		agg := map[key]*[2]int{}
+		var order []key
+		for _, r := range res {
+			for _, d := range r.dependents {
+				k := key{r.workflowID, d}
+				n := agg[k]
+				if n == nil {
+					n = &[2]int{}
+					agg[k] = n
+					order = append(order, k)
+				}
+				n[0]++
+				if !r.satisfied {
+					n[1]++
+				}
+			}
+		}
+		wfs, names, ns, nfs := make([]string, len(order)), make([]string, len(order)), make([]int32, len(order)), make([]int32, len(order))
+		for i, k := range order {
+			wfs[i], names[i], ns[i], nfs[i] = k.wf, k.task, int32(agg[k][0]), int32(agg[k][1])
+		}
+		next, err := a.decide(ctx, a.sql.decrementDeps, wfs, names, ns, nfs)
+		if err != nil {
+			return err
+		}
+		res = next
+	}
+	return nil
+}
+
+// decideUndecided makes the decision for pending tasks that have nothing
+// left to wait for (after a Retry reset them, or found by the repair
+// sweep), then tells their dependents.
+func (a *advance) decideUndecided(ctx context.Context, wf string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	wfs, zeros := make([]string, len(names)), make([]int32, len(names))
+	for i := range names {
+		wfs[i] = wf
+	}
+	next, err := a.decide(ctx, a.sql.decrementDeps, wfs, names, zeros, zeros)
+	if err != nil {
+		return err
+	}
+	return a.resolve(ctx, next)
+}
+
+// decide runs the dependency update and returns the tasks it finished
+// (cancelled or skipped). Tasks with a RunIf condition that have nothing
+// left to wait for are decided here, in Go, from their dependencies' states.
+func (a *advance) decide(ctx context.Context, sql string, wfs, names []string, ns, nfs []int32) ([]resolution, error) {
+	rows, err := a.tx.Query(ctx, sql, customPlan, wfs, names, ns, nfs, a.now)
+	if err != nil {
+		return nil, fmt.Errorf("error updating dependent tasks: %w", err)
+	}
+	var next []resolution
+	type cond struct {
+		wf, task string
+		c        *Condition
+	}
+	var conds []cond
+	for rows.Next() {
+		var wf, name string
+		var state TaskState
+		var pendingDeps int
+		var runIf *Condition
+		var dependents []string
+		var jobID int64
+		if err := rows.Scan(&wf, &name, &state, &pendingDeps, &runIf, &dependents, &jobID); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("error updating dependent tasks: %w", err)
+		}
+		if r, ok := a.changed(wf, state, dependents, jobID); ok {
+			next = append(next, r)
+		}
+		if state == TaskPending && pendingDeps == 0 && runIf != nil {
+			conds = append(conds, cond{wf, name, runIf})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error updating dependent tasks: %w", err)
+	}
+	if len(conds) == 0 {
+		return next, nil
+	}
+
+	// The tasks a condition reads are its dependencies, all finished now.
+	var qwf, qname []string
+	for _, c := range conds {
+		for _, n := range c.c.names() {
+			qwf, qname = append(qwf, c.wf), append(qname, n)
+		}
+	}
+	states := map[[2]string]TaskState{}
+	rows, err = a.tx.Query(ctx, a.sql.taskStates, customPlan, qwf, qname)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the tasks of RunIf conditions: %w", err)
+	}
+	for rows.Next() {
+		var wf, name string
+		var st TaskState
+		if err := rows.Scan(&wf, &name, &st); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		states[[2]string{wf, name}] = st
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading the tasks of RunIf conditions: %w", err)
+	}
+	swf, sname, sstate := make([]string, len(conds)), make([]string, len(conds)), make([]string, len(conds))
+	for i, c := range conds {
+		run := c.c.eval(func(t string) TaskState { return states[[2]string{c.wf, t}] })
+		swf[i], sname[i], sstate[i] = c.wf, c.task, string(TaskSkipped)
+		if run {
+			sstate[i] = string(TaskActive)
+		}
+	}
+	rows, err = a.tx.Query(ctx, a.sql.setDecided, customPlan, swf, sname, sstate, a.now)
+	if err != nil {
+		return nil, fmt.Errorf("error deciding RunIf tasks: %w", err)
+	}
+	for rows.Next() {
+		var wf string
+		var state TaskState
+		var dependents []string
+		var jobID int64
+		if err := rows.Scan(&wf, &state, &dependents, &jobID); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if r, ok := a.changed(wf, state, dependents, jobID); ok {
+			next = append(next, r)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error deciding RunIf tasks: %w", err)
+	}
+	return next, nil
+}
+
+// changed accounts for a pending task that left pending (or not) and
+// returns its resolution when it finished.
+func (a *advance) changed(wf string, state TaskState, dependents []string, jobID int64) (resolution, bool) {
+	switch state {
+	case TaskActive:
+		a.delta(wf).move(TaskPending, TaskActive)
+		a.promote = append(a.promote, jobID)
+	case TaskCancelled, TaskSkipped:
+		a.delta(wf).move(TaskPending, state)
+		a.cancel = append(a.cancel, jobID)
+		if len(dependents) > 0 {
+			return resolution{workflowID: wf, dependents: dependents, satisfied: state == TaskSkipped}, true
+		}
+	}
+	return resolution{}, false
+}
+
+// decideSQL is a pending task's state after n of its dependencies finished,
+// nf of them failed or cancelled (t's columns are the values before the
+// update): cancelled at once when a dependency failed and its policy is
+// cancel; once nothing is left to wait for, active (all satisfied, or
+// policy run) or skipped (policy skip). A task with a RunIf condition stays
+// pending for the caller to decide.
+const decideSQL = `CASE
+            WHEN t.run_if IS NOT NULL THEN 'pending'
+            WHEN t.failed_deps + u.nf > 0 AND t.on_dep_failure = 'cancel' THEN 'cancelled'
+            WHEN t.pending_deps - u.n > 0 THEN 'pending'
+            WHEN t.failed_deps + u.nf = 0 OR t.on_dep_failure = 'run' THEN 'active'
+            ELSE 'skipped'
+        END`
+
+// decrementDepsSQL tells pending tasks that n of their dependencies
+// finished, nf of them failed or cancelled, and decides each (decideSQL).
+// With n = 0 it only decides. The decision is written out three times
+// rather than computed once in a join of the table with itself: the join
+// cost a primary-key probe per task.
+const decrementDepsSQL = `
+UPDATE /*schema*/tributary_workflow_task t
+SET pending_deps = t.pending_deps - u.n, failed_deps = t.failed_deps + u.nf, state = ` + decideSQL + `,
+    updated_at = $5,
+    ready_at = CASE WHEN ` + decideSQL + ` = 'active' THEN $5 ELSE t.ready_at END,
+    finished_at = CASE WHEN ` + decideSQL + ` IN ('cancelled', 'skipped') THEN $5 ELSE t.finished_at END
+FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[]) AS u(workflow_id, name, n, nf)
+WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.state = 'pending'
+RETURNING t.workflow_id::text, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id`
+
+const taskStatesSQL = `
+SELECT t.workflow_id::text, t.name, t.state
+FROM unnest($1::uuid[], $2::text[]) AS u(workflow_id, name)
+JOIN /*schema*/tributary_workflow_task t ON t.workflow_id = u.workflow_id AND t.name = u.name`
+
+const setDecidedSQL = `
+UPDATE /*schema*/tributary_workflow_task t
+SET state = u.state, updated_at = $4,
+    ready_at = CASE WHEN u.state = 'active' THEN $4 ELSE t.ready_at END,
+    finished_at = CASE WHEN u.state = 'skipped' THEN $4 ELSE t.finished_at END
+FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u(workflow_id, name, state)
+WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.state = 'pending'
+RETURNING t.workflow_id::text, t.state, t.dependents, t.job_id`
+
+// flush writes what the transaction collected: releases and cancels the
+// jobs, and applies the count changes to the workflows (finishing those
+// with nothing pending or active left). It returns the queues of the
+// released jobs, to wake after the commit.
+func (a *advance) flush(ctx context.Context) ([]string, error) {
+	queues, err := riverjob.Promote(ctx, a.tx, a.schema, a.promote)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := riverjob.CancelUnstarted(ctx, a.tx, a.schema, a.cancel, a.now); err != nil {
+		return nil, err
+	}
+	if len(a.deltas) == 0 {
+		return queues, nil
+	}
+	n := len(a.deltas)
+	ids := make([]string, 0, n)
+	var dp, da, dco, df, dc, ds []int32
+	for id, d := range a.deltas {
+		ids = append(ids, id)
+		dp, da, dco = append(dp, int32(d.pending)), append(da, int32(d.active)), append(dco, int32(d.completed))
+		df, dc, ds = append(df, int32(d.failed)), append(dc, int32(d.cancelled)), append(ds, int32(d.skipped))
+	}
+	rows, err := a.tx.Query(ctx, a.sql.applyCounts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
+	if err != nil {
+		return nil, fmt.Errorf("error updating workflow counts: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var st Status
+		var finished bool
+		if err := rows.Scan(&id, &st, &finished); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("error updating workflow counts: %w", err)
+		}
+		if finished {
+			a.finished[id] = st
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error updating workflow counts: %w", err)
+	}
+	return queues, nil
+}
+
+// applyCountsSQL adds count changes and finishes a running workflow that has
+// no pending or active task left: failed if a task failed, else cancelled if
+// one was cancelled, else completed.
+const applyCountsSQL = `
+UPDATE /*schema*/tributary_workflow w
+SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da,
+    tasks_completed = w.tasks_completed + u.dco, tasks_failed = w.tasks_failed + u.df,
+    tasks_cancelled = w.tasks_cancelled + u.dc, tasks_skipped = w.tasks_skipped + u.ds,
+    status = CASE
+        WHEN w.status <> 'running' OR w.tasks_pending + u.dp > 0 OR w.tasks_active + u.da > 0 THEN w.status
+        WHEN w.tasks_failed + u.df > 0 THEN 'failed'
+        WHEN w.tasks_cancelled + u.dc > 0 THEN 'cancelled'
+        ELSE 'completed'
+    END,
+    finished_at = CASE
+        WHEN w.status = 'running' AND w.tasks_pending + u.dp = 0 AND w.tasks_active + u.da = 0 THEN $8
+        ELSE w.finished_at
+    END,
+    updated_at = $8
+FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
+    AS u(id, dp, da, dco, df, dc, ds)
+WHERE w.id = u.id
+RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false)`

@@ -1,0 +1,220 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// completerMaxBatch bounds how many task outcomes share one transaction;
+// completerShards is how many such transactions run at once in one process.
+const (
+	completerMaxBatch = 200
+	completerShards   = 4
+)
+
+// request is one task outcome waiting for its transaction.
+type request struct {
+	jobCtx   context.Context // the job's work context: River's client and metadata updates
+	job      *rivertype.JobRow
+	outcome  outcome
+	jobState rivertype.JobState
+	done     chan error
+}
+
+// completer group-commits task outcomes. Each outcome is a transaction
+// (finalize the job, record the task, release its dependents, count), and
+// one commit per task would cap a busy worker at the disk's flush rate (the
+// events lanes measured 152 completions/s that way, 570/s grouped).
+// Outcomes that arrive while a transaction runs share the next one. There is
+// no timer: a lone outcome commits at once.
+//
+// Outcomes are sharded by workflow, one committer per shard: a transaction
+// holds its workflows' locks until it commits, and the tasks of one
+// workflow that finish together (a diamond's middle tasks) would otherwise
+// land in the batches of different committers and wait for each other's
+// commits. Measured with 4,000 five-task diamonds in one process: a batch
+// waited up to 190 ms for those locks, and the run reached 0.26 to 0.38 of
+// plain River jobs' throughput.
+type completer struct {
+	c *Coordinator
+
+	shards [completerShards]shard
+}
+
+type shard struct {
+	mu      sync.Mutex
+	queue   []*request
+	running bool
+}
+
+// submit queues an outcome and waits for its transaction.
+func (cp *completer) submit(ctx context.Context, req *request) error {
+	req.done = make(chan error, 1)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(req.outcome.WorkflowID))
+	sh := &cp.shards[h.Sum32()%completerShards]
+	sh.mu.Lock()
+	sh.queue = append(sh.queue, req)
+	if !sh.running {
+		sh.running = true
+		go cp.drain(sh)
+	}
+	sh.mu.Unlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The outcome may still commit; if it does not, River runs the job
+		// again (at-least-once).
+		return ctx.Err()
+	}
+}
+
+func (cp *completer) drain(sh *shard) {
+	for {
+		sh.mu.Lock()
+		if len(sh.queue) == 0 {
+			sh.running = false
+			sh.mu.Unlock()
+			return
+		}
+		n := min(len(sh.queue), completerMaxBatch)
+		batch := make([]*request, n)
+		copy(batch, sh.queue[:n])
+		sh.queue = sh.queue[n:]
+		sh.mu.Unlock()
+		cp.commit(batch)
+	}
+}
+
+// commit records a batch in one transaction. If it fails, each outcome is
+// retried in a transaction of its own, so one bad outcome does not fail
+// the others.
+func (cp *completer) commit(batch []*request) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cp.commitTx(ctx, batch); err == nil || len(batch) == 1 {
+		for _, req := range batch {
+			req.done <- err
+		}
+		return
+	}
+	for _, req := range batch {
+		req.done <- cp.commitTx(ctx, []*request{req})
+	}
+}
+
+func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
+	c := cp.c
+	var queues []string
+	var recorded []outcome
+	var finished map[string]Status
+	stale := 0
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		now := time.Now().UTC()
+		ids := make([]string, len(batch))
+		for i, req := range batch {
+			ids[i] = req.outcome.WorkflowID
+		}
+		if _, err := lockWorkflows(ctx, tx, &c.sql, ids); err != nil {
+			return err
+		}
+		// Finalize the jobs first, guarded by running at this attempt: an
+		// attempt that was rescued and handed on meanwhile is stale, and
+		// its outcome is dropped.
+		var completions []riverjob.Attempt
+		var finals []riverjob.Final
+		byJob := make(map[int64]*request, len(batch))
+		for _, req := range batch {
+			byJob[req.job.ID] = req
+			if req.jobState == rivertype.JobStateCompleted {
+				completions = append(completions, riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt})
+				continue
+			}
+			last := req.outcome.Errors[len(req.outcome.Errors)-1]
+			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
+				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
+		}
+		completed, err := cp.completeJobs(ctx, tx, completions, byJob, now)
+		if err != nil {
+			return err
+		}
+		finalized, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
+		if err != nil {
+			return err
+		}
+		live := make([]outcome, 0, len(batch))
+		for _, id := range append(completed, finalized...) {
+			live = append(live, byJob[id].outcome)
+		}
+		stale = len(batch) - len(live)
+		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		if recorded, err = a.finish(ctx, live); err != nil {
+			return err
+		}
+		if queues, err = a.flush(ctx); err != nil {
+			return err
+		}
+		finished = a.finished
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.batches.Add(1)
+	c.stale.Add(int64(stale))
+	for _, o := range recorded {
+		switch o.State {
+		case TaskCompleted:
+			c.completed.Add(1)
+		case TaskFailed:
+			c.failed.Add(1)
+		case TaskCancelled:
+			c.cancelled.Add(1)
+		}
+	}
+	for id, st := range finished {
+		c.logger.DebugContext(ctx, "workflow finished", "workflow_id", id, "status", st)
+	}
+	if err := riverjob.Wake(ctx, c.pool, c.cfg.Schema, queues); err != nil {
+		// The jobs are available; River's poll finds them without it.
+		c.logger.WarnContext(ctx, "error waking River for released tasks", "error", err)
+	}
+	return nil
+}
+
+// completeJobs completes the jobs of successful tasks and returns those it
+// completed. A lone completion goes through River's JobCompleteTx (with the
+// job's own context, without its cancellation, since River finds its client
+// and the attempt's metadata updates there); several go in one statement
+// (riverjob.CompleteRunning), what JobCompleteTx writes for each.
+func (cp *completer) completeJobs(ctx context.Context, tx pgx.Tx, attempts []riverjob.Attempt, byJob map[int64]*request, now time.Time) ([]int64, error) {
+	switch len(attempts) {
+	case 0:
+		return nil, nil
+	case 1:
+		req := byJob[attempts[0].ID]
+		row, err := riverjob.CompleteTx(context.WithoutCancel(req.jobCtx), tx, req.job)
+		if errors.Is(err, rivertype.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error completing job %d: %w", req.job.ID, err)
+		}
+		if row.State != rivertype.JobStateCompleted || row.Attempt != req.job.Attempt {
+			return nil, nil
+		}
+		return []int64{row.ID}, nil
+	default:
+		return riverjob.CompleteRunning(ctx, tx, cp.c.cfg.Schema, attempts, now)
+	}
+}

@@ -1,0 +1,142 @@
+package workflow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+)
+
+// middleware is the Coordinator's River worker middleware.
+type middleware struct{ c *Coordinator }
+
+// IsMiddleware implements rivertype.Middleware.
+func (middleware) IsMiddleware() bool { return true }
+
+// taskMeta is the part of a job's metadata that makes it a workflow task.
+type taskMeta struct {
+	Workflow string `json:"tributary_workflow"`
+	Task     string `json:"tributary_task"`
+}
+
+var metaWorkflowKey = []byte(`"` + metaWorkflow + `"`)
+
+func taskMetaOf(job *rivertype.JobRow) (taskMeta, bool) {
+	// Most jobs are not tasks: skip decoding their metadata.
+	if !bytes.Contains(job.Metadata, metaWorkflowKey) {
+		return taskMeta{}, false
+	}
+	var m taskMeta
+	if err := json.Unmarshal(job.Metadata, &m); err != nil || m.Workflow == "" || m.Task == "" {
+		return taskMeta{}, false
+	}
+	return m, true
+}
+
+// Work runs a job; for a workflow task it records the end of the job's
+// last attempt (success, attempts used up, cancelled) with the job's
+// finalization, in one transaction, before River sees the result. River's
+// completer then finds the job finalized and only merges metadata.
+func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(ctx context.Context) error) error {
+	meta, ok := taskMetaOf(job)
+	if !ok {
+		return doInner(ctx)
+	}
+	c := m.c
+	tc := &taskContext{c: c, ref: TaskRef{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID}}
+	start := time.Now().UTC()
+	err := runRecovered(withTask(ctx, tc), doInner)
+
+	end, terminal := classify(ctx, job, err)
+	if !terminal {
+		return err
+	}
+	o := outcome{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID, State: end.state, Attempt: job.Attempt,
+		StartedAt: job.AttemptedAt, Errors: attemptErrors(job)}
+	if end.state == TaskCompleted {
+		tc.mu.Lock()
+		o.Output = tc.output
+		tc.mu.Unlock()
+	} else {
+		ae := AttemptError{Attempt: job.Attempt, At: start, Error: end.err.Error()}
+		var pe *PanicError
+		if errors.As(err, &pe) {
+			ae.Trace = pe.Stack
+		}
+		o.Errors = append(o.Errors, ae)
+	}
+	cerr := c.completer.submit(ctx, &request{jobCtx: ctx, job: job, outcome: o, jobState: end.jobState})
+	switch {
+	case cerr == nil:
+		return err
+	case err == nil:
+		// Not recorded: River retries the job (the task runs again).
+		return fmt.Errorf("task %q of workflow %s succeeded but its completion could not be recorded: %w", meta.Task, meta.Workflow, cerr)
+	default:
+		// River finalizes the job as it would have; the repair sweep
+		// records the task's failure from it.
+		c.logger.WarnContext(ctx, "could not record a task's failure; the repair sweep will", "workflow_id", meta.Workflow, "task", meta.Task, "job_id", job.ID, "error", cerr)
+		return err
+	}
+}
+
+// runRecovered runs a task, turning a panic into a *PanicError with the
+// stack of the panic (River's own recovery happens outside the middleware,
+// where the task's frames are already gone).
+func runRecovered(ctx context.Context, doInner func(ctx context.Context) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: string(debug.Stack())}
+		}
+	}()
+	return doInner(ctx)
+}
+
+// end is how a task's attempt ended for good.
+type end struct {
+	state    TaskState          // completed, failed, cancelled
+	jobState rivertype.JobState // what the job becomes
+	err      error              // the attempt's error (failed, cancelled)
+}
+
+// classify says whether an attempt's result ends the job, following what
+// River's executor does with it (internal/jobexecutor reportError):
+// success completes; a snooze and a stop's cancellation (context.Canceled
+// while the client stops) do not end it; a remote cancellation and
+// river.JobCancel cancel it; an error on the last attempt discards it;
+// any other error is retried. River's ErrorHandler may also cancel a job;
+// tributary's runtime sets none, and the repair sweep records such a job.
+func classify(ctx context.Context, job *rivertype.JobRow, err error) (end, bool) {
+	var snooze *rivertype.JobSnoozeError
+	var cancel *rivertype.JobCancelError
+	switch {
+	case err == nil:
+		return end{state: TaskCompleted, jobState: rivertype.JobStateCompleted}, true
+	case errors.As(err, &snooze):
+		return end{}, false
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), rivertype.ErrJobCancelledRemotely):
+		return end{state: TaskCancelled, jobState: rivertype.JobStateCancelled, err: context.Cause(ctx)}, true
+	case errors.As(err, &cancel):
+		return end{state: TaskFailed, jobState: rivertype.JobStateCancelled, err: err}, true
+	case ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return end{}, false
+	case job.Attempt >= job.MaxAttempts:
+		return end{state: TaskFailed, jobState: rivertype.JobStateDiscarded, err: err}, true
+	default:
+		return end{}, false
+	}
+}
+
+// attemptErrors converts the job's earlier attempts' errors.
+func attemptErrors(job *rivertype.JobRow) []AttemptError {
+	out := make([]AttemptError, 0, len(job.Errors)+1)
+	for _, e := range job.Errors {
+		out = append(out, AttemptError{Attempt: e.Attempt, At: e.At, Error: e.Error, Trace: e.Trace})
+	}
+	return out
+}

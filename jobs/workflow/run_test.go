@@ -1,0 +1,208 @@
+package workflow_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/queue"
+)
+
+func TestDiamondOutputs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	res, err := b.client.Insert(ctx, diamond("diamond", nil))
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 4)
+	d := b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	require.Equal(t, workflow.Counts{Completed: 4}, d.Counts)
+	a := outputOf(t, taskByName(t, d, "a"))
+	bo := outputOf(t, taskByName(t, d, "b"))
+	require.JSONEq(t, string(mustJSON(t, a)), string(bo.Read["a"]), "b read a's output")
+	do := outputOf(t, taskByName(t, d, "d"))
+	require.Len(t, do.Read, 2)
+	require.Empty(t, do.Missing)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+func TestFanOutFanIn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	const width = 300
+	wf := workflow.New("fan", nil)
+	wf.Add("root", stepArgs{Name: "root"}, nil)
+	leaves := make([]string, width)
+	for i := range leaves {
+		leaves[i] = fmt.Sprintf("leaf-%03d", i)
+		wf.Add(leaves[i], stepArgs{Name: leaves[i], Read: []string{"root"}}, &workflow.TaskOpts{Deps: []string{"root"}})
+	}
+	wf.Add("sink", stepArgs{Name: "sink", Read: leaves}, &workflow.TaskOpts{Deps: leaves})
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	d := b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	require.Equal(t, workflow.Counts{Completed: width + 2}, d.Counts)
+	sink := taskByName(t, d, "sink")
+	out := outputOf(t, sink)
+	require.Len(t, out.Read, width, "the fan-in read every leaf's output")
+	require.Empty(t, out.Missing)
+	sinkStarts := b.worker.Starts("sink")
+	require.Len(t, sinkStarts, 1)
+	for _, l := range leaves {
+		leaf := taskByName(t, d, l)
+		require.JSONEq(t, string(leaf.Output), string(out.Read[l]))
+		require.True(t, sinkStarts[0].After(*leaf.FinishedAt), "the fan-in started after %s finished", l)
+		require.Equal(t, []string{"sink"}, leaf.Dependents)
+	}
+	require.Len(t, taskByName(t, d, "root").Dependents, width)
+}
+
+func TestCountsAndWaitingOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := workflow.New("w", nil)
+	wf.Add("a", stepArgs{Name: "a", Wait: true}, nil)
+	wf.Add("b", stepArgs{Name: "b"}, nil)
+	wf.Add("c", stepArgs{Name: "c"}, &workflow.TaskOpts{Deps: []string{"a", "b"}})
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	var d *workflow.Details
+	pgtest.WaitFor(t, 30*time.Second, "b to complete while a runs", func() (bool, error) {
+		d, err = b.client.Get(ctx, res.ID)
+		return err == nil && states(d)["b"] == workflow.TaskCompleted && taskByName(t, d, "a").JobState == rivertype.JobStateRunning, err
+	})
+	require.Equal(t, workflow.Counts{Pending: 1, Active: 1, Completed: 1}, d.Counts, "counts from the workflow's row")
+	c := taskByName(t, d, "c")
+	require.Equal(t, []string{"a"}, c.WaitingOn)
+	require.Equal(t, rivertype.JobStatePending, c.JobState)
+	a := taskByName(t, d, "a")
+	require.Equal(t, 1, a.Attempts, "the live attempt of an active task")
+	require.NotNil(t, a.StartedAt)
+
+	list, err := b.client.List(ctx, workflow.ListParams{Statuses: []workflow.Status{workflow.StatusRunning}})
+	require.NoError(t, err)
+	require.Len(t, list.Workflows, 1)
+	require.Equal(t, d.Counts, list.Workflows[0].Counts)
+
+	b.worker.Release("a")
+	d = b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	require.Equal(t, workflow.Counts{Completed: 3}, d.Counts)
+	require.Empty(t, taskByName(t, d, "c").WaitingOn)
+}
+
+// outputProbe exercises the task API's errors from inside a task.
+type outputProbe struct {
+	river.WorkerDefaults[probeArgs]
+	got chan map[string]error
+}
+
+type probeArgs struct{}
+
+func (probeArgs) Kind() string { return "wftest.probe" }
+
+func (w *outputProbe) Work(ctx context.Context, job *river.Job[probeArgs]) error {
+	errs := map[string]error{}
+	_, errs["unknown"] = workflow.OutputJSON(ctx, "nope")
+	_, errs["pending"] = workflow.OutputJSON(ctx, "later")
+	_, errs["decode"] = workflow.Output[int](ctx, "a")
+	var o stepOutput
+	o, errs["ok"] = workflow.Output[stepOutput](ctx, "a")
+	if o.Task != "a" {
+		errs["ok"] = fmt.Errorf("read %+v", o)
+	}
+	errs["large"] = workflow.SetOutput(ctx, strings.Repeat("x", 100))
+	ref, ok := workflow.Current(ctx)
+	if !ok || ref.Task != "probe" || ref.JobID != job.ID {
+		errs["current"] = fmt.Errorf("current is %+v, %v", ref, ok)
+	}
+	w.got <- errs
+	return nil
+}
+
+func TestOutputAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	coord, err := workflow.NewCoordinator(db.Pool, workflow.CoordinatorConfig{Schema: db.Schema, OutputMaxBytes: 64})
+	require.NoError(t, err)
+	probe := &outputProbe{got: make(chan map[string]error, 1)}
+	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
+		queue.AddWorker(rt, newStepWorker())
+		queue.AddWorker(rt, probe)
+	})
+	wf := workflow.New("w", nil)
+	wf.Add("a", stepArgs{Name: "a"}, nil)
+	wf.Add("probe", probeArgs{}, &workflow.TaskOpts{Deps: []string{"a"}})
+	wf.Add("later", stepArgs{Name: "later"}, &workflow.TaskOpts{Deps: []string{"probe"}})
+	_, err = workflow.NewClient(rt.Client).Insert(ctx, wf)
+	require.NoError(t, err)
+	var errs map[string]error
+	select {
+	case errs = <-probe.got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the probe never ran")
+	}
+	require.NoError(t, errs["ok"])
+	require.NoError(t, errs["current"])
+	require.ErrorIs(t, errs["unknown"], workflow.ErrUnknownTask)
+	require.ErrorContains(t, errs["unknown"], `has no task "nope"`)
+	require.ErrorIs(t, errs["pending"], workflow.ErrNoOutput)
+	require.ErrorContains(t, errs["pending"], "(it is pending)")
+	require.ErrorContains(t, errs["decode"], `error decoding the output of task "a" into int`)
+	var tooLarge *workflow.OutputTooLargeError
+	require.ErrorAs(t, errs["large"], &tooLarge)
+	require.Equal(t, 102, tooLarge.Bytes)
+	require.ErrorContains(t, errs["large"], `output of task "probe" is 102 bytes of JSON, more than the limit of 64`)
+
+	// Outside a task.
+	_, err = workflow.OutputJSON(ctx, "a")
+	require.ErrorIs(t, err, workflow.ErrNotInTask)
+	require.ErrorIs(t, workflow.SetOutput(ctx, 1), workflow.ErrNotInTask)
+	_, ok := workflow.Current(ctx)
+	require.False(t, ok)
+}
+
+// TestRiverMetadataKept: what a task records in River's metadata
+// (river.RecordOutput) is on its completed job, whether the completion went
+// through River's JobCompleteTx alone or with others in one statement.
+func TestRiverMetadataKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := workflow.New("w", nil)
+	for i := range 50 {
+		n := fmt.Sprint("t", i)
+		wf.Add(n, stepArgs{Name: n, RiverOutput: true}, nil)
+	}
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	for name, id := range res.Jobs {
+		pgtest.WaitFor(t, 10*time.Second, "River's output on job of "+name, func() (bool, error) {
+			job, err := b.rt.River().JobGet(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			return string(job.Output()) == `"`+name+`"`, nil
+		})
+	}
+	st := b.coord.Stats()
+	require.Less(t, st.Batches, st.Completed, "some completions shared a transaction (the set-based path): %+v", st)
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS tributary_workflow_task;
+DROP TABLE IF EXISTS tributary_workflow;
