@@ -47,10 +47,10 @@ func run() error {
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
 		Schema: cfg.Schema, Logger: logger, Queues: map[string]int{"default": 20},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
-		// Until process liveness rescues a killed process's jobs in
-		// seconds, River's rescuer does, this soon after their start.
-		JobTimeout: 5 * time.Second, RescueStuckJobsAfter: 6 * time.Second,
-		Middleware: []rivertype.Middleware{coord.Middleware()},
+		// A killed process's tasks are rescued by process liveness; a
+		// short timeout keeps the test's recovery within seconds.
+		LivenessTimeout: 5 * time.Second,
+		Middleware:      []rivertype.Middleware{coord.Middleware()},
 	})
 	if err != nil {
 		return err
