@@ -203,8 +203,14 @@ type Forwarder struct {
 
 	batches, forwarded, failures, staleResets, claims, emptyClaims atomic.Int64
 
+	// inflight holds every claim of this forwarder from before its
+	// transaction begins until its outcome is recorded: nil while it is
+	// being claimed and published, the outcome when recording it failed
+	// (the database went away) and the sweep is to record it again. A row
+	// CLAIMED under this forwarder's id by no claim in it was lost (its
+	// commit seemed to fail) and is reset by the sweep.
 	inflightMu sync.Mutex
-	inflight   map[*claim]struct{}
+	inflight   map[*claim][]eventOutcome
 
 	mu        sync.Mutex
 	stopLoops context.CancelFunc // no new claims
@@ -250,7 +256,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 		logger:   cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
 		lockNS:   "tributary.outbox." + cfg.Schema + ":",
 		channel:  NotifyChannel(cfg.Schema),
-		inflight: map[*claim]struct{}{},
+		inflight: map[*claim][]eventOutcome{},
 	}
 	seen := map[string]bool{}
 	for _, p := range cfg.Publishers {
@@ -346,29 +352,88 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 		stopWork()
+		// Outcomes that failed to record get one more try; rows still
+		// claimed after it go back to PENDING rather than wait, claimed
+		// by a process that is gone, for StaleClaimAfter.
+		f.recordAgain(ctx)
+		if released, err := f.releaseInflight(); err != nil || released > 0 {
+			f.logger.WarnContext(ctx, "forwarder stopped with outcomes it could not record; their rows were returned to PENDING", "rows", released, "error", err)
+		}
 		f.logger.InfoContext(ctx, "forwarder stopped")
 		return nil
 	case <-ctx.Done():
 	}
 	stopWork()
 	released, err := f.releaseInflight()
+	f.logger.Warn("forwarder stopped past its deadline; released its claims", "count", released)
 	if err != nil {
 		return errors.Join(fmt.Errorf("forwarder did not stop in time: %w", ctx.Err()), err)
 	}
 	return fmt.Errorf("forwarder did not stop in time, released %d claimed rows: %w", released, ctx.Err())
 }
 
-// track and untrack keep the claims being published, for Stop.
-func (f *Forwarder) track(c *claim) {
+// newClaim starts a claim: its claimed_at is taken and the claim tracked
+// under one lock, so a sweep that read the tracked claims earlier
+// (ownClaims) also saw an earlier claimed_at than this one.
+func (f *Forwarder) newClaim() *claim {
 	f.inflightMu.Lock()
-	f.inflight[c] = struct{}{}
-	f.inflightMu.Unlock()
+	defer f.inflightMu.Unlock()
+	c := &claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	f.inflight[c] = nil
+	return c
 }
 
 func (f *Forwarder) untrack(c *claim) {
 	f.inflightMu.Lock()
 	delete(f.inflight, c)
 	f.inflightMu.Unlock()
+}
+
+// keepUnrecorded keeps a claim whose outcome could not be recorded, for
+// the sweep to record again (recordAgain).
+func (f *Forwarder) keepUnrecorded(c *claim, outcomes []eventOutcome) {
+	f.inflightMu.Lock()
+	f.inflight[c] = outcomes
+	f.inflightMu.Unlock()
+}
+
+// ownClaims returns the claimed_at of every claim of this forwarder, and
+// the time before which every other row CLAIMED under its id was lost.
+func (f *Forwarder) ownClaims() (known []time.Time, lostBefore time.Time) {
+	f.inflightMu.Lock()
+	defer f.inflightMu.Unlock()
+	for c := range f.inflight {
+		known = append(known, c.claimedAt)
+	}
+	return known, time.Now().UTC().Truncate(time.Microsecond)
+}
+
+// recordAgain records the outcomes that could not be recorded when their
+// batch ended. They stay claimed by this (live) forwarder meanwhile, so no
+// other forwarder publishes them again; one older than StaleClaimAfter is
+// let go, for the stale-claim reset to return to PENDING.
+func (f *Forwarder) recordAgain(ctx context.Context) {
+	f.inflightMu.Lock()
+	pending := map[*claim][]eventOutcome{}
+	for c, o := range f.inflight {
+		if o != nil {
+			pending[c] = o
+		}
+	}
+	f.inflightMu.Unlock()
+	for c, o := range pending {
+		sent, err := f.finish(ctx, ctx, c, o)
+		switch {
+		case !errors.Is(err, errNotRecorded):
+			f.untrack(c)
+			f.logger.InfoContext(ctx, "recorded a batch's outcome that had failed to record", "events", len(c.events), "sent", sent)
+		case time.Since(c.claimedAt) > f.cfg.StaleClaimAfter:
+			f.untrack(c)
+			f.logger.WarnContext(ctx, "giving up recording a batch's outcome; the stale-claim reset returns its rows", "events", len(c.events), "error", err)
+		case ctx.Err() == nil:
+			f.logger.WarnContext(ctx, "recording a batch's outcome failed again, will retry", "events", len(c.events), "error", err)
+		}
+	}
 }
 
 // releaseInflight returns the rows of every claim still being published to
@@ -398,7 +463,6 @@ func (f *Forwarder) releaseInflight() (int64, error) {
 		}
 		total += tag.RowsAffected()
 	}
-	f.logger.Warn("forwarder stopped past its deadline; released its claims", "count", total)
 	return total, nil
 }
 
@@ -472,6 +536,7 @@ func (f *Forwarder) sweepLoop(ctx context.Context) {
 	ticker := time.NewTicker(f.cfg.SweepInterval)
 	defer ticker.Stop()
 	for {
+		f.recordAgain(ctx)
 		f.ResetStale(ctx)
 		select {
 		case <-ctx.Done():
@@ -521,10 +586,13 @@ func (f *Forwarder) forwardLoop(ctx, work context.Context, wake <-chan struct{})
 }
 
 // ResetStale returns CLAIMED rows to PENDING whose forwarder is taken for
-// dead: claimed_by names a tributary_process row whose heartbeat is older
-// than LivenessTimeout, or the claim is older than StaleClaimAfter. The
-// forwarder runs it every SweepInterval.
+// dead (claimed_by names a tributary_process row whose heartbeat is older
+// than LivenessTimeout), whose claim is older than StaleClaimAfter, or
+// that this forwarder claimed in a transaction it saw fail (so it is not
+// working on them) though the commit went through. The forwarder runs it
+// every SweepInterval.
 func (f *Forwarder) ResetStale(ctx context.Context) {
+	known, lostBefore := f.ownClaims()
 	staleBefore := time.Now().Add(-f.cfg.StaleClaimAfter)
 	dead, err := queue.StaleProcesses(ctx, f.pool, f.cfg.Schema, f.cfg.LivenessTimeout)
 	if err != nil {
@@ -533,7 +601,7 @@ func (f *Forwarder) ResetStale(ctx context.Context) {
 		}
 		return
 	}
-	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, staleBefore, dead)
+	tag, err := f.pool.Exec(ctx, f.staleSQL, customPlan, staleBefore, dead, f.cfg.ID, lostBefore, known)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.logger.WarnContext(ctx, "error resetting stale outbox claims", "error", err)
@@ -798,25 +866,32 @@ func (f *Forwarder) forwardClaimed(ctx, work context.Context, only []string) (ba
 		return res, err
 	}
 	f.batches.Add(1)
-	f.track(c)
-	defer f.untrack(c)
 	if f.cfg.AfterClaimFunc != nil {
 		evs := make([]queue.OutboxEvent, len(c.events))
 		for i, e := range c.events {
 			evs[i] = e.OutboxEvent
 		}
 		if err := f.cfg.AfterClaimFunc(ctx, evs); err != nil {
+			f.untrack(c)
 			return res, err
 		}
 	}
 	outcomes := f.publishPlain(work, c.events)
 	sent, err := f.finish(ctx, work, c, outcomes)
+	if errors.Is(err, errNotRecorded) {
+		// The rows stay claimed by this live forwarder, so nobody publishes
+		// them again; the sweep records the outcome once the database
+		// answers.
+		f.keepUnrecorded(c, outcomes)
+		return res, err
+	}
+	f.untrack(c)
 	res.sent = sent
 	return res, err
 }
 
 func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
-	c := &claim{claimedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	c := f.newClaim()
 	var published bool
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		ids, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, only)
@@ -842,6 +917,12 @@ func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
 		return f.publishTx(ctx, tx, c.events, true)
 	})
 	f.countClaim(err == nil && len(c.events) > 0)
+	if err != nil || len(c.events) == 0 {
+		// After an error the commit may still have happened: untracked,
+		// such rows are this forwarder's lost claims, which its sweep
+		// resets.
+		f.untrack(c)
+	}
 	if err != nil {
 		return &claim{selected: c.selected}, err
 	}
@@ -896,6 +977,10 @@ const (
 // rows it marked SENT. The statement is guarded by claimed_by and
 // claimed_at: a row whose claim was reset (and maybe re-taken) meanwhile is
 // left alone.
+// errNotRecorded marks finish's failure to write the outcome (the database
+// went away), as opposed to the outcome's own failures, which it records.
+var errNotRecorded = errors.New("error recording the forwarding outcome")
+
 func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []eventOutcome) (int, error) {
 	stopping := work.Err() != nil
 	n := len(c.events)
@@ -931,7 +1016,7 @@ func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []event
 	rows, err := f.pool.Query(context.WithoutCancel(ctx), f.finishSQL, customPlan, ids, kinds, errTexts, delivered,
 		f.cfg.ID, c.claimedAt, now, f.cfg.MaxRetries, retryAt)
 	if err != nil {
-		return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+		return 0, fmt.Errorf("%w: %w", errNotRecorded, err)
 	}
 	var sent, gaveUp, updated int
 	var wakeOthers bool
@@ -940,7 +1025,7 @@ func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []event
 		var hasAggregate bool
 		if err := rows.Scan(&id, &status, &hasAggregate); err != nil {
 			rows.Close()
-			return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+			return 0, fmt.Errorf("%w: %w", errNotRecorded, err)
 		}
 		updated++
 		wakeOthers = wakeOthers || hasAggregate
@@ -953,7 +1038,7 @@ func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []event
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("error recording the forwarding outcome: %w", err)
+		return 0, fmt.Errorf("%w: %w", errNotRecorded, err)
 	}
 	if updated != n {
 		f.logger.WarnContext(ctx, "outbox claim lost to the stale-claim sweep", "claimed", n, "still_ours", updated)
@@ -1103,13 +1188,15 @@ SET retry_count = o.retry_count + 1,
 WHERE o.id = $1 AND o.status = 'PENDING' AND o.retry_count = $6
 RETURNING o.status`
 
-// staleSQL returns to PENDING the claims older than $1, and those of the
-// dead processes $2 (queue.StaleProcesses).
+// staleSQL returns to PENDING the claims older than $1, those of the dead
+// processes $2 (queue.StaleProcesses), and this forwarder's ($3) lost
+// claims: made before $4 and none of its claims $5.
 const staleSQL = `
 UPDATE /*schema*/tributary_outbox o
 SET status = 'PENDING', claimed_by = NULL, claimed_at = NULL
 WHERE o.status = 'CLAIMED'
-  AND (o.claimed_at < $1 OR o.claimed_by = ANY($2::text[]))`
+  AND (o.claimed_at < $1 OR o.claimed_by = ANY($2::text[])
+       OR (o.claimed_by = $3 AND o.claimed_at < $4 AND o.claimed_at <> ALL($5::timestamptz[])))`
 
 // releaseSQL returns one claim's rows to PENDING (Stop past its deadline).
 const releaseSQL = `
