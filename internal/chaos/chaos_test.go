@@ -191,10 +191,15 @@ func runChaos(t *testing.T, r run) {
 	}
 	h.mu.Unlock()
 	drainStart := time.Now()
+	lastLog := drainStart
 	for {
 		ok, report, err := h.check(loadEnd, false)
 		if ok && err == nil {
 			break
+		}
+		if time.Since(lastLog) > 30*time.Second {
+			t.Logf("still draining after %.0f s: %s", time.Since(drainStart).Seconds(), report)
+			lastLog = time.Now()
 		}
 		if time.Since(drainStart) > 5*time.Minute {
 			t.Fatalf("the workload did not drain within 5 minutes of the load's end: %s (last error: %v)", report, err)
@@ -560,6 +565,14 @@ func (h *harness) check(loadEnd time.Time, final bool) (bool, string, error) {
 	if err := h.pool.QueryRow(ctx, q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'chaos.work' AND state <> 'completed'`)).Scan(&unfinished); err != nil {
 		return false, "", err
 	}
+	// What is still on its way, for a run that does not drain.
+	waiting, err := countBy(ctx, h.pool, q(`SELECT kind || ':' || state, count(*) FROM /*schema*/river_job
+        WHERE finalized_at IS NULL AND kind <> 'chaos.tick' GROUP BY 1
+        UNION ALL SELECT 'outbox:' || status || coalesce(':retry in ' || ceil(extract(epoch FROM max(next_attempt_at) - now())) || 's', ''), count(*)
+        FROM /*schema*/tributary_outbox WHERE status IN ('PENDING', 'CLAIMED') GROUP BY status`))
+	if err != nil {
+		return false, "", err
+	}
 	flushed, err := readObjects(h.sinkDir)
 	if err != nil {
 		return false, "", err
@@ -578,9 +591,9 @@ func (h *harness) check(loadEnd time.Time, final bool) (bool, string, error) {
 		lostTotal += n
 	}
 	done := lostTotal == 0 && staged == 0 && unfinished == 0 && !lastFire.Before(loadEnd.Add(-2*time.Second))
-	report := fmt.Sprintf("producer %d tx (%d failed, %d ids ambiguous); jobs %d (lost %d, duplicates %d); events %d over %d aggregates (lost %v, duplicates %v; AMQP lost %d, duplicates %d); order violations %d; batch items %d (lost %d, duplicates %d, staged %d); cron fires %d (gaps %d, duplicates %d); unfinished chaos.work jobs %d",
+	report := fmt.Sprintf("producer %d tx (%d failed, %d ids ambiguous); jobs %d (lost %d, duplicates %d); events %d over %d aggregates (lost %v, duplicates %v; AMQP lost %d, duplicates %d); order violations %d; batch items %d (lost %d, duplicates %d, staged %d); cron fires %d (gaps %d, duplicates %d); unfinished chaos.work jobs %d; waiting %v",
 		producerTx, producerFails, len(ambiguous), len(jobs), lostJobs, dupJobs, len(evs), len(h.aggregates), lostEvents, dupEvents,
-		lostAMQP, dupAMQP, orderViolations, len(items), lostItems, dupItems, staged, len(fires), gaps, dupFires, unfinished)
+		lostAMQP, dupAMQP, orderViolations, len(items), lostItems, dupItems, staged, len(fires), gaps, dupFires, unfinished, waiting)
 	if final {
 		require.Zero(h.t, orderViolations, report)
 		require.True(h.t, done, "lost or unfinished work: %s (unfinished jobs %d, last fire %s, load end %s)", report, unfinished, lastFire, loadEnd)
