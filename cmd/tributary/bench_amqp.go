@@ -4,8 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
 	"github.com/tributary-run/tributary/internal/bench"
+	"github.com/tributary-run/tributary/internal/bench/amqpbench"
 	"github.com/tributary-run/tributary/queue"
 )
 

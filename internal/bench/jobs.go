@@ -17,7 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )

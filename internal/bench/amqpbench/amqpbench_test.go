@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/bench/amqpbench"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
