@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
 )
 
 // TestFaultConnectionsForceClosed publishes and consumes while the bridge's

@@ -12,7 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
 )
 
 // logBuffer is a concurrency-safe log sink for asserting on warnings.

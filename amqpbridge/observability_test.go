@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
 )
 
 func TestCollectorAndQueueDepths(t *testing.T) {

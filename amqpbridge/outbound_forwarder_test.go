@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/jobs/events/eventdemo"
 	"github.com/tributary-run/tributary/queue"
 )
 

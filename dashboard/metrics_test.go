@@ -11,8 +11,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/jobs/demo"
 	"github.com/tributary-run/tributary/queue"
 )
 

@@ -1,10 +1,10 @@
 package dashboard
 
 import (
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -22,12 +22,8 @@ func pageQuery(r *http.Request, params ...string) (url.Values, error) {
 	if err != nil {
 		return nil, badRequestf("invalid query string %q: %v", truncateUTF8(r.URL.RawQuery, 200), err)
 	}
-	keys := make([]string, 0, len(v))
-	for key := range v {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys) // the same message for the same query
-	for _, key := range keys {
+	// In order, so the same query gets the same message.
+	for _, key := range slices.Sorted(maps.Keys(v)) {
 		switch {
 		case !slices.Contains(params, key) && len(params) == 0:
 			return nil, badRequestf("unknown parameter %q: this page takes no parameters", key)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -380,10 +381,5 @@ func (l *liveness) sweepLoop(ctx context.Context) {
 
 // sortedQueues returns the queue names of a runtime for its process row.
 func sortedQueues(queues map[string]int) []string {
-	names := make([]string, 0, len(queues))
-	for name := range queues {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(queues))
 }

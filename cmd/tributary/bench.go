@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -53,6 +54,15 @@ func startCPUProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// benchReport is where a benchmark writes its human report: stdout, or
+// nowhere when stdout is for the --json document.
+func (a *app) benchReport(asJSON bool) io.Writer {
+	if asJSON {
+		return io.Discard
+	}
+	return a.stdout
 }
 
 // benchLogger is the logger a benchmark gives the code it measures: errors

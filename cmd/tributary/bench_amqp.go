@@ -4,7 +4,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
 	"github.com/tributary-run/tributary/internal/bench"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -52,7 +51,7 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 				return err
 			}
 			quiet := benchLogger(a)
-			opts := amqpbench.Options{
+			opts := bench.AMQPOptions{
 				URL: amqpbridge.ConfigFromQueue(a.cfg, quiet).URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 				DB: pool, Jobs: client, Logger: quiet,
 				BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
@@ -66,18 +65,12 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 				return err
 			}
 			defer stopProfile()
-			res, err := amqpbench.Run(ctx, opts, out)
+			res, err := bench.RunAMQP(ctx, opts, out)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return a.printJSON(map[string]any{
-					"messages": n, "rounds": rounds, "body_bytes": bodyBytes,
-					"publish_bare_msgs_per_sec": res.PublishBare, "publish_tributary_msgs_per_sec": res.PublishBridge,
-					"publish_ratio":             res.PublishRatio,
-					"inbound_bare_msgs_per_sec": res.InboundBare, "inbound_tributary_msgs_per_sec": res.InboundBridge,
-					"inbound_ratio": res.InboundRatio,
-				})
+				return a.printJSON(res)
 			}
 			return nil
 		},

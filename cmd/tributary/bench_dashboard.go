@@ -1,32 +1,14 @@
 package main
 
 import (
-	"cmp"
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
-	"runtime"
-	"slices"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/migrations"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/internal/bench"
 )
 
 func newBenchDashboardCmd(a *app) *cobra.Command {
-	var n, requests int
-	var keep, asJSON bool
-	var reuse string
+	var o bench.DashboardOptions
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "dashboard",
 		Short: "Time the dashboard's overview and first jobs page on a job table of N rows",
@@ -40,11 +22,11 @@ In the same run, the baselines: a full GROUP BY count of the table (what
 dropped afterwards unless --keep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n < 1000 {
-				return usagef("-n %d must be at least 1000", n)
+			if o.Rows < 1000 {
+				return usagef("-n %d must be at least 1000", o.Rows)
 			}
-			if requests < 10 {
-				return usagef("--requests %d must be at least 10", requests)
+			if o.Requests < 10 {
+				return usagef("--requests %d must be at least 10", o.Requests)
 			}
 			ctx := cmd.Context()
 			pool, err := a.pool(ctx)
@@ -52,12 +34,8 @@ dropped afterwards unless --keep.`,
 				return err
 			}
 			defer pool.Close()
-			quiet := benchLogger(a)
-			res, err := benchDashboard(ctx, pool, n, requests, keep, reuse, quiet, func(format string, args ...any) {
-				if !asJSON {
-					fmt.Fprintf(a.stdout, format, args...)
-				}
-			})
+			o.Logger = benchLogger(a)
+			res, err := bench.RunDashboard(ctx, pool, o, a.benchReport(asJSON))
 			if err != nil {
 				return err
 			}
@@ -67,234 +45,10 @@ dropped afterwards unless --keep.`,
 			return nil
 		},
 	}
-	cmd.Flags().IntVarP(&n, "n", "n", 1_000_000, "river_job rows to seed")
-	cmd.Flags().IntVar(&requests, "requests", 200, "timed requests per endpoint")
-	cmd.Flags().BoolVar(&keep, "keep", false, "keep the seeded schema")
-	cmd.Flags().StringVar(&reuse, "reuse", "", "measure on this schema, seeded by an earlier --keep run, instead of seeding")
+	cmd.Flags().IntVarP(&o.Rows, "n", "n", 1_000_000, "river_job rows to seed")
+	cmd.Flags().IntVar(&o.Requests, "requests", 200, "timed requests per endpoint")
+	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the seeded schema")
+	cmd.Flags().StringVar(&o.Reuse, "reuse", "", "measure on this schema, seeded by an earlier --keep run, instead of seeding")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
-}
-
-type latencyResult struct {
-	Name   string  `json:"name"`
-	P50Ms  float64 `json:"p50_ms"`
-	P95Ms  float64 `json:"p95_ms"`
-	P99Ms  float64 `json:"p99_ms"`
-	MaxMs  float64 `json:"max_ms"`
-	Status int     `json:"status"`
-}
-
-type dashboardBenchResult struct {
-	Rows      int             `json:"rows"`
-	Schema    string          `json:"schema"`
-	SeedSecs  float64         `json:"seed_seconds"`
-	Requests  int             `json:"requests"`
-	CPUs      int             `json:"cpus"`
-	Dashboard []latencyResult `json:"dashboard"`
-	Baseline  []latencyResult `json:"baseline"`
-}
-
-func benchDashboard(ctx context.Context, pool *pgxpool.Pool, n, requests int, keep bool, reuse string, logger *slog.Logger, printf func(string, ...any)) (*dashboardBenchResult, error) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := cmp.Or(reuse, "bench_dashboard_"+hex.EncodeToString(b))
-	res := &dashboardBenchResult{Rows: n, Schema: schema, Requests: requests, CPUs: runtime.NumCPU()}
-	if reuse != "" {
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&res.Rows); err != nil {
-			return nil, fmt.Errorf("error reading schema %s to reuse: %w", schema, err)
-		}
-		printf("reusing schema %s with %d river_job rows\n", schema, res.Rows)
-		return measureDashboard(ctx, pool, res, logger, printf)
-	}
-	m, err := migrations.New(pool, migrations.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.Up(ctx); err != nil {
-		return nil, err
-	}
-	if !keep {
-		defer func() {
-			dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-			defer cancel()
-			if _, err := pool.Exec(dropCtx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-				logger.Error("error dropping the benchmark schema", "schema", schema, "error", err)
-			}
-		}()
-	}
-
-	start := time.Now()
-	if err := seedJobs(ctx, pool, schema, n); err != nil {
-		return nil, err
-	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("error vacuuming the seeded table: %w", err)
-	}
-	res.SeedSecs = time.Since(start).Seconds()
-	printf("seeded %d river_job rows by COPY into schema %s in %.1fs (incl. VACUUM ANALYZE)\n", n, schema, res.SeedSecs)
-	return measureDashboard(ctx, pool, res, logger, printf)
-}
-
-func measureDashboard(ctx context.Context, pool *pgxpool.Pool, res *dashboardBenchResult, logger *slog.Logger, printf func(string, ...any)) (*dashboardBenchResult, error) {
-	schema, requests := res.Schema, res.Requests
-
-	client, err := queue.NewClient(pool, queue.ClientConfig{Schema: schema, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	srv, err := dashboard.New(client, dashboard.Config{Logger: logger})
-	if err != nil {
-		return nil, err
-	}
-	h := srv.Handler()
-	timeHTTP := func(name, path string) (latencyResult, error) {
-		return timeIt(name, requests, func() (int, error) {
-			req := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusOK {
-				return rec.Code, fmt.Errorf("GET %s answered %d: %s", path, rec.Code, rec.Body.String())
-			}
-			return rec.Code, nil
-		})
-	}
-	printf("\n%-56s %9s %9s %9s %9s\n", "request ("+fmt.Sprint(requests)+" each, sequential)", "p50 ms", "p95 ms", "p99 ms", "max ms")
-	show := func(r latencyResult) {
-		printf("%-56s %9.2f %9.2f %9.2f %9.2f\n", r.Name, r.P50Ms, r.P95Ms, r.P99Ms, r.MaxMs)
-	}
-	for _, ep := range []struct{ name, path string }{
-		{"dashboard GET /api/overview", "/api/overview"},
-		{"dashboard GET / (overview page)", "/"},
-		{"dashboard GET /api/jobs (first page)", "/api/jobs"},
-		{"dashboard GET /jobs (first page, HTML)", "/jobs"},
-		{"dashboard GET /api/jobs?state=discarded", "/api/jobs?state=discarded"},
-		{"dashboard GET /api/jobs?state=available&queue=email", "/api/jobs?state=available&queue=email"},
-		{"dashboard GET /api/jobs?kind=report.build", "/api/jobs?kind=report.build"},
-		{"dashboard GET /metrics", "/metrics"},
-	} {
-		r, err := timeHTTP(ep.name, ep.path)
-		if err != nil {
-			return nil, err
-		}
-		res.Dashboard = append(res.Dashboard, r)
-		show(r)
-	}
-
-	printf("\nbaselines in the same run:\n")
-	full, err := timeIt("full count: GROUP BY queue, state (tributary stats)", requests/10, func() (int, error) {
-		_, err := client.Stats(ctx)
-		return 200, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	res.Baseline = append(res.Baseline, full)
-	show(full)
-	riverList, err := timeIt("River JobList first page (50, all states)", requests, func() (int, error) {
-		_, err := client.River().JobList(ctx, river.NewJobListParams().First(50))
-		return 200, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	res.Baseline = append(res.Baseline, riverList)
-	show(riverList)
-	printf("(%d CPUs; requests go through the dashboard's HTTP handler in process, so the figures include rendering but not the network)\n", res.CPUs)
-	return res, nil
-}
-
-// timeIt runs fn a few times to warm up, then n times, and returns the
-// latency percentiles.
-func timeIt(name string, n int, fn func() (int, error)) (latencyResult, error) {
-	n = max(n, 5)
-	for range 3 {
-		if _, err := fn(); err != nil {
-			return latencyResult{}, err
-		}
-	}
-	durs := make([]time.Duration, 0, n)
-	status := 0
-	for range n {
-		start := time.Now()
-		code, err := fn()
-		if err != nil {
-			return latencyResult{}, err
-		}
-		durs = append(durs, time.Since(start))
-		status = code
-	}
-	slices.Sort(durs)
-	pct := func(p float64) float64 {
-		i := int(float64(len(durs))*p+0.5) - 1
-		i = min(max(i, 0), len(durs)-1)
-		return float64(durs[i].Microseconds()) / 1000
-	}
-	return latencyResult{Name: name, P50Ms: pct(0.50), P95Ms: pct(0.95), P99Ms: pct(0.99), MaxMs: pct(1), Status: status}, nil
-}
-
-// seedJobs writes n river_job rows with COPY: 24 hours of history with the
-// mix a busy service has after River's retention (completed jobs dominate),
-// plus a backlog of available jobs.
-func seedJobs(ctx context.Context, pool *pgxpool.Pool, schema string, n int) error {
-	kinds := []string{"email.send", "order.sync", "invoice.render", "tributary.event.dispatch", "tributary.outbox.forward", "report.build", "image.resize", "webhook.deliver"}
-	queues := []string{"default", "email", "events", "reports"}
-	now := time.Now()
-	errorJSON := []byte(`{"at":"2026-01-01T00:00:00Z","attempt":1,"error":"upstream returned 503","trace":""}`)
-	i := 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i >= n {
-			return nil, nil
-		}
-		i++
-		// Older rows first, so ids grow with time like real inserts.
-		created := now.Add(-24 * time.Hour).Add(time.Duration(float64(24*time.Hour) * float64(i) / float64(n)))
-		kind := kinds[i%len(kinds)]
-		if kind == "report.build" && i%97 != 0 {
-			kind = "image.resize" // report.build is a rare kind: ~0.13%
-		}
-		q := queues[(i/3)%len(queues)]
-		var state string
-		var attempt int16 = 1
-		var attemptedAt, finalizedAt any
-		var errs any
-		scheduled := created
-		switch r := i % 1000; {
-		case r < 955:
-			state = "completed"
-			at := created.Add(20 * time.Millisecond)
-			attemptedAt, finalizedAt = at, at.Add(5*time.Millisecond)
-		case r < 975:
-			state, attempt = "discarded", 25
-			at := created.Add(time.Minute)
-			if at.After(now) {
-				at = now
-			}
-			attemptedAt, finalizedAt = at, at
-			errs = []any{errorJSON}
-		case r < 980:
-			state = "cancelled"
-			attemptedAt, finalizedAt = created, created.Add(time.Second)
-		case r < 985:
-			state, attempt = "retryable", 3
-			attemptedAt = created
-			scheduled = now.Add(time.Minute)
-			errs = []any{errorJSON}
-		case r < 990:
-			state, attempt = "scheduled", 0
-			scheduled = now.Add(time.Hour)
-		case r < 991:
-			state = "running"
-			attemptedAt = now.Add(-time.Second)
-		default:
-			state, attempt = "available", 0
-		}
-		return []any{state, attempt, int16(25), attemptedAt, created, finalizedAt, scheduled, int16(1 + i%4),
-			[]byte(fmt.Sprintf(`{"customer_id": %d, "note": "seeded"}`, i)), errs, kind, []byte(`{}`), q, []string{}}, nil
-	})
-	_, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "river_job"},
-		[]string{"state", "attempt", "max_attempts", "attempted_at", "created_at", "finalized_at", "scheduled_at", "priority", "args", "errors", "kind", "metadata", "queue", "tags"}, src)
-	if err != nil {
-		return fmt.Errorf("error seeding river_job with COPY: %w", err)
-	}
-	return nil
 }

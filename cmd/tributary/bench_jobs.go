@@ -1,11 +1,6 @@
 package main
 
 import (
-	"cmp"
-	"fmt"
-	"runtime"
-	"slices"
-
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -37,30 +32,13 @@ load from elsewhere on the machine does not decide the result.`,
 				return err
 			}
 			defer pool.Close()
-			quiet := benchLogger(a)
-			opts := bench.JobsOptions{N: n, Logger: quiet}
-			var perSide [2][]bench.JobsResult
-			for r := 0; r < rounds; r++ {
-				for i, fn := range []func() (bench.JobsResult, error){
-					func() (bench.JobsResult, error) { return bench.BareRiver(ctx, pool, opts) },
-					func() (bench.JobsResult, error) { return bench.Tributary(ctx, pool, opts) },
-				} {
-					res, err := fn()
-					if err != nil {
-						return err
-					}
-					if !asJSON {
-						fmt.Fprintf(a.stdout, "round %d  %-18s %8d jobs in %8.2fs  %10.0f jobs/s\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec)
-					}
-					perSide[i] = append(perSide[i], res)
-				}
+			rep, err := bench.RunJobs(ctx, pool, bench.JobsOptions{N: n, Rounds: rounds, Logger: benchLogger(a)}, a.benchReport(asJSON))
+			if err != nil {
+				return err
 			}
-			best := [2]bench.JobsResult{median(perSide[0]), median(perSide[1])}
-			ratio := best[1].JobsPerSec / best[0].JobsPerSec
 			if asJSON {
-				return a.printJSON(map[string]any{"baseline": best[0], "tributary": best[1], "ratio": ratio, "rounds": perSide, "cpus": runtime.NumCPU()})
+				return a.printJSON(rep)
 			}
-			fmt.Fprintf(a.stdout, "median: bare River %.0f jobs/s, tributary %.0f jobs/s, ratio %.2fx (%d CPUs)\n", best[0].JobsPerSec, best[1].JobsPerSec, ratio, runtime.NumCPU())
 			return nil
 		},
 	}
@@ -68,12 +46,4 @@ load from elsewhere on the machine does not decide the result.`,
 	cmd.Flags().IntVar(&rounds, "rounds", 1, "alternate the two sides this many times")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
-}
-
-// median returns the round with the median throughput (the lower middle one
-// for an even count).
-func median(rs []bench.JobsResult) bench.JobsResult {
-	sorted := slices.Clone(rs)
-	slices.SortFunc(sorted, func(a, b bench.JobsResult) int { return cmp.Compare(a.JobsPerSec, b.JobsPerSec) })
-	return sorted[(len(sorted)-1)/2]
 }

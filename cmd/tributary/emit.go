@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/jobs/events/eventdemo"
 )
 
 func newEmitCmd(a *app) *cobra.Command {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/jobs/demo"
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/queue"
 )
 

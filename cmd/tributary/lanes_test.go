@@ -13,9 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/jobs/events/eventdemo"
 	"github.com/tributary-run/tributary/queue"
 )
 

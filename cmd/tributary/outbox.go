@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/jobs/events/eventdemo"
 )
 
 // installEvents runs the outbox forwarder, the in-database bus and the demo

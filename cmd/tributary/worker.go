@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/jobs/batch"
-	"github.com/tributary-run/tributary/jobs/demo"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/jobs/demo"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 

@@ -1,15 +1,14 @@
-// Package bench holds the measurement code behind `tributary bench`: each
-// benchmark runs tributary's path and a bare baseline in the same process
-// run, on fresh schemas, and reports both figures.
 package bench
 
 import (
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"runtime"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,8 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/tributary-run/tributary/jobs/demo"
-	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -31,12 +29,58 @@ const (
 	insertBatchSize             = 5000
 )
 
-// JobsOptions configures Jobs.
+// JobsOptions configures RunJobs, BareRiver and Tributary.
 type JobsOptions struct {
 	// N is the number of jobs each side works.
 	N int
+	// Rounds is how many times RunJobs alternates the two sides; the median
+	// round of each counts. Defaults to 1.
+	Rounds int
 	// Logger receives River's warnings; the benchmark itself prints nothing.
 	Logger *slog.Logger
+}
+
+// JobsReport is the outcome of RunJobs.
+type JobsReport struct {
+	// Baseline and Tributary are the median rounds of each side.
+	Baseline  JobsResult `json:"baseline"`
+	Tributary JobsResult `json:"tributary"`
+	// Ratio is Tributary's rate over Baseline's.
+	Ratio float64 `json:"ratio"`
+	// Rounds holds every round: the bare River client's, then tributary's.
+	Rounds [2][]JobsResult `json:"rounds"`
+	CPUs   int             `json:"cpus"`
+}
+
+// RunJobs works N demo.noop jobs with tributary's runtime and with a bare
+// River client configured like River's own benchmark, alternating the two
+// for opts.Rounds rounds, and writes a line per round and the medians to w.
+// The median round of each side counts, so a burst of load from elsewhere
+// on the machine does not decide the result.
+func RunJobs(ctx context.Context, pool *pgxpool.Pool, opts JobsOptions, w io.Writer) (*JobsReport, error) {
+	rep := &JobsReport{CPUs: runtime.NumCPU()}
+	for r := 0; r < max(1, opts.Rounds); r++ {
+		for i, fn := range []func(context.Context, *pgxpool.Pool, JobsOptions) (JobsResult, error){BareRiver, Tributary} {
+			res, err := fn(ctx, pool, opts)
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(w, "round %d  %-18s %8d jobs in %8.2fs  %10.0f jobs/s\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec)
+			rep.Rounds[i] = append(rep.Rounds[i], res)
+		}
+	}
+	rep.Baseline, rep.Tributary = medianRound(rep.Rounds[0]), medianRound(rep.Rounds[1])
+	rep.Ratio = rep.Tributary.JobsPerSec / rep.Baseline.JobsPerSec
+	fmt.Fprintf(w, "median: bare River %.0f jobs/s, tributary %.0f jobs/s, ratio %.2fx (%d CPUs)\n", rep.Baseline.JobsPerSec, rep.Tributary.JobsPerSec, rep.Ratio, rep.CPUs)
+	return rep, nil
+}
+
+// medianRound returns the round with the median throughput (the lower
+// middle one for an even count).
+func medianRound(rs []JobsResult) JobsResult {
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b JobsResult) int { return cmp.Compare(a.JobsPerSec, b.JobsPerSec) })
+	return sorted[(len(sorted)-1)/2]
 }
 
 // JobsResult is one side's outcome.
@@ -45,28 +89,6 @@ type JobsResult struct {
 	Jobs       int           `json:"jobs"`
 	Duration   time.Duration `json:"duration_ns"`
 	JobsPerSec float64       `json:"jobs_per_sec"`
-}
-
-// TempSchema creates and migrates a schema for one benchmark side and
-// returns it with a function that drops it.
-func TempSchema(ctx context.Context, pool *pgxpool.Pool, prefix string) (string, func(), error) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := prefix + "_" + hex.EncodeToString(b)
-	m, err := migrations.New(pool, migrations.Config{Schema: schema})
-	if err != nil {
-		return "", nil, err
-	}
-	drop := func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_, _ = pool.Exec(dctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	}
-	if _, err := m.Up(ctx); err != nil {
-		drop()
-		return "", nil, fmt.Errorf("error migrating benchmark schema: %w", err)
-	}
-	return schema, drop, nil
 }
 
 // insertNoops inserts n demo.noop jobs in batches with River's fast batch
@@ -189,5 +211,5 @@ func Tributary(ctx context.Context, pool *pgxpool.Pool, opts JobsOptions) (JobsR
 }
 
 func result(name string, n int, d time.Duration) JobsResult {
-	return JobsResult{Name: name, Jobs: n, Duration: d, JobsPerSec: float64(n) / d.Seconds()}
+	return JobsResult{Name: name, Jobs: n, Duration: d, JobsPerSec: rate(n, d)}
 }

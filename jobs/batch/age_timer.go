@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tributary-run/tributary/queue"
 )
@@ -125,7 +129,7 @@ func (t *AgeTimer) Tick(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("error listing batch streams: %w", err)
 	}
-	streams, err := collectStrings(rows)
+	streams, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return 0, fmt.Errorf("error listing batch streams: %w", err)
 	}
@@ -133,7 +137,7 @@ func (t *AgeTimer) Tick(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("error listing orphaned batches: %w", err)
 	}
-	orphaned, err := collectStrings(rows)
+	orphaned, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return 0, fmt.Errorf("error listing orphaned batches: %w", err)
 	}
@@ -159,7 +163,7 @@ func (t *AgeTimer) Tick(ctx context.Context) (int, error) {
 	if len(due) == 0 {
 		return 0, nil
 	}
-	list := sortedKeys(due)
+	list := slices.Sorted(maps.Keys(due))
 	if err := EnqueueFlush(ctx, t.client, list...); err != nil {
 		return 0, err
 	}

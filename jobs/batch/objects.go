@@ -114,7 +114,7 @@ func ListStreams(ctx context.Context, db queue.DBTX, schema, stream string) ([]S
 		if err != nil {
 			return nil, fmt.Errorf("error listing batch streams: %w", err)
 		}
-		if streams, err = collectStrings(rows); err != nil {
+		if streams, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return nil, fmt.Errorf("error listing batch streams: %w", err)
 		}
 	}

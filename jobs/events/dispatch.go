@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -384,12 +385,7 @@ func isCancel(err error) bool {
 }
 
 func (d *Dispatcher) consumerNames() []string {
-	names := make([]string, 0, len(d.consumers))
-	for n := range d.consumers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(d.consumers))
 }
 
 // runHandlers decodes the payload once per definition, all of them before

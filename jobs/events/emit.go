@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
+	"maps"
 	"reflect"
 	"slices"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
@@ -384,12 +385,7 @@ func lockAggregates(ctx context.Context, tx queue.DBTX, aggs []*string) error {
 	if len(set) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, len(set))
-	for a := range set {
-		keys = append(keys, a)
-	}
-	slices.Sort(keys)
-	if _, err := tx.Exec(ctx, emitLockSQL, keys); err != nil {
+	if _, err := tx.Exec(ctx, emitLockSQL, slices.Sorted(maps.Keys(set))); err != nil {
 		return fmt.Errorf("error locking the aggregates of %d event(s): %w", len(aggs), err)
 	}
 	return nil

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/tributary-run/tributary/internal/strictjson"
@@ -181,12 +182,7 @@ func (r *Registry) Lookup(name string) (Definition, error) {
 
 // Names lists the registered event types in order.
 func (r *Registry) Names() []string {
-	names := make([]string, 0, len(r.defs))
-	for n := range r.defs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(r.defs))
 }
 
 // MatchPattern reports whether an event type matches a subscription

@@ -1,15 +1,12 @@
-package amqpbench
+package bench
 
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,8 +16,8 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// Options configure a benchmark run.
-type Options struct {
+// AMQPOptions configure RunAMQP.
+type AMQPOptions struct {
 	// URL of the broker. Defaults to amqpbridge.URLDefault.
 	URL string
 	// Messages per measurement. Defaults to 50,000.
@@ -51,20 +48,37 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Result holds the measured rates in messages per second (medians over the
-// rounds) and the ratios tributary / bare (medians of the per-round ratios:
-// the two runs of a round follow each other, so load from elsewhere on the
-// machine hits both alike).
-type Result struct {
-	PublishBare, PublishBridge, PublishRatio float64
-	InboundBare, InboundBridge, InboundRatio float64
+// AMQPResult holds the measured rates in messages per second (medians over
+// the rounds) and the ratios tributary / bare (medians of the per-round
+// ratios: the two runs of a round follow each other, so load from elsewhere
+// on the machine hits both alike).
+type AMQPResult struct {
+	Messages  int `json:"messages"`
+	Rounds    int `json:"rounds"`
+	BodyBytes int `json:"body_bytes"`
+
+	PublishBare   float64 `json:"publish_bare_msgs_per_sec"`
+	PublishBridge float64 `json:"publish_tributary_msgs_per_sec"`
+	PublishRatio  float64 `json:"publish_ratio"`
+	InboundBare   float64 `json:"inbound_bare_msgs_per_sec"`
+	InboundBridge float64 `json:"inbound_tributary_msgs_per_sec"`
+	InboundRatio  float64 `json:"inbound_ratio"`
 	// InsertOnly is the rate of the inbound bridge's inserts (same batch
 	// size and concurrency) with no broker involved.
-	InsertOnly float64
+	InsertOnly float64 `json:"insert_only_jobs_per_sec"`
 }
 
-// Run runs the benchmark and writes a small report to w.
-func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
+// RunAMQP measures the AMQP bridge beside bare amqp091-go loops in the same
+// run, so the ratio holds on whatever machine runs it:
+//
+//   - publish with confirms: Publisher.PublishMany against a bare loop that
+//     keeps the same confirm window (512) of DeferredConfirmations;
+//   - inbound AMQP -> job: the Inbound bridge inserting River jobs (at its
+//     own prefetch, AMQPOptions.BridgePrefetch) against a bare consumer with
+//     prefetch 300 and multiple acks that inserts nothing.
+//
+// It writes a small report to w.
+func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, error) {
 	opts.URL = cmp.Or(opts.URL, amqpbridge.URLDefault)
 	opts.Messages = cmp.Or(opts.Messages, 50000)
 	opts.Rounds = cmp.Or(opts.Rounds, 3)
@@ -75,7 +89,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	var res Result
+	res := AMQPResult{Messages: opts.Messages, Rounds: opts.Rounds, BodyBytes: opts.BodyBytes}
 
 	conn, err := amqp.Dial(opts.URL)
 	if err != nil {
@@ -196,20 +210,6 @@ func wrap(what string, err error) error {
 	return nil
 }
 
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
-func medianRatio(num, den []float64) float64 {
-	r := make([]float64, len(num))
-	for i := range num {
-		r[i] = num[i] / den[i]
-	}
-	return median(r)
-}
-
 func purge(conn *amqp.Connection, queues ...string) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -222,14 +222,6 @@ func purge(conn *amqp.Connection, queues ...string) error {
 		}
 	}
 	return nil
-}
-
-func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
-
-func randomSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func makeBody(n int) []byte {
@@ -358,7 +350,7 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 
 // inbound is the inbound bridge's configuration for opts, with its
 // defaults resolved.
-func inbound(opts Options) amqpbridge.InboundConfig {
+func inbound(opts AMQPOptions) amqpbridge.InboundConfig {
 	return amqpbridge.InboundConfig{
 		Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
 	}.WithDefaults()
@@ -366,7 +358,7 @@ func inbound(opts Options) amqpbridge.InboundConfig {
 
 // dbOnly inserts opts.Messages jobs like the inbound bridge does (batches of
 // its batch size, its number of concurrent transactions), without AMQP.
-func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
+func dbOnly(ctx context.Context, opts AMQPOptions) (time.Duration, error) {
 	ic := inbound(opts)
 	concurrency, batchSize := ic.Concurrency, ic.BatchSize
 	insert := amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
@@ -411,7 +403,7 @@ func dbOnly(ctx context.Context, opts Options) (time.Duration, error) {
 	return time.Since(start), firstErr
 }
 
-func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts Options) (time.Duration, error) {
+func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions) (time.Duration, error) {
 	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
 		Queue: q, DB: opts.DB, Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
 		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),

@@ -1,4 +1,4 @@
-package amqpbench_test
+package bench_test
 
 import (
 	"context"
@@ -8,21 +8,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/amqpbridge/amqpbench"
-	"github.com/tributary-run/tributary/amqpbridge/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/bench"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
-// TestRun runs a small benchmark end to end: it checks that it completes and
+// TestRunAMQP runs a small benchmark end to end: it checks that it completes and
 // reports both pairs of figures, not how fast they are.
-func TestRun(t *testing.T) {
+func TestRunAMQP(t *testing.T) {
 	t.Parallel()
 	amqptest.Conn(t) // fails under CI=true without a broker
 	db := pgtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out strings.Builder
-	res, err := amqpbench.Run(ctx, amqpbench.Options{URL: amqptest.URL(), Messages: 1000, Rounds: 2, DB: db.Pool, Jobs: db.Client(t)}, &out)
+	res, err := bench.RunAMQP(ctx, bench.AMQPOptions{URL: amqptest.URL(), Messages: 1000, Rounds: 2, DB: db.Pool, Jobs: db.Client(t)}, &out)
 	require.NoError(t, err, out.String())
 	t.Log(out.String())
 	require.Contains(t, out.String(), "publish with confirms (window 512)")

@@ -1,0 +1,325 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
+)
+
+type benchEventPayload struct {
+	N int `json:"n"`
+}
+
+var benchEvent = events.Define[benchEventPayload]("bench.event", nil)
+
+// EventsOptions configures RunEvents.
+type EventsOptions struct {
+	// N is the number of events (and baseline jobs) of the throughput part.
+	N int
+	// Aggregates spreads the events over this many aggregates, so every
+	// handler call goes through per-aggregate ordering; 0: no aggregates.
+	Aggregates int
+	// Rate is the events per second of the latency part, for LatencyFor.
+	Rate       int
+	LatencyFor time.Duration
+	// Workers of the benchmark runtime's queue.
+	Workers int
+	// DispatchBatch is the batched consumer's ConsumerConfig.DispatchBatch;
+	// 1 runs only the one-job-per-event consumer.
+	DispatchBatch int
+	// NoNotify emits without NOTIFY (EmitterConfig.NoNotify).
+	NoNotify bool
+	// EmitPool is the emitters' own pool, as an application's request
+	// handlers would have: a starved shared pool would measure waiting for
+	// connections, not the event path.
+	EmitPool *pgxpool.Pool
+	Logger   *slog.Logger
+}
+
+// EventsReport is the outcome of RunEvents.
+type EventsReport struct {
+	Baseline   JobsResult         `json:"baseline"`
+	Throughput []EventsThroughput `json:"throughput"`
+	// Ratios are each throughput run's events/s over the baseline's jobs/s.
+	Ratios  []float64       `json:"ratios"`
+	Latency []EventsLatency `json:"latency"`
+	CPUs    int             `json:"cpus"`
+}
+
+// EventsThroughput is the outcome of the throughput part.
+type EventsThroughput struct {
+	// DispatchBatch is the consumer's ConsumerConfig.DispatchBatch.
+	DispatchBatch int           `json:"dispatch_batch"`
+	Events        int           `json:"events"`
+	Aggregates    int           `json:"aggregates"`
+	Duration      time.Duration `json:"duration_ns"`
+	EventsPerSec  float64       `json:"events_per_sec"`
+	// Emitted and Forwarded are when the last event was written and when the
+	// last outbox row was SENT, from the start: where the time went.
+	Emitted   time.Duration `json:"emitted_ns"`
+	Forwarded time.Duration `json:"forwarded_ns"`
+}
+
+// EventsLatency is the outcome of the steady-rate part.
+type EventsLatency struct {
+	DispatchBatch int           `json:"dispatch_batch"`
+	TargetRate    int           `json:"target_rate"`
+	AchievedRate  float64       `json:"achieved_rate"`
+	Events        int           `json:"events"`
+	P50           time.Duration `json:"p50_ns"`
+	P90           time.Duration `json:"p90_ns"`
+	P99           time.Duration `json:"p99_ns"`
+	Max           time.Duration `json:"max_ns"`
+	// ForwardP50 and ForwardP99 are the part from emit to SENT (the
+	// forwarder's share), read from the outbox's created_at and sent_at.
+	ForwardP50 time.Duration `json:"forward_p50_ns"`
+	ForwardP99 time.Duration `json:"forward_p99_ns"`
+}
+
+// RunEvents measures the events path in three parts, each on a fresh
+// schema: the baseline (N demo.noop jobs worked by tributary's runtime, the
+// tributary side of RunJobs); throughput (N events emitted in transactions of
+// 1,000 while a runtime forwards and handles them with a no-op handler, once
+// with one dispatch job per event and once with opts.DispatchBatch); and
+// latency (events emitted one per transaction at opts.Rate, time from the
+// emit's commit to its handler's start, for the same two consumers). It
+// writes a line per part to w.
+func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io.Writer) (*EventsReport, error) {
+	batches := []int{1}
+	if opts.DispatchBatch > 1 {
+		batches = append(batches, opts.DispatchBatch)
+	}
+	rep := &EventsReport{CPUs: runtime.NumCPU()}
+	base, err := Tributary(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	rep.Baseline = base
+	fmt.Fprintf(w, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s\n", base.Jobs, base.Duration.Seconds(), base.JobsPerSec)
+	for _, db := range batches {
+		tp, err := benchEventsThroughput(ctx, pool, opts.EmitPool, opts.Logger, opts.N, opts.Aggregates, opts.Workers, db, opts.NoNotify)
+		if err != nil {
+			return nil, err
+		}
+		rep.Throughput = append(rep.Throughput, tp)
+		rep.Ratios = append(rep.Ratios, tp.EventsPerSec/base.JobsPerSec)
+		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs)\n",
+			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds())
+	}
+	for _, db := range batches {
+		lat, err := benchEventsLatency(ctx, pool, opts.EmitPool, opts.Logger, opts.Rate, opts.LatencyFor, opts.Aggregates, opts.Workers, db, opts.NoNotify)
+		if err != nil {
+			return nil, err
+		}
+		rep.Latency = append(rep.Latency, lat)
+		fmt.Fprintf(w, "latency    %d events at %d/s (achieved %.0f/s, dispatch batch %d), commit to handler start: p50 %s  p90 %s  p99 %s  max %s; emit to SENT p50 %s p99 %s\n",
+			lat.Events, lat.TargetRate, lat.AchievedRate, db, ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max), ms(lat.ForwardP50), ms(lat.ForwardP99))
+	}
+	fmt.Fprintf(w, "(%d CPUs)\n", rep.CPUs)
+	return rep, nil
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// benchRuntime starts a runtime on a fresh schema with the events machinery
+// and one consumer whose handler calls onHandle.
+func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, workers, dispatchBatch int, noNotify bool, onHandle func(m events.Message[benchEventPayload])) (*queue.Runtime, *events.Emitter, func(), error) {
+	schema, drop, err := TempSchema(ctx, pool, "bench_events")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench", DispatchBatch: dispatchBatch})
+	if err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	events.On(c, benchEvent, func(ctx context.Context, m events.Message[benchEventPayload]) error {
+		onHandle(m)
+		return nil
+	})
+	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
+		Schema: schema, Logger: logger,
+		FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Queues: map[string]int{river.QueueDefault: workers},
+	})
+	if err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	if _, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, Forwarder: events.ForwarderConfig{BatchSize: 1000}}); err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	reg, _ := events.NewRegistry(benchEvent)
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: schema, Registry: reg, NoNotify: noNotify})
+	if err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	if err := rt.Start(ctx); err != nil {
+		drop()
+		return nil, nil, nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = rt.Stop(sctx)
+		drop()
+	}
+	return rt, em, stop, nil
+}
+
+func benchMeta(i, aggregates int) events.Meta {
+	if aggregates == 0 {
+		return events.Meta{}
+	}
+	return events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}
+}
+
+func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers, dispatchBatch int, noNotify bool) (EventsThroughput, error) {
+	var handled atomic.Int64
+	done := make(chan time.Time, 1)
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, dispatchBatch, noNotify, func(m events.Message[benchEventPayload]) {
+		if handled.Add(1) == int64(n) {
+			done <- time.Now()
+		}
+	})
+	if err != nil {
+		return EventsThroughput{}, err
+	}
+	defer stop()
+	start := time.Now()
+	const perTx = 1000
+	batch := make([]events.Emission, 0, perTx)
+	for i := 0; i < n; i += perTx {
+		batch = batch[:0]
+		for j := i; j < min(n, i+perTx); j++ {
+			batch = append(batch, events.Emission{Def: benchEvent, Payload: benchEventPayload{N: j}, Meta: benchMeta(j, aggregates)})
+		}
+		if _, err := em.EmitManyTx(ctx, emitPool, batch); err != nil {
+			return EventsThroughput{}, err
+		}
+	}
+	emitted := time.Since(start)
+	forwarded := make(chan time.Duration, 1)
+	go func() {
+		q := queue.Qualify(rt.Schema(), `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_outbox WHERE status <> 'SENT')`)
+		for {
+			var left bool
+			if err := emitPool.QueryRow(ctx, q).Scan(&left); err != nil || !left {
+				forwarded <- time.Since(start)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case last := <-done:
+		d := last.Sub(start)
+		var fwd time.Duration
+		select {
+		case fwd = <-forwarded:
+		case <-time.After(5 * time.Second):
+		}
+		return EventsThroughput{DispatchBatch: dispatchBatch, Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds(),
+			Emitted: emitted, Forwarded: fwd}, nil
+	case <-time.After(30 * time.Minute):
+		return EventsThroughput{}, fmt.Errorf("only %d of %d events were handled within 30 minutes", handled.Load(), n)
+	case <-ctx.Done():
+		return EventsThroughput{}, ctx.Err()
+	}
+}
+
+func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers, dispatchBatch int, noNotify bool) (EventsLatency, error) {
+	total := max(1, int(float64(rate)*length.Seconds()))
+	var mu sync.Mutex
+	committed := make(map[int]time.Time, total)
+	started := make(map[int]time.Time, total)
+	var handled atomic.Int64
+	done := make(chan struct{})
+	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, dispatchBatch, noNotify, func(m events.Message[benchEventPayload]) {
+		now := time.Now()
+		mu.Lock()
+		started[m.Payload.N] = now
+		mu.Unlock()
+		if handled.Add(1) == int64(total) {
+			close(done)
+		}
+	})
+	if err != nil {
+		return EventsLatency{}, err
+	}
+	defer stop()
+
+	// A paced feed and a few emitters, each event in its own transaction, so
+	// a slow commit does not hold up the schedule.
+	feed := make(chan int, total)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range feed {
+				if _, err := em.EmitTx(ctx, emitPool, benchEvent, benchEventPayload{N: i}, benchMeta(i, aggregates)); err != nil {
+					errs <- err
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				committed[i] = now
+				mu.Unlock()
+			}
+		}()
+	}
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < total; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		feed <- i
+	}
+	close(feed)
+	wg.Wait()
+	emitted := time.Since(start)
+	close(errs)
+	for err := range errs {
+		return EventsLatency{}, err
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		return EventsLatency{}, fmt.Errorf("only %d of %d events were handled", handled.Load(), total)
+	}
+	var fwd50, fwd99 float64
+	if err := pool.QueryRow(ctx, queue.Qualify(rt.Schema(), `
+        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
+               percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at))
+        FROM /*schema*/tributary_outbox`)).Scan(&fwd50, &fwd99); err != nil {
+		return EventsLatency{}, fmt.Errorf("error reading forwarding lag: %w", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, total)
+	for i, c := range committed {
+		lat = append(lat, max(0, started[i].Sub(c)))
+	}
+	slices.Sort(lat)
+	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	return EventsLatency{DispatchBatch: dispatchBatch, TargetRate: rate, AchievedRate: float64(total) / emitted.Seconds(), Events: total,
+		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: lat[len(lat)-1],
+		ForwardP50: time.Duration(fwd50 * float64(time.Second)), ForwardP99: time.Duration(fwd99 * float64(time.Second))}, nil
+}
