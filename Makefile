@@ -24,7 +24,8 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 test: build
-	@eval "$$(scripts/services.sh env test)" && \
+	@scripts/ensure-chromium.sh && \
+	eval "$$(scripts/services.sh env test)" && \
 	unformatted=$$(gofmt -l $$(git ls-files '*.go')) && \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \

@@ -10,7 +10,7 @@ run() {
 	echo "\$ $*"
 	"$@" >"$log" 2>&1
 	local rc=$?
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|\s+\w+_test\.go:[0-9]+:)' "$log"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|fresh-clone test:|tests:|\s+\w+_test\.go:[0-9]+:)' "$log"
 	[ "$rc" = 0 ] || { status=1; tail -50 "$log"; }
 }
 # Tests built only with the chaos tag (batch: a worker killed after its upload).
@@ -19,4 +19,6 @@ run go test -tags chaos -race -count=1 -timeout 60m -run Chaos -v ./...
 run env AMQP_FAULT_LONG=1 go test -race -count=1 -timeout 30m -run 'Fault' -v ./amqpbridge/
 # Events: 10,000 events over 200 aggregates on three replica processes.
 run env EVENTS_REPLICA_N=10000 go test -race -count=1 -timeout 30m -run 'TestReplicas' -v ./jobs/events/
+# A fresh clone's `make test` installs what it needs (chromium) by itself.
+run scripts/test-fresh-clone.sh
 exit $status
