@@ -354,7 +354,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.running {
 		rt.mu.Unlock()
-		return errors.New("runtime already started")
+		return fmt.Errorf("runtime: %w", ErrAlreadyStarted)
 	}
 	rt.running = true
 	// Liveness first and last: every job River fetches is attempted by a
@@ -485,17 +485,33 @@ func (rt *Runtime) HardStop() {
 }
 
 // riverService adapts the River client to the Service lifecycle.
-type riverService struct{ rt *Runtime }
+type riverService struct {
+	rt   *Runtime
+	life Lifecycle
+}
 
 func (s *riverService) Name() string { return "river" }
 
 func (s *riverService) Start(ctx context.Context) error {
-	// River derives its fetch loops from this context; give it one that the
-	// start context's cancellation does not end, since Stop ends it.
-	return s.rt.river.Start(context.WithoutCancel(ctx))
+	return s.life.Start(ctx, s.Name(), func(run *Run) error {
+		// River derives its fetch loops from this context, which the start
+		// context's cancellation does not end: Stop ends River.
+		if err := s.rt.river.Start(run.Context()); err != nil {
+			return err
+		}
+		run.OnStop(s.stopRiver)
+		return nil
+	})
 }
 
 func (s *riverService) Stop(ctx context.Context) error {
+	_, err := s.life.Stop(ctx)
+	return err
+}
+
+// stopRiver stops River softly within ShutdownTimeout, then cancels the jobs
+// still running and gives them HardStopGraceDefault to return.
+func (s *riverService) stopRiver(ctx context.Context) error {
 	softCtx, cancel := context.WithTimeout(ctx, s.rt.cfg.ShutdownTimeout)
 	defer cancel()
 	s.rt.mu.Lock()
