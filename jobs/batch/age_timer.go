@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/tributary-run/tributary/queue"
@@ -37,10 +36,7 @@ type AgeTimer struct {
 	client *queue.Client
 	cfg    AgeTimerConfig
 	logger *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life   queue.Lifecycle
 }
 
 // NewAgeTimer returns an age timer on client.
@@ -63,40 +59,23 @@ func (t *AgeTimer) Name() string { return "batch age timer" }
 
 // Start starts the ticker; the first check runs at once.
 func (t *AgeTimer) Start(ctx context.Context) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return errors.New("batch age timer already started")
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t.cancel = cancel
-	t.done = make(chan struct{})
-	go t.loop(runCtx, t.done)
-	t.logger.InfoContext(ctx, "batch age timer started", "interval", t.cfg.Interval)
-	return nil
+	return t.life.Start(ctx, t.Name(), func(run *queue.Run) error {
+		run.Go(func() { t.loop(run.Stopping()) })
+		t.logger.InfoContext(ctx, "batch age timer started", "interval", t.cfg.Interval)
+		return nil
+	})
 }
 
 // Stop stops the ticker and waits for a running check, until ctx ends.
 func (t *AgeTimer) Stop(ctx context.Context) error {
-	t.mu.Lock()
-	cancel, done := t.cancel, t.done
-	t.cancel, t.done = nil, nil
-	t.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
+	stopped, err := t.life.Stop(ctx)
+	if stopped && err == nil {
 		t.logger.InfoContext(ctx, "batch age timer stopped")
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("batch age timer did not stop in time: %w", ctx.Err())
 	}
+	return err
 }
 
-func (t *AgeTimer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (t *AgeTimer) loop(ctx context.Context) {
 	ticker := time.NewTicker(t.cfg.Interval)
 	defer ticker.Stop()
 	for {
