@@ -206,10 +206,7 @@ type Forwarder struct {
 	inflightMu sync.Mutex
 	inflight   map[*claim]struct{}
 
-	mu        sync.Mutex
-	stopLoops context.CancelFunc // no new claims
-	stopWork  context.CancelFunc // abandon the batches being published
-	done      chan struct{}
+	life queue.Lifecycle
 }
 
 // NewForwarder returns a forwarder on pool.
@@ -301,32 +298,24 @@ func (f *Forwarder) Stats() ForwarderStats {
 // Start opens the LISTEN connection and starts forwarding. It returns once
 // the forwarder listens, so no notification after Start is missed.
 func (f *Forwarder) Start(ctx context.Context) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopLoops != nil {
-		return errors.New("forwarder already started")
-	}
-	conn, err := f.listen(ctx)
-	if err != nil {
-		return err
-	}
-	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
-	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	f.stopLoops, f.stopWork = stopLoops, stopWork
-	f.done = make(chan struct{})
-	wakes := make([]chan struct{}, f.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := range wakes {
-		wakes[i] = make(chan struct{}, 1)
-		wg.Add(1)
-		go func() { defer wg.Done(); f.forwardLoop(loopCtx, workCtx, wakes[i]) }()
-	}
-	wg.Add(2)
-	go func() { defer wg.Done(); f.listenLoop(loopCtx, conn, wakes) }()
-	go func() { defer wg.Done(); f.sweepLoop(loopCtx) }()
-	go func() { wg.Wait(); close(f.done) }()
-	f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
-	return nil
+	return f.life.Start(ctx, f.Name(), func(run *queue.Run) error {
+		conn, err := f.listen(ctx)
+		if err != nil {
+			return err
+		}
+		// The loops stop claiming when the stop begins; the batches in hand
+		// are abandoned only when the stop's deadline passes (run.Context).
+		loopCtx, workCtx := run.Stopping(), run.Context()
+		wakes := make([]chan struct{}, f.cfg.Concurrency)
+		for i := range wakes {
+			wakes[i] = make(chan struct{}, 1)
+			run.Go(func() { f.forwardLoop(loopCtx, workCtx, wakes[i]) })
+		}
+		run.Go(func() { f.listenLoop(loopCtx, conn, wakes) })
+		run.Go(func() { f.sweepLoop(loopCtx) })
+		f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
+		return nil
+	})
 }
 
 // Stop stops claiming and waits for the batches being published, or until
@@ -335,27 +324,19 @@ func (f *Forwarder) Start(ctx context.Context) error {
 // timeout of their own; if that fails too, the stale-claim reset returns
 // them later). A destination may then get such an event a second time.
 func (f *Forwarder) Stop(ctx context.Context) error {
-	f.mu.Lock()
-	stopLoops, stopWork, done := f.stopLoops, f.stopWork, f.done
-	f.stopLoops, f.stopWork = nil, nil
-	f.mu.Unlock()
-	if stopLoops == nil {
+	stopped, err := f.life.Stop(ctx)
+	if !stopped {
 		return nil
 	}
-	stopLoops()
-	select {
-	case <-done:
-		stopWork()
+	if err == nil {
 		f.logger.InfoContext(ctx, "forwarder stopped")
 		return nil
-	case <-ctx.Done():
 	}
-	stopWork()
-	released, err := f.releaseInflight()
-	if err != nil {
-		return errors.Join(fmt.Errorf("forwarder did not stop in time: %w", ctx.Err()), err)
+	released, rerr := f.releaseInflight()
+	if rerr != nil {
+		return errors.Join(err, rerr)
 	}
-	return fmt.Errorf("forwarder did not stop in time, released %d claimed rows: %w", released, ctx.Err())
+	return fmt.Errorf("%w; released %d claimed rows", err, released)
 }
 
 // track and untrack keep the claims being published, for Stop.
