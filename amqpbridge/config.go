@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/url"
 	"time"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // Defaults for Config. They match the Node service the bridge replaces, so
@@ -125,7 +127,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return fmt.Errorf("invalid AMQP_URL %q: want amqp://user:pass@host:port/vhost", RedactURL(c.URL))
+		return fmt.Errorf("invalid AMQP_URL %q: want amqp://user:pass@host:port/vhost", queue.RedactURL(c.URL))
 	}
 	switch {
 	case c.MaxMessageRetries < 0 || c.MaxMessageRetries > 100:
@@ -185,15 +187,6 @@ func (c Config) RetryTiers() []time.Duration {
 		}
 	}
 	return tiers
-}
-
-// RedactURL hides the password of an AMQP URL so it can be logged.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }
 
 var errStopped = errors.New("amqpbridge: stopped")

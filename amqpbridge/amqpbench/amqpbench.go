@@ -79,7 +79,7 @@ func Run(ctx context.Context, opts Options, w io.Writer) (Result, error) {
 
 	conn, err := amqp.Dial(opts.URL)
 	if err != nil {
-		return res, fmt.Errorf("error connecting to %s: %w", amqpbridge.RedactURL(opts.URL), err)
+		return res, fmt.Errorf("error connecting to %s: %w", queue.RedactURL(opts.URL), err)
 	}
 	defer conn.Close()
 	suffix := randomSuffix()
