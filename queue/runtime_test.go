@@ -18,7 +18,7 @@ func TestNewRuntimeRejectsRescueBelowJobTimeout(t *testing.T) {
 	pool := pgtest.Pool(t)
 
 	_, err := queue.NewRuntime(pool, queue.RuntimeConfig{RescueStuckJobsAfter: 15 * time.Second})
-	require.ErrorContains(t, err, "RescueStuckJobsAfter 15s")
+	require.ErrorContains(t, err, `RescueStuckJobsAfter "15s"`)
 	require.ErrorContains(t, err, "JobTimeout 1m0s")
 
 	_, err = queue.NewRuntime(pool, queue.RuntimeConfig{RescueStuckJobsAfter: 2 * time.Minute, JobTimeout: 5 * time.Minute})
@@ -44,7 +44,7 @@ func TestRuntimeProcessIDIsRiversClientID(t *testing.T) {
 	require.Equal(t, "from-river", rt.ProcessID())
 
 	_, err = queue.NewRuntime(pool, queue.RuntimeConfig{LivenessTimeout: 500 * time.Millisecond})
-	require.ErrorContains(t, err, "LivenessTimeout 500ms")
+	require.ErrorContains(t, err, `LivenessTimeout "500ms"`)
 }
 
 func TestServiceContract(t *testing.T) {

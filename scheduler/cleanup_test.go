@@ -249,39 +249,6 @@ func TestCleanupSchedulesOnByDefault(t *testing.T) {
 	})
 }
 
-func TestCleanupConfigFromLookup(t *testing.T) {
-	t.Parallel()
-
-	lookup := func(env map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	}
-	cfg, err := CleanupConfigFromLookup(lookup(map[string]string{
-		"TRIBUTARY_OUTBOX_SENT_RETENTION":   "3d",
-		"TRIBUTARY_OUTBOX_FAILED_RETENTION": "off",
-		"TRIBUTARY_BATCH_OBJECT_RETENTION":  "36h",
-		"TRIBUTARY_CLEANUP_SPEC":            "*/15 * * * *",
-		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "2000",
-	}))
-	require.NoError(t, err)
-	require.Equal(t, CleanupConfig{
-		Retentions: map[string]time.Duration{targetOutboxSent: 72 * time.Hour, targetOutboxFailed: -1, targetBatchObjects: 36 * time.Hour},
-		Spec:       "*/15 * * * *", BatchSize: 2000,
-	}, cfg)
-
-	for name, value := range map[string]string{
-		"TRIBUTARY_OUTBOX_SENT_RETENTION": "a week",
-		"TRIBUTARY_EVENT_LANE_RETENTION":  "0d",
-		"TRIBUTARY_CLEANUP_SPEC":          "every hour",
-		"TRIBUTARY_CLEANUP_BATCH_SIZE":    "0",
-	} {
-		_, err := CleanupConfigFromLookup(lookup(map[string]string{name: value}))
-		var ce *queue.ConfigError
-		require.ErrorAs(t, err, &ce)
-		require.Equal(t, name, ce.Name)
-		require.Contains(t, err.Error(), value)
-	}
-}
-
 func TestCleanupTargetsValidated(t *testing.T) {
 	t.Parallel()
 	client := &queue.Client{}

@@ -39,10 +39,7 @@ func cleanupTargets() []queue.CleanupTarget {
 // service with the clean-up schedules of cleanupTargets and the demo
 // schedule, and exports their counters on /metrics.
 func installScheduler(ctx context.Context, env *workerEnv) error {
-	cfg, err := scheduler.CleanupConfigFromLookup(os.LookupEnv)
-	if err != nil {
-		return err
-	}
+	cfg := env.app.cfg.Cleanup
 	cfg.Targets = cleanupTargets()
 	rt := env.runtime
 	cleaner, err := scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Targets: cfg.Targets, Logger: env.app.logger})

@@ -16,10 +16,9 @@ type AgeTimerConfig struct {
 	// Streams are the stream thresholds; give the stager the same.
 	Streams Config
 
-	// Interval is how often every stream is measured
-	// (S3_BATCH_TIMER_INTERVAL_MS).
+	// Interval is how often every stream is measured.
 	//
-	// Defaults to queue.BatchTimerIntervalDefault (30 seconds).
+	// Defaults to 30 seconds.
 	Interval time.Duration
 
 	// Logger defaults to the client's.
@@ -47,7 +46,7 @@ func NewAgeTimer(client *queue.Client, cfg AgeTimerConfig) (*AgeTimer, error) {
 	if err := cfg.Streams.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Interval = cmp.Or(cfg.Interval, queue.BatchTimerIntervalDefault)
+	cfg.Interval = cmp.Or(cfg.Interval, TimerIntervalDefault)
 	if cfg.Interval < 0 {
 		return nil, fmt.Errorf("invalid batch timer interval %s: want a positive duration", cfg.Interval)
 	}
