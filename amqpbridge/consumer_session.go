@@ -45,8 +45,9 @@ type consumerBase struct {
 
 	declared bool // the topology was declared; touched by the start, then by the loop only
 
-	mu   sync.Mutex
-	sess *consumerSession
+	mu      sync.Mutex
+	current *queue.Run // the start sess belongs to
+	sess    *consumerSession
 }
 
 func newConsumerBase(cfg Config, topo Topology, connName, what string, prefetch int) consumerBase {
@@ -69,6 +70,9 @@ type consumeFunc func(run *queue.Run, sess *consumerSession) (stopping bool)
 // session and the republishing connection close.
 func (b *consumerBase) start(ctx context.Context, name string, begin func(run *queue.Run), consume consumeFunc, finish func()) error {
 	return b.life.Start(ctx, name, func(run *queue.Run) error {
+		b.mu.Lock()
+		b.current = run
+		b.mu.Unlock()
 		sess, err := b.connect(ctx)
 		if err != nil {
 			return fmt.Errorf("error starting %s for %q: %w", b.what, b.topo.Main, err)
@@ -76,7 +80,7 @@ func (b *consumerBase) start(ctx context.Context, name string, begin func(run *q
 		b.settlement.ctx = run.Context()
 		// Past the stop's deadline the connection goes under the handlers:
 		// what they did not settle is redelivered later (at-least-once).
-		context.AfterFunc(run.Context(), b.closeConn)
+		context.AfterFunc(run.Context(), func() { b.closeConn(run) })
 		begin(run)
 		run.Go(func() { b.run(run, sess, consume, finish) })
 		return nil
@@ -101,10 +105,12 @@ func (b *consumerBase) connect(ctx context.Context) (*consumerSession, error) {
 	return sess, nil
 }
 
-func (b *consumerBase) closeConn() {
+// closeConn closes the connection of run's current session; a later start's
+// is not run's to close.
+func (b *consumerBase) closeConn(run *queue.Run) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.sess != nil {
+	if b.current == run && b.sess != nil {
 		_ = b.sess.conn.Close()
 	}
 }
