@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // HandOffFunc takes a batch durably (stages it in Postgres, writes it to a
@@ -65,17 +67,8 @@ type BatchConsumerConfig struct {
 // messages. On Stop the buffer is handed off and acked before the channel
 // and connection close.
 type BatchConsumer struct {
-	settlement
-	bc   BatchConsumerConfig
-	name string
-
-	stop       chan struct{}
-	stopOnce   sync.Once
-	done       chan struct{}
-	baseCancel context.CancelFunc
-
-	mu   sync.Mutex
-	sess *consumerSession
+	consumerBase
+	bc BatchConsumerConfig
 
 	flushes, flushFailures, handedOff uint64
 	statsMu                           sync.Mutex
@@ -110,14 +103,10 @@ func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error
 		return nil, fmt.Errorf("invalid prefetch %d for queue %q: want %d..65535 (at least a batch)", bc.Prefetch, bc.Queue, bc.MaxEvents)
 	}
 	topo := cfg.Topology(bc.Queue)
-	name := cfg.ConnectionName + ".batch." + topo.Main
 	bc.Name = cmp.Or(bc.Name, "amqp batch consumer "+topo.Main)
 	return &BatchConsumer{
-		settlement: newSettlement(cfg, topo, name),
-		bc:         bc,
-		name:       name,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
+		consumerBase: newConsumerBase(cfg, topo, cfg.ConnectionName+".batch."+topo.Main, "batch consumer", bc.Prefetch),
+		bc:           bc,
 	}, nil
 }
 
@@ -140,25 +129,16 @@ func (c *BatchConsumer) Stats() BatchStats {
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
 	return BatchStats{
-		ConsumerStats: ConsumerStats{
-			Delivered: c.stats.delivered.Load(), Acked: c.stats.acked.Load(), Retried: c.stats.retried.Load(),
-			Failed: c.stats.failed.Load(), Stale: c.stats.stale.Load(), Reconnects: c.stats.reconnects.Load(),
-			Generation: c.gen.Load(),
-		},
-		Flushes: c.flushes, FlushFailures: c.flushFailures, HandedOff: c.handedOff,
+		ConsumerStats: c.consumerStats(),
+		Flushes:       c.flushes, FlushFailures: c.flushFailures, HandedOff: c.handedOff,
 	}
 }
 
 // Start declares the topology, subscribes and returns.
 func (c *BatchConsumer) Start(ctx context.Context) error {
-	c.ctx, c.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
-	declared := false
-	sess, err := c.connect(ctx, &declared)
-	if err != nil {
-		c.baseCancel()
-		return fmt.Errorf("error starting batch consumer for %q: %w", c.topo.Main, err)
+	if err := c.start(ctx, c.Name(), func(*queue.Run) {}, c.consume, func() {}); err != nil {
+		return err
 	}
-	go c.run(sess, declared)
 	c.logger.InfoContext(ctx, "amqp batch consumer started", "max_events", c.bc.MaxEvents, "max_bytes", c.bc.MaxBytes, "max_age", c.bc.MaxAge)
 	return nil
 }
@@ -166,78 +146,9 @@ func (c *BatchConsumer) Start(ctx context.Context) error {
 // Stop stops consuming, hands off and acks what is buffered (and what the
 // broker had already delivered), then closes the channel and connections.
 // When ctx ends first, the hand-off is cancelled and the connection closed:
-// the unacked messages are redelivered later.
-// abandonGrace is how long Stop waits, after its deadline, for a hand-off
-// to return before it gives up on it.
-const abandonGrace = 2 * time.Second
-
-func (c *BatchConsumer) Stop(ctx context.Context) error {
-	c.stopOnce.Do(func() { close(c.stop) })
-	if c.baseCancel == nil {
-		return nil
-	}
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		c.baseCancel()
-		c.mu.Lock()
-		if c.sess != nil {
-			_ = c.sess.conn.Close()
-		}
-		c.mu.Unlock()
-		// A hand-off that ignores its cancelled context must not hold the
-		// process past its shutdown deadline: give it a short grace, then
-		// abandon it (its messages are unacked and will be redelivered).
-		select {
-		case <-c.done:
-		case <-time.After(abandonGrace):
-			c.logger.WarnContext(ctx, "batch consumer abandoned a hand-off that ignored cancellation", "queue", c.topo.Main)
-		}
-		return fmt.Errorf("batch consumer %q stopped before its buffer was handed off: %w", c.topo.Main, ctx.Err())
-	}
-}
-
-func (c *BatchConsumer) connect(ctx context.Context, declared *bool) (*consumerSession, error) {
-	sess, err := c.openSession(ctx, c.name, "batch consumer", declared, c.bc.Prefetch)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.sess = sess
-	c.mu.Unlock()
-	return sess, nil
-}
-
-func (c *BatchConsumer) run(sess *consumerSession, declared bool) {
-	defer close(c.done)
-	b := newBackoff(c.cfg)
-	for sess != nil {
-		if stopping := c.consume(sess); stopping {
-			break
-		}
-		c.logger.Warn("amqp batch consumer lost its channel; reconnecting", "generation", sess.gen)
-		sess.close()
-		sess = nil
-		for sess == nil && b.wait(c.ctx, c.stop) {
-			var err error
-			if sess, err = c.connect(c.ctx, &declared); err != nil {
-				c.logger.Warn("amqp batch consumer reconnect failed", "error", err)
-				sess = nil
-				continue
-			}
-			c.stats.reconnects.Add(1)
-			b.reset()
-			c.logger.Info("amqp batch consumer reconnected", "generation", sess.gen)
-		}
-	}
-	if sess != nil {
-		sess.close()
-	}
-	_ = c.pub.Stop(context.Background())
-	c.baseCancel()
-	c.logger.Info("amqp batch consumer stopped")
-}
+// the unacked messages are redelivered later. A hand-off that does not
+// return within abandonGrace of that is left behind.
+func (c *BatchConsumer) Stop(ctx context.Context) error { return c.stop(ctx) }
 
 // batch is the buffer of one session.
 type batch struct {
@@ -258,7 +169,7 @@ type pendingBatch struct {
 // (true). Buffering and every ack and nack happen on this goroutine; up to
 // HandOffConcurrency hand-offs run at once, settled strictly in order, so a
 // multiple-ack never covers a batch that is still being handed off.
-func (c *BatchConsumer) consume(sess *consumerSession) bool {
+func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 	var (
 		buf      batch
 		inflight []*pendingBatch
@@ -282,13 +193,13 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 		buf.bytes += len(d.Body)
 	}
 	full := func() bool { return len(buf.items) >= c.bc.MaxEvents || buf.bytes >= c.bc.MaxBytes }
-	stop := c.stop // nil once Stop was seen
+	stop := run.Stopping().Done() // nil once Stop was seen
 	settleOldest := func() {
 		pb := inflight[0]
 		<-pb.done
 		inflight[0] = nil
 		inflight = inflight[1:]
-		c.settleBatch(sess, pb, stop == nil)
+		c.settleBatch(run, sess, pb, stop == nil)
 	}
 	flush := func() {
 		if len(buf.items) == 0 {
@@ -299,7 +210,7 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 		if c.bc.HandOffConcurrency == 1 {
 			pb.err = c.bc.HandOff(c.ctx, pb.items)
 			close(pb.done)
-			c.settleBatch(sess, pb, stop == nil)
+			c.settleBatch(run, sess, pb, stop == nil)
 			return
 		}
 		go func() {
@@ -383,7 +294,7 @@ func (c *BatchConsumer) consume(sess *consumerSession) bool {
 
 // settleBatch settles a finished hand-off: one multiple-ack on success, one
 // multiple-nack with requeue (after a backoff) on failure.
-func (c *BatchConsumer) settleBatch(sess *consumerSession, pb *pendingBatch, stopping bool) {
+func (c *BatchConsumer) settleBatch(run *queue.Run, sess *consumerSession, pb *pendingBatch, stopping bool) {
 	// The last delivery nobody settled individually carries the
 	// multiple-ack: a tag that was acked already would make the broker
 	// close the channel.
@@ -407,8 +318,8 @@ func (c *BatchConsumer) settleBatch(sess *consumerSession, pb *pendingBatch, sto
 			t := time.NewTimer(c.cfg.RetryDelay(0))
 			select {
 			case <-t.C:
-			case <-c.stop:
-			case <-c.ctx.Done():
+			case <-run.Stopping().Done():
+			case <-run.Context().Done():
 			}
 			t.Stop()
 		}

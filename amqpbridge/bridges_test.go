@@ -16,6 +16,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -301,5 +302,29 @@ func TestDLQ(t *testing.T) {
 		require.Contains(t, err.Error(), fmt.Sprintf(`%q has no failed-message queue "%s.failed"`, name, name))
 		_, _, err = dlq.List(context.Background(), name, 5)
 		require.ErrorIs(t, err, ErrQueueNotFound)
+	})
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "amqpbridge.Publisher", func(t *testing.T) (queue.Service, error) {
+		cfg, _ := testConfig(t, "")
+		return NewPublisher(cfg)
+	})
+	servicetest.Run(t, "amqpbridge.Consumer", func(t *testing.T) (queue.Service, error) {
+		cfg, b := testConfig(t, amqptest.UniqueName("contract"))
+		cleanupTopology(t, b.conn, cfg.Topology(b.queue))
+		return NewConsumer(cfg, ConsumerConfig{Queue: b.queue, Handler: func(context.Context, *Delivery) error { return nil }})
+	})
+	servicetest.Run(t, "amqpbridge.BatchConsumer", func(t *testing.T) (queue.Service, error) {
+		cfg, b := testConfig(t, amqptest.UniqueName("contract-batch"))
+		cleanupTopology(t, b.conn, cfg.Topology(b.queue))
+		return NewBatchConsumer(cfg, BatchConsumerConfig{Queue: b.queue, HandOff: func(context.Context, []*Delivery) error { return nil }})
+	})
+	servicetest.Run(t, "amqpbridge.Inbound", func(t *testing.T) (queue.Service, error) {
+		cfg, b := testConfig(t, amqptest.UniqueName("contract-inbound"))
+		cleanupTopology(t, b.conn, cfg.Topology(b.queue))
+		db := pgtest.New(t)
+		return NewInbound(cfg, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: func(context.Context, pgx.Tx, []*Delivery) error { return nil }})
 	})
 }

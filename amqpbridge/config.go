@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
-// Defaults for Config. They match the Node service the bridge replaces, so
-// both can share queues.
+// Defaults for Config. They match the Node service the bridge replaces (its
+// variables are read by the process configuration, internal/envconfig for
+// tributary's commands), so both can share queues.
 const (
 	URLDefault                = "amqp://guest:guest@127.0.0.1:5672/"
 	MaxMessageRetriesDefault  = 5
@@ -31,20 +35,20 @@ const (
 // Config is the bridge-wide configuration shared by publishers, consumers and
 // the DLQ tools. The zero value is usable: every field has a default.
 type Config struct {
-	// URL is the broker address (AMQP_URL). Defaults to URLDefault.
+	// URL is the broker address. Defaults to URLDefault.
 	URL string
 
-	// QueuePrefix is prepended to every queue name as "{prefix}/{name}"
-	// (QUEUE_PREFIX). Empty means no prefix. Defaults to empty.
+	// QueuePrefix is prepended to every queue name as "{prefix}/{name}".
+	// Empty means no prefix. Defaults to empty.
 	QueuePrefix string
 
 	// MaxMessageRetries is how many times a failing message is retried before
-	// it goes to "{name}.failed" (MAX_MESSAGE_RETRIES). Defaults to 5. Use
+	// it goes to "{name}.failed". Defaults to 5. Use
 	// NoRetries (-1) for zero retries.
 	MaxMessageRetries int
 
 	// RetryBase and RetryMax shape the retry delay min(RetryBase*2^n,
-	// RetryMax) (RETRY_BASE_MS / RETRY_MAX_MS). Default to 4s and 60s.
+	// RetryMax). Default to 4s and 60s.
 	RetryBase time.Duration
 	RetryMax  time.Duration
 
@@ -53,10 +57,9 @@ type Config struct {
 	MaxMessageBytes int
 
 	// BatchMaxEvents, BatchMaxBytes, BatchMaxAge and BatchTimerInterval drive
-	// the batch consumer (S3_BATCH_MAX_EVENTS, S3_BATCH_MAX_BYTES,
-	// S3_BATCH_MAX_AGE_MS, S3_BATCH_TIMER_INTERVAL_MS). BatchMaxEvents is
-	// also the batch consumer's prefetch, so it is at most 65535. Default to
-	// 10000, 10 MiB, 10 minutes and 30 seconds.
+	// the batch consumer. BatchMaxEvents is also the batch consumer's
+	// prefetch, so it is at most 65535. Default to 10000, 10 MiB, 10 minutes
+	// and 30 seconds.
 	BatchMaxEvents     int
 	BatchMaxBytes      int
 	BatchMaxAge        time.Duration
@@ -119,37 +122,43 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports the first invalid setting, naming it and its value. It
-// applies defaults first, so zero values are valid.
+// Validate reports the first invalid setting as a *queue.ConfigError naming
+// the field and its value. It applies defaults first, so zero values are
+// valid.
 func (c Config) Validate() error {
 	c = c.withDefaults()
+	bad := func(field string, value any, reason string) error {
+		return &queue.ConfigError{Name: field, Value: fmt.Sprint(value), Reason: reason}
+	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
-		return fmt.Errorf("invalid AMQP_URL %q: want amqp://user:pass@host:port/vhost", RedactURL(c.URL))
+		return bad("URL", queue.RedactURL(c.URL), "want amqp://user:pass@host:port/vhost")
 	}
 	switch {
+	case strings.ContainsAny(c.QueuePrefix, " \t\n"):
+		return bad("QueuePrefix", c.QueuePrefix, "must not contain white space")
 	case c.MaxMessageRetries < 0 || c.MaxMessageRetries > 100:
-		return fmt.Errorf("invalid MAX_MESSAGE_RETRIES %d: want 0..100", c.MaxMessageRetries)
+		return bad("MaxMessageRetries", c.MaxMessageRetries, "want 0..100")
 	case c.RetryBase < time.Millisecond:
-		return fmt.Errorf("invalid RETRY_BASE_MS %d: want at least 1", c.RetryBase.Milliseconds())
+		return bad("RetryBase", c.RetryBase, "want at least 1ms")
 	case c.RetryMax < c.RetryBase:
-		return fmt.Errorf("invalid RETRY_MAX_MS %d: want at least RETRY_BASE_MS (%d)", c.RetryMax.Milliseconds(), c.RetryBase.Milliseconds())
+		return bad("RetryMax", c.RetryMax, fmt.Sprintf("want at least the retry base (%s)", c.RetryBase))
 	case c.MaxMessageBytes < 0:
-		return fmt.Errorf("invalid max message bytes %d: want > 0", c.MaxMessageBytes)
+		return bad("MaxMessageBytes", c.MaxMessageBytes, "want > 0")
 	case c.BatchMaxEvents < 1 || c.BatchMaxEvents > 65535:
-		return fmt.Errorf("invalid S3_BATCH_MAX_EVENTS %d: want 1..65535 (it is the consumer prefetch)", c.BatchMaxEvents)
+		return bad("BatchMaxEvents", c.BatchMaxEvents, "want 1..65535 (it is the batch consumer's prefetch)")
 	case c.BatchMaxBytes < 1:
-		return fmt.Errorf("invalid S3_BATCH_MAX_BYTES %d: want > 0", c.BatchMaxBytes)
+		return bad("BatchMaxBytes", c.BatchMaxBytes, "want > 0")
 	case c.BatchMaxAge < time.Millisecond:
-		return fmt.Errorf("invalid S3_BATCH_MAX_AGE_MS %d: want > 0", c.BatchMaxAge.Milliseconds())
+		return bad("BatchMaxAge", c.BatchMaxAge, "want at least 1ms")
 	case c.BatchTimerInterval < time.Millisecond:
-		return fmt.Errorf("invalid S3_BATCH_TIMER_INTERVAL_MS %d: want > 0", c.BatchTimerInterval.Milliseconds())
+		return bad("BatchTimerInterval", c.BatchTimerInterval, "want at least 1ms")
 	case c.ConfirmWindow < 1:
-		return fmt.Errorf("invalid confirm window %d: want > 0", c.ConfirmWindow)
+		return bad("ConfirmWindow", c.ConfirmWindow, "want > 0")
 	case c.PublishTimeout < time.Millisecond:
-		return fmt.Errorf("invalid publish timeout %s: want at least 1ms", c.PublishTimeout)
+		return bad("PublishTimeout", c.PublishTimeout, "want at least 1ms")
 	case c.ReconnectMax < c.ReconnectMin:
-		return fmt.Errorf("invalid reconnect max %s: want at least reconnect min %s", c.ReconnectMax, c.ReconnectMin)
+		return bad("ReconnectMax", c.ReconnectMax, fmt.Sprintf("want at least ReconnectMin (%s)", c.ReconnectMin))
 	}
 	return nil
 }
@@ -185,15 +194,6 @@ func (c Config) RetryTiers() []time.Duration {
 		}
 	}
 	return tiers
-}
-
-// RedactURL hides the password of an AMQP URL so it can be logged.
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	return u.Redacted()
 }
 
 var errStopped = errors.New("amqpbridge: stopped")

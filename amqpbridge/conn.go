@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // dial opens one connection with connectionName as its connection_name client
@@ -40,7 +42,7 @@ func dialRaw(cfg Config, connectionName string) (*amqp.Connection, net.Conn, err
 		},
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("error connecting to %s as %q: %w", RedactURL(cfg.URL), connectionName, err)
+		return nil, nil, fmt.Errorf("error connecting to %s as %q: %w", queue.RedactURL(cfg.URL), connectionName, err)
 	}
 	return conn, raw, nil
 }

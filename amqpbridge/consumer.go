@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // AckMode selects who settles deliveries.
@@ -50,35 +50,11 @@ type ConsumerConfig struct {
 // generation, so a late ack after a reconnect is dropped, never applied to
 // another message.
 type Consumer struct {
-	settlement
-	cc   ConsumerConfig
-	name string
+	consumerBase
+	cc ConsumerConfig
 
-	declared bool
-
-	work       chan *Delivery
-	workers    sync.WaitGroup
-	stop       chan struct{}
-	stopOnce   sync.Once
-	done       chan struct{}
-	baseCtx    context.Context
-	baseCancel context.CancelFunc
-
-	mu   sync.Mutex
-	sess *consumerSession
-}
-
-type consumerSession struct {
-	conn       *amqp.Connection
-	ch         *amqp.Channel
-	gen        uint64
-	tag        string
-	deliveries <-chan amqp.Delivery
-}
-
-func (s *consumerSession) close() {
-	_ = s.ch.Close()
-	_ = s.conn.Close()
+	work    chan *Delivery
+	workers sync.WaitGroup
 }
 
 type consumerCounters struct {
@@ -118,13 +94,9 @@ func NewConsumer(cfg Config, cc ConsumerConfig) (*Consumer, error) {
 	}
 	cfg = cfg.withDefaults()
 	topo := cfg.Topology(cc.Queue)
-	name := cfg.ConnectionName + ".consumer." + topo.Main
 	return &Consumer{
-		settlement: newSettlement(cfg, topo, name),
-		cc:         cc,
-		name:       name,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
+		consumerBase: newConsumerBase(cfg, topo, cfg.ConnectionName+".consumer."+topo.Main, "consumer", cc.Prefetch),
+		cc:           cc,
 	}, nil
 }
 
@@ -135,120 +107,45 @@ func (c *Consumer) Name() string { return "amqp consumer " + c.topo.Main }
 func (c *Consumer) Topology() Topology { return c.topo }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{
-		Delivered:  c.stats.delivered.Load(),
-		Acked:      c.stats.acked.Load(),
-		Retried:    c.stats.retried.Load(),
-		Failed:     c.stats.failed.Load(),
-		Stale:      c.stats.stale.Load(),
-		Reconnects: c.stats.reconnects.Load(),
-		Generation: c.gen.Load(),
-	}
-}
+func (c *Consumer) Stats() ConsumerStats { return c.consumerStats() }
 
 // Start declares the queues, subscribes and returns; consumption runs in the
 // background. Start the consumer only after everything its handler needs.
 func (c *Consumer) Start(ctx context.Context) error {
-	sess, err := c.connect(ctx)
+	err := c.start(ctx, c.Name(), func(run *queue.Run) {
+		c.work = make(chan *Delivery)
+		for range c.cc.Concurrency {
+			c.workers.Add(1)
+			run.Go(func() {
+				defer c.workers.Done()
+				c.worker(run.Context())
+			})
+		}
+	}, c.pump, func() {
+		// The handlers settle on the session's channel: they finish before
+		// it closes.
+		close(c.work)
+		c.workers.Wait()
+	})
 	if err != nil {
-		return fmt.Errorf("error starting consumer for %q: %w", c.topo.Main, err)
+		return err
 	}
-	c.baseCtx, c.baseCancel = context.WithCancel(context.WithoutCancel(ctx))
-	c.settlement.ctx = c.baseCtx
-	c.work = make(chan *Delivery)
-	for range c.cc.Concurrency {
-		c.workers.Add(1)
-		go c.worker()
-	}
-	go c.run(sess)
 	c.logger.InfoContext(ctx, "amqp consumer started", "mode", c.cc.Mode, "prefetch", c.cc.Prefetch, "concurrency", c.cc.Concurrency)
 	return nil
 }
 
 // Stop stops consuming, lets running and already-delivered messages finish,
 // closes the channel and connections. When ctx ends first, handlers are
-// cancelled and the connection closed: unacked messages are redelivered later.
-func (c *Consumer) Stop(ctx context.Context) error {
-	c.stopOnce.Do(func() { close(c.stop) })
-	if c.baseCancel == nil { // never started
-		return nil
-	}
-	select {
-	case <-c.done:
-		return nil
-	case <-ctx.Done():
-		c.baseCancel()
-		c.mu.Lock()
-		if c.sess != nil {
-			_ = c.sess.conn.Close()
-		}
-		c.mu.Unlock()
-		<-c.done
-		return fmt.Errorf("consumer %q stopped before its handlers finished: %w", c.topo.Main, ctx.Err())
-	}
-}
-
-// connect opens a connection and channel, declares the topology (once) and
-// subscribes.
-func (c *Consumer) connect(ctx context.Context) (*consumerSession, error) {
-	sess, err := c.openSession(ctx, c.name, "consumer", &c.declared, c.cc.Prefetch)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.sess = sess
-	c.mu.Unlock()
-	return sess, nil
-}
-
-// run pumps deliveries to the workers and reconnects until stopped, then
-// shuts down in order: stop consuming, finish handlers, close channel and
-// connections.
-func (c *Consumer) run(sess *consumerSession) {
-	defer close(c.done)
-	b := newBackoff(c.cfg)
-	for {
-		stopping := c.pump(sess)
-		if stopping {
-			break
-		}
-		c.logger.Warn("amqp consumer lost its channel; reconnecting", "generation", sess.gen)
-		sess.close()
-		sess = nil
-		for sess == nil {
-			if !b.wait(c.baseCtx, c.stop) {
-				break
-			}
-			var err error
-			if sess, err = c.connect(c.baseCtx); err != nil {
-				c.logger.Warn("amqp consumer reconnect failed", "error", err)
-				sess = nil
-				continue
-			}
-			c.stats.reconnects.Add(1)
-			b.reset()
-			c.logger.Info("amqp consumer reconnected", "generation", sess.gen)
-		}
-		if sess == nil {
-			break
-		}
-	}
-	close(c.work)
-	c.workers.Wait()
-	if sess != nil {
-		sess.close()
-	}
-	_ = c.pub.Stop(context.Background())
-	c.baseCancel()
-	c.logger.Info("amqp consumer stopped")
-}
+// cancelled and the connection closed: unacked messages are redelivered
+// later. A handler that does not return within abandonGrace of that is
+// left behind.
+func (c *Consumer) Stop(ctx context.Context) error { return c.stop(ctx) }
 
 // pump forwards deliveries of one session to the workers until the session
 // ends (false) or Stop was called (true). On Stop it cancels the
 // subscription and still hands over what the broker had already delivered.
-func (c *Consumer) pump(sess *consumerSession) bool {
-	stop := c.stop
+func (c *Consumer) pump(run *queue.Run, sess *consumerSession) bool {
+	stop := run.Stopping().Done()
 	for {
 		select {
 		case <-stop:
@@ -261,17 +158,16 @@ func (c *Consumer) pump(sess *consumerSession) bool {
 			c.stats.delivered.Add(1)
 			select {
 			case c.work <- newDelivery(c.topo.Main, sess.gen, raw, c):
-			case <-c.baseCtx.Done():
+			case <-run.Context().Done():
 				return true
 			}
 		}
 	}
 }
 
-func (c *Consumer) worker() {
-	defer c.workers.Done()
+func (c *Consumer) worker(ctx context.Context) {
 	for d := range c.work {
-		c.process(c.baseCtx, d)
+		c.process(ctx, d)
 	}
 }
 

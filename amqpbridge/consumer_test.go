@@ -422,12 +422,13 @@ func TestConfigValidate(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{URL: "http://x"}, `invalid AMQP_URL "http://x"`},
+		{Config{URL: "http://x"}, `invalid URL "http://x"`},
 		{Config{URL: "amqp://u:secret@h:5672/"}, ""},
-		{Config{MaxMessageRetries: 101}, "MAX_MESSAGE_RETRIES 101"},
-		{Config{RetryBase: time.Second, RetryMax: time.Millisecond}, "RETRY_MAX_MS 1"},
-		{Config{BatchMaxEvents: 70000}, "S3_BATCH_MAX_EVENTS 70000"},
-		{Config{PublishTimeout: -time.Second}, "publish timeout -1s"},
+		{Config{MaxMessageRetries: 101}, `MaxMessageRetries "101"`},
+		{Config{RetryBase: time.Second, RetryMax: time.Millisecond}, `RetryMax "1ms"`},
+		{Config{BatchMaxEvents: 70000}, `BatchMaxEvents "70000"`},
+		{Config{PublishTimeout: -time.Second}, `PublishTimeout "-1s"`},
+		{Config{QueuePrefix: "a b"}, `QueuePrefix "a b"`},
 	} {
 		err := tc.cfg.Validate()
 		if tc.want == "" {

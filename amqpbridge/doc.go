@@ -33,7 +33,7 @@
 // ack their batches, close their channels and connections, and only then the
 // publisher closes.
 //
-//	cfg := amqpbridge.ConfigFromQueue(queueCfg, logger)
+//	cfg := amqpbridge.Config{URL: os.Getenv("AMQP_URL"), Logger: logger}
 //	pub, _ := amqpbridge.NewPublisher(cfg)
 //	orders, _ := amqpbridge.NewConsumer(cfg, amqpbridge.ConsumerConfig{
 //		Queue: "orders",

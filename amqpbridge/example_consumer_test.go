@@ -23,8 +23,8 @@ var errCarrierDown = errors.New("carrier API unavailable")
 func Example_consumer() {
 	// setup is what a service's main calls with its runtime and config
 	// before rt.Run.
-	setup := func(ctx context.Context, rt *queue.Runtime, cfg queue.Config, logger *slog.Logger) error {
-		bridgeCfg := amqpbridge.ConfigFromQueue(cfg, logger)
+	setup := func(ctx context.Context, rt *queue.Runtime, logger *slog.Logger) error {
+		bridgeCfg := amqpbridge.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Logger: logger}
 		pub, err := amqpbridge.NewPublisher(bridgeCfg)
 		if err != nil {
 			return err

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // ErrNotConfirmed is returned when the broker nacked a publish or the channel
@@ -70,6 +72,8 @@ type Publisher struct {
 	// would requeue the delivery and run its handler again in a tight loop
 	// for as long as the alarm lasts.
 	waitWhileBlocked bool
+
+	life queue.Lifecycle
 
 	mu     sync.Mutex
 	sess   *pubSession
@@ -135,19 +139,22 @@ func (p *Publisher) Name() string { return "amqp publisher " + p.name }
 
 // Start implements queue.Service. The connection opens lazily, so Start only
 // checks that the publisher was not closed.
-func (p *Publisher) Start(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return errStopped
-	}
-	return nil
+func (p *Publisher) Start(ctx context.Context) error {
+	return p.life.Start(ctx, p.Name(), func(*queue.Run) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed {
+			return errStopped
+		}
+		return nil
+	})
 }
 
-// Stop implements queue.Service: it closes the connection. Register the
-// publisher before everything that publishes, so the runtime stops it after
-// them.
-func (p *Publisher) Stop(context.Context) error {
+// Stop implements queue.Service: it closes the connection, also that of a
+// publisher that was used without Start. Register the publisher before
+// everything that publishes, so the runtime stops it after them.
+func (p *Publisher) Stop(ctx context.Context) error {
+	_, _ = p.life.Stop(ctx) // nothing runs in the background: this cannot fail
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true

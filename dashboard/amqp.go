@@ -14,9 +14,8 @@ import (
 
 // AMQPConfig enables the AMQP page and DLQ replay.
 type AMQPConfig struct {
-	// Bridge is the broker and topology configuration (AMQP_URL,
-	// QUEUE_PREFIX, retry tiers); amqpbridge.ConfigFromQueue builds it from
-	// the environment.
+	// Bridge is the broker and topology configuration (URL, queue prefix,
+	// retry tiers).
 	Bridge amqpbridge.Config
 
 	// Queues are the logical queue names (without the prefix) whose main,

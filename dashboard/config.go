@@ -2,7 +2,9 @@ package dashboard
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +85,21 @@ type Config struct {
 	// AMQP enables the AMQP queues page and DLQ replay. Nil shows the page
 	// as not enabled.
 	AMQP *AMQPConfig
+}
+
+// CheckAddr returns why addr cannot be the dashboard's listen address, or
+// "" when it can. It only looks at the form (HOST:PORT, PORT a number or a
+// service name), so it never waits on DNS; an address that is well formed
+// but unusable (in use, not local) fails when the service starts.
+func CheckAddr(addr string) string {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "want HOST:PORT such as 127.0.0.1:8080"
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Sprintf("port %q is not a port number", port)
+	}
+	return ""
 }
 
 func (c Config) withDefaults(logger *slog.Logger) Config {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -115,4 +116,16 @@ func jobState(t *testing.T, db *pgtest.DB, id int64) string {
 	s, err := db.JobState(context.Background(), id)
 	require.NoError(t, err)
 	return string(s)
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "dashboard.Service", func(t *testing.T) (queue.Service, error) {
+		return NewService("127.0.0.1:0", http.NotFoundHandler(), pgtest.Logger(t)), nil
+	})
+	servicetest.Run(t, "dashboard.JobMetrics", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
+		return NewJobMetrics(rt), err
+	})
 }

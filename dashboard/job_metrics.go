@@ -2,8 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"errors"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
@@ -26,9 +24,7 @@ type JobMetrics struct {
 	duration *prometheus.HistogramVec
 	wait     *prometheus.HistogramVec
 
-	mu     sync.Mutex
-	cancel func()
-	done   chan struct{}
+	life queue.Lifecycle
 }
 
 // NewJobMetrics returns job metrics for rt's River client. Add it to rt
@@ -79,26 +75,22 @@ func (m *JobMetrics) Name() string { return "job metrics" }
 
 // Start subscribes to River's job events.
 func (m *JobMetrics) Start(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.cancel != nil {
-		return errors.New("job metrics already started")
-	}
-	events, cancel := m.rt.River().SubscribeConfig(&river.SubscribeConfig{
-		ChanSize: 10000,
-		Kinds: []river.EventKind{
-			river.EventKindJobCompleted, river.EventKindJobFailed,
-			river.EventKindJobCancelled, river.EventKindJobSnoozed,
-		},
+	return m.life.Start(ctx, m.Name(), func(run *queue.Run) error {
+		events, unsubscribe := m.rt.River().SubscribeConfig(&river.SubscribeConfig{
+			ChanSize: 10000,
+			Kinds: []river.EventKind{
+				river.EventKindJobCompleted, river.EventKindJobFailed,
+				river.EventKindJobCancelled, river.EventKindJobSnoozed,
+			},
+		})
+		// Unsubscribing closes the channel, which ends the loop.
+		context.AfterFunc(run.Stopping(), unsubscribe)
+		run.Go(func() { m.loop(events) })
+		return nil
 	})
-	m.cancel = cancel
-	m.done = make(chan struct{})
-	go m.loop(events, m.done)
-	return nil
 }
 
-func (m *JobMetrics) loop(events <-chan *river.Event, done chan struct{}) {
-	defer close(done)
+func (m *JobMetrics) loop(events <-chan *river.Event) {
 	for ev := range events {
 		m.observe(ev)
 	}
@@ -132,18 +124,6 @@ func (m *JobMetrics) observe(ev *river.Event) {
 
 // Stop ends the subscription and waits for the counting loop.
 func (m *JobMetrics) Stop(ctx context.Context) error {
-	m.mu.Lock()
-	cancel, done := m.cancel, m.done
-	m.cancel, m.done = nil, nil
-	m.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := m.life.Stop(ctx)
+	return err
 }

@@ -21,10 +21,10 @@ type Service struct {
 	handler http.Handler
 	logger  *slog.Logger
 
+	life queue.Lifecycle
+
 	mu       sync.Mutex
-	server   *http.Server
-	listener net.Listener
-	done     chan error
+	listener net.Listener // the last one opened, for Addr
 }
 
 // NewService returns an HTTP service for handler on addr.
@@ -51,55 +51,48 @@ func (s *Service) Addr() string {
 
 // Start listens on the address and serves in the background.
 func (s *Service) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.server != nil {
-		return errors.New("dashboard http already started")
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("error listening on %s: %w", s.addr, err)
-	}
-	s.listener = ln
-	s.server = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
-	s.done = make(chan error, 1)
-	srv, done := s.server, s.done
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
+	return s.life.Start(ctx, s.Name(), func(run *queue.Run) error {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", s.addr)
+		if err != nil {
+			return fmt.Errorf("error listening on %s: %w", s.addr, err)
 		}
-		done <- err
-	}()
-	s.logger.InfoContext(ctx, "dashboard listening", "addr", ln.Addr().String())
-	return nil
+		s.mu.Lock()
+		s.listener = ln
+		s.mu.Unlock()
+		srv := &http.Server{
+			Handler:           s.handler,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      60 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+		}
+		run.Go(func() {
+			// Serve ends early only when the listener fails; nobody waits
+			// for its result then, so it is logged.
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				s.logger.ErrorContext(run.Context(), "dashboard stopped serving", "addr", ln.Addr().String(), "error", err)
+			}
+		})
+		// Shutdown stops accepting and waits for requests in flight until
+		// the stop's deadline; what is left then is closed.
+		run.OnStop(func(ctx context.Context) error {
+			err := srv.Shutdown(ctx)
+			if err != nil {
+				_ = srv.Close()
+			}
+			return err
+		})
+		s.logger.InfoContext(ctx, "dashboard listening", "addr", ln.Addr().String())
+		return nil
+	})
 }
 
 // Stop stops accepting connections and waits for requests in flight until
 // ctx ends, then closes what is left.
 func (s *Service) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	srv, done := s.server, s.done
-	s.server, s.done = nil, nil
-	s.mu.Unlock()
-	if srv == nil {
-		return nil
-	}
-	err := srv.Shutdown(ctx)
-	if err != nil {
-		_ = srv.Close()
-	}
-	if serveErr := <-done; serveErr != nil && err == nil {
-		err = serveErr
-	}
+	_, err := s.life.Stop(ctx)
 	return err
 }
 

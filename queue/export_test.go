@@ -24,3 +24,12 @@ func SweepTx(ctx context.Context, tx pgx.Tx, pool *pgxpool.Pool, schema string, 
 	}
 	return ids, err
 }
+
+// NewLivenessService returns the liveness service a runtime on schema
+// would run, under process id id.
+func NewLivenessService(pool *pgxpool.Pool, schema, id string, logger *slog.Logger) Service {
+	return newLiveness(pool, schema, logger, id, []string{"default"}, 3*time.Second, func(error) {})
+}
+
+// RiverService returns the service that starts and stops rt's River client.
+func RiverService(rt *Runtime) Service { return &riverService{rt: rt} }

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -108,9 +107,7 @@ type liveness struct {
 	lastOK atomic.Int64 // send time of the last confirmed heartbeat, as nanoseconds since base
 	lost   atomic.Bool  // the process lost its liveness; it neither beats nor sweeps
 
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	life Lifecycle
 }
 
 func newLiveness(pool *pgxpool.Pool, schema string, logger *slog.Logger, id string, queues []string, timeout time.Duration, onLost func(error)) *liveness {
@@ -152,18 +149,15 @@ func (l *liveness) Name() string { return "liveness" }
 // with the same RuntimeConfig.ID), Start waits for it to go stale, up to one
 // liveness timeout and a bit, and then fails.
 func (l *liveness) Start(ctx context.Context) error {
-	if err := l.register(ctx); err != nil {
-		return err
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.mu.Lock()
-	l.cancel = cancel
-	l.mu.Unlock()
-	l.wg.Add(2)
-	go func() { defer l.wg.Done(); l.beatLoop(runCtx) }()
-	go func() { defer l.wg.Done(); l.sweepLoop(runCtx) }()
-	l.logger.InfoContext(ctx, "liveness started", "process_id", l.id, "timeout", l.timeout, "heartbeat_interval", l.interval)
-	return nil
+	return l.life.Start(ctx, l.Name(), func(run *Run) error {
+		if err := l.register(ctx); err != nil {
+			return err
+		}
+		run.Go(func() { l.beatLoop(run.Stopping()) })
+		run.Go(func() { l.sweepLoop(run.Stopping()) })
+		l.logger.InfoContext(ctx, "liveness started", "process_id", l.id, "timeout", l.timeout, "heartbeat_interval", l.interval)
+		return nil
+	})
 }
 
 // Stop ends the heartbeat and the sweep, then, River having stopped,
@@ -171,17 +165,14 @@ func (l *liveness) Start(ctx context.Context) error {
 // (River could not record its end: the hard stop's grace ran out, or the
 // database was briefly away) and deletes the row.
 func (l *liveness) Stop(ctx context.Context) error {
-	l.mu.Lock()
-	cancel := l.cancel
-	l.cancel = nil
-	l.mu.Unlock()
-	if cancel == nil {
-		return nil
+	stopped, err := l.life.Stop(ctx)
+	if !stopped || err != nil {
+		// Past the deadline the row stays; once stale, another process's
+		// sweep does what is left.
+		return err
 	}
-	cancel()
-	l.wg.Wait()
 	var rescued rescueCounts
-	err := pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, l.pool, func(tx pgx.Tx) error {
 		var err error
 		if rescued, err = l.sweeper.rescue(ctx, tx, []string{l.id}, rescueReasonStopped); err != nil {
 			return err
@@ -284,11 +275,7 @@ func (l *liveness) tryRegister(ctx context.Context) (*liveHolder, error) {
 }
 
 // running reports whether the heartbeat runs (between Start and Stop).
-func (l *liveness) running() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cancel != nil
-}
+func (l *liveness) running() bool { return l.life.Running() }
 
 func (l *liveness) markBeat(sent time.Time) { l.lastOK.Store(int64(sent.Sub(l.base))) }
 

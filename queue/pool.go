@@ -28,12 +28,14 @@ func (e *ConnectError) Error() string {
 
 func (e *ConnectError) Unwrap() error { return e.Err }
 
-// NewPool opens a pgx pool for cfg.DatabaseURL and checks that the database
-// answers within the context's deadline (or 10 seconds).
+// NewPool opens a pgx pool for cfg.DatabaseURL (DatabaseURLDefault when
+// empty) and checks that the database answers within the context's
+// deadline (or 10 seconds).
 func NewPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	cfg = cfg.WithDefaults()
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, &ConfigError{Name: "DATABASE_URL", Value: RedactURL(cfg.DatabaseURL), Reason: "not a valid Postgres connection string"}
+		return nil, &ConfigError{Name: "DatabaseURL", Value: RedactURL(cfg.DatabaseURL), Reason: "not a valid Postgres connection string"}
 	}
 	if !hasParam(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = PoolMaxConnsDefault

@@ -25,6 +25,10 @@ import (
 // QueueMaxWorkersDefault is the concurrency of a queue that gives none.
 const QueueMaxWorkersDefault = 100
 
+// ShutdownTimeoutDefault is how long running jobs get to finish once a stop
+// began.
+const ShutdownTimeoutDefault = 30 * time.Second
+
 // HardStopGraceDefault is how long Stop waits for cancelled jobs to return
 // and their results to be written after the shutdown timeout expired.
 const HardStopGraceDefault = 5 * time.Second
@@ -153,46 +157,40 @@ type Runtime struct {
 	lossErr    error         // the loss and that stop's errors; set before lossDone closes
 }
 
-// RuntimeConfigFrom fills the runtime settings that come from the
-// environment; the caller adds queues and anything else.
-func RuntimeConfigFrom(cfg Config, logger *slog.Logger) RuntimeConfig {
-	return RuntimeConfig{
-		Schema:                cfg.Schema,
-		Logger:                logger,
-		ShutdownTimeout:       cfg.ShutdownTimeout,
-		RescueStuckJobsAfter:  cfg.RescueStuckJobsAfter,
-		LivenessTimeout:       cfg.LivenessTimeout,
-		CompletedJobRetention: cfg.CompletedJobRetention,
-		CancelledJobRetention: cfg.CancelledJobRetention,
-		DiscardedJobRetention: cfg.DiscardedJobRetention,
+// Validate checks cfg as NewRuntime would use it, defaults applied, and
+// returns a *ConfigError naming the first bad field.
+func (cfg RuntimeConfig) Validate() error {
+	if err := migrations.ValidateSchemaName(cmp.Or(cfg.Schema, SchemaDefault)); err != nil {
+		return &ConfigError{Name: "Schema", Value: cfg.Schema, Reason: err.Error()}
 	}
+	for name, n := range cfg.Queues {
+		if n < 1 || n > river.QueueNumWorkersMax {
+			return &ConfigError{Name: "Queues", Value: fmt.Sprintf("%s=%d", name, n), Reason: fmt.Sprintf("want 1 to %d workers", river.QueueNumWorkersMax)}
+		}
+	}
+	if jobTimeout := cmp.Or(cfg.JobTimeout, river.JobTimeoutDefault); cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
+		return &ConfigError{Name: "RescueStuckJobsAfter", Value: cfg.RescueStuckJobsAfter.String(),
+			Reason: fmt.Sprintf("must not be less than the job timeout (JobTimeout %s), or River would rescue jobs still running within their timeout", jobTimeout)}
+	}
+	if timeout := cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault); timeout < LivenessTimeoutMin {
+		return &ConfigError{Name: "LivenessTimeout", Value: timeout.String(), Reason: "must be at least " + LivenessTimeoutMin.String()}
+	}
+	return nil
 }
 
 // NewRuntime builds a runtime on pool. Register workers and add services,
 // then call Start (or Run).
 func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
-	cfg.Schema = cmp.Or(cfg.Schema, SchemaDefault)
-	if err := migrations.ValidateSchemaName(cfg.Schema); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Schema = cmp.Or(cfg.Schema, SchemaDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, ShutdownTimeoutDefault)
 	if len(cfg.Queues) == 0 {
 		cfg.Queues = map[string]int{river.QueueDefault: QueueMaxWorkersDefault}
 	}
-	for name, n := range cfg.Queues {
-		if n < 1 || n > river.QueueNumWorkersMax {
-			return nil, fmt.Errorf("invalid worker count %d for queue %q: want 1 to %d", n, name, river.QueueNumWorkersMax)
-		}
-	}
-
-	if jobTimeout := cmp.Or(cfg.JobTimeout, river.JobTimeoutDefault); cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
-		return nil, fmt.Errorf("RescueStuckJobsAfter %s is less than JobTimeout %s: River would rescue jobs still running within their timeout", cfg.RescueStuckJobsAfter, jobTimeout)
-	}
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
-	if cfg.LivenessTimeout < LivenessTimeoutMin {
-		return nil, fmt.Errorf("LivenessTimeout %s is less than the minimum of %s", cfg.LivenessTimeout, LivenessTimeoutMin)
-	}
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
 	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{}}
@@ -362,7 +360,7 @@ func (rt *Runtime) Start(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.running {
 		rt.mu.Unlock()
-		return errors.New("runtime already started")
+		return fmt.Errorf("runtime: %w", ErrAlreadyStarted)
 	}
 	rt.running = true
 	// Liveness first and last: every job River fetches is attempted by a
@@ -493,17 +491,33 @@ func (rt *Runtime) HardStop() {
 }
 
 // riverService adapts the River client to the Service lifecycle.
-type riverService struct{ rt *Runtime }
+type riverService struct {
+	rt   *Runtime
+	life Lifecycle
+}
 
 func (s *riverService) Name() string { return "river" }
 
 func (s *riverService) Start(ctx context.Context) error {
-	// River derives its fetch loops from this context; give it one that the
-	// start context's cancellation does not end, since Stop ends it.
-	return s.rt.river.Start(context.WithoutCancel(ctx))
+	return s.life.Start(ctx, s.Name(), func(run *Run) error {
+		// River derives its fetch loops from this context, which the start
+		// context's cancellation does not end: Stop ends River.
+		if err := s.rt.river.Start(run.Context()); err != nil {
+			return err
+		}
+		run.OnStop(s.stopRiver)
+		return nil
+	})
 }
 
 func (s *riverService) Stop(ctx context.Context) error {
+	_, err := s.life.Stop(ctx)
+	return err
+}
+
+// stopRiver stops River softly within ShutdownTimeout, then cancels the jobs
+// still running and gives them HardStopGraceDefault to return.
+func (s *riverService) stopRiver(ctx context.Context) error {
 	softCtx, cancel := context.WithTimeout(ctx, s.rt.cfg.ShutdownTimeout)
 	defer cancel()
 	s.rt.mu.Lock()

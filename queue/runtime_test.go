@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -16,7 +18,7 @@ func TestNewRuntimeRejectsRescueBelowJobTimeout(t *testing.T) {
 	pool := pgtest.Pool(t)
 
 	_, err := queue.NewRuntime(pool, queue.RuntimeConfig{RescueStuckJobsAfter: 15 * time.Second})
-	require.ErrorContains(t, err, "RescueStuckJobsAfter 15s")
+	require.ErrorContains(t, err, `RescueStuckJobsAfter "15s"`)
 	require.ErrorContains(t, err, "JobTimeout 1m0s")
 
 	_, err = queue.NewRuntime(pool, queue.RuntimeConfig{RescueStuckJobsAfter: 2 * time.Minute, JobTimeout: 5 * time.Minute})
@@ -42,5 +44,21 @@ func TestRuntimeProcessIDIsRiversClientID(t *testing.T) {
 	require.Equal(t, "from-river", rt.ProcessID())
 
 	_, err = queue.NewRuntime(pool, queue.RuntimeConfig{LivenessTimeout: 500 * time.Millisecond})
-	require.ErrorContains(t, err, "LivenessTimeout 500ms")
+	require.ErrorContains(t, err, `LivenessTimeout "500ms"`)
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "queue.liveness", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return queue.NewLivenessService(db.Pool, db.Schema, "contract-"+db.Schema, pgtest.Logger(t)), nil
+	})
+	servicetest.Run(t, "queue.riverService", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
+		if err == nil {
+			queue.AddWorker(rt, &countWorker{runs: &atomic.Int64{}})
+		}
+		return queue.RiverService(rt), err
+	})
 }

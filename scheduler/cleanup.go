@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,57 +18,18 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// Clean-up targets: what the tributary.cleanup job deletes.
-const (
-	// TargetOutboxSent is SENT outbox rows whose sent_at is past retention.
-	TargetOutboxSent = "outbox_sent"
-	// TargetOutboxFailed is FAILED outbox rows whose failed_at is past
-	// retention.
-	TargetOutboxFailed = "outbox_failed"
-	// TargetEventLanes is per-aggregate ordering lanes with nothing
-	// unfinished, last touched before the retention; a lane is recreated by
-	// its aggregate's next event.
-	TargetEventLanes = "event_lanes"
-	// TargetBatchObjects is batch object records whose written_at is past
-	// retention. The objects in the sink are not touched: expire those with
-	// the bucket's lifecycle rules.
-	TargetBatchObjects = "batch_objects"
-)
-
-// cleanupTarget is a table and the condition that makes a row deletable;
-// $1 is the cut-off time.
-type cleanupTarget struct {
-	table string
-	where string
-}
-
-func lookupTarget(name string) (cleanupTarget, bool) {
-	switch name {
-	case TargetOutboxSent:
-		return cleanupTarget{table: "tributary_outbox", where: "status = 'SENT' AND sent_at < $1"}, true
-	case TargetOutboxFailed:
-		return cleanupTarget{table: "tributary_outbox", where: "status = 'FAILED' AND failed_at < $1"}, true
-	case TargetEventLanes:
-		return cleanupTarget{table: "tributary_event_lane", where: "updated_at < $1 AND head_seq > last_seq"}, true
-	case TargetBatchObjects:
-		// Only written objects: a claimed row is a batch being written now.
-		return cleanupTarget{table: "tributary_batch_object", where: "status = 'written' AND written_at < $1"}, true
+// deleteSQL deletes at most $2 of target's deletable rows in one
+// statement. ctid keeps it independent of the table's key and lets Postgres
+// fetch the rows it just selected by address; SKIP LOCKED leaves rows
+// another transaction holds (a replay, say) for the next run instead of
+// waiting for them.
+func deleteSQL(t queue.CleanupTarget) string {
+	order := ""
+	if t.OrderBy != "" {
+		order = " ORDER BY " + t.OrderBy
 	}
-	return cleanupTarget{}, false
-}
-
-// Targets lists the clean-up targets.
-func Targets() []string {
-	return []string{TargetOutboxSent, TargetOutboxFailed, TargetEventLanes, TargetBatchObjects}
-}
-
-// deleteSQL deletes at most $2 matching rows in one statement. ctid keeps
-// it independent of the table's key and lets Postgres fetch the rows it just
-// selected by address; SKIP LOCKED leaves rows another transaction holds
-// (a replay, say) for the next run instead of waiting for them.
-func (t cleanupTarget) deleteSQL() string {
-	return `DELETE FROM /*schema*/` + t.table + ` WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM /*schema*/` + t.table + ` WHERE ` + t.where + `
+	return `DELETE FROM /*schema*/` + t.Table + ` WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM /*schema*/` + t.Table + ` WHERE ` + t.Where + order + `
     LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
 
@@ -109,6 +71,11 @@ const (
 
 // CleanerConfig configures a Cleaner.
 type CleanerConfig struct {
+	// Targets are the tables the Cleaner may clean: a tributary.cleanup job
+	// for a target not listed here is cancelled. Give it the targets of
+	// CleanupConfig.
+	Targets []queue.CleanupTarget
+
 	// Logger for each run's summary.
 	//
 	// Defaults to the client's logger.
@@ -151,9 +118,10 @@ type CleanerConfig struct {
 // own statement and transaction, so no batch holds row locks for long and
 // a cancelled run keeps what it already deleted.
 type Cleaner struct {
-	client *queue.Client
-	cfg    CleanerConfig
-	logger *slog.Logger
+	client  *queue.Client
+	cfg     CleanerConfig
+	logger  *slog.Logger
+	targets map[string]queue.CleanupTarget
 
 	mu    sync.Mutex
 	stats map[string]CleanupStats
@@ -166,25 +134,48 @@ type CleanupStats struct {
 	Errors  int64 `json:"errors"`
 }
 
-// NewCleaner returns a Cleaner working on client's schema.
-func NewCleaner(client *queue.Client, cfg CleanerConfig) *Cleaner {
+// NewCleaner returns a Cleaner of cfg.Targets working on client's schema.
+// A target that does not validate, or two with one name, is an error.
+func NewCleaner(client *queue.Client, cfg CleanerConfig) (*Cleaner, error) {
+	targets, err := indexTargets(cfg.Targets)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Logger = cmp.Or(cfg.Logger, client.Logger())
 	cfg.StatementTimeout = cmp.Or(cfg.StatementTimeout, CleanupStatementTimeoutDefault)
 	cfg.TargetBatchTime = cmp.Or(cfg.TargetBatchTime, CleanupTargetBatchTimeDefault)
 	if cfg.NowFunc == nil {
 		cfg.NowFunc = time.Now
 	}
-	return &Cleaner{client: client, cfg: cfg, logger: cfg.Logger.With("component", "cleanup"), stats: map[string]CleanupStats{}}
+	return &Cleaner{client: client, cfg: cfg, logger: cfg.Logger.With("component", "cleanup"), targets: targets, stats: map[string]CleanupStats{}}, nil
 }
+
+// indexTargets validates targets and maps them by name.
+func indexTargets(targets []queue.CleanupTarget) (map[string]queue.CleanupTarget, error) {
+	out := make(map[string]queue.CleanupTarget, len(targets))
+	for _, t := range targets {
+		if err := t.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := out[t.Name]; dup {
+			return nil, fmt.Errorf("clean-up target %q is given twice", t.Name)
+		}
+		out[t.Name] = t
+	}
+	return out, nil
+}
+
+// Targets returns the names of the Cleaner's targets, sorted.
+func (c *Cleaner) Targets() []string { return slices.Sorted(maps.Keys(c.targets)) }
 
 // Clean deletes the target's rows older than retention, at most batchSize
 // rows per statement, until none are left or ctx ends. A target whose table
 // does not exist (its feature's migration is absent) is skipped, not an
 // error.
 func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Duration, batchSize int) (res CleanupResult, err error) {
-	t, ok := lookupTarget(target)
+	t, ok := c.targets[target]
 	if !ok {
-		return res, fmt.Errorf("unknown clean-up target %q: want one of %v", target, Targets())
+		return res, fmt.Errorf("unknown clean-up target %q: want one of %v", target, c.Targets())
 	}
 	if retention <= 0 {
 		return res, fmt.Errorf("invalid retention %s for clean-up target %q: must be positive", retention, target)
@@ -220,12 +211,12 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 	}()
 
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, t.table}.Sanitize()).Scan(&exists); err != nil {
-		return res, fmt.Errorf("error checking for table %s: %w", t.table, err)
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{schema, t.Table}.Sanitize()).Scan(&exists); err != nil {
+		return res, fmt.Errorf("error checking for table %s: %w", t.Table, err)
 	}
 	if !exists {
-		res.Skipped = "table " + t.table + " does not exist"
-		c.logger.DebugContext(ctx, "clean-up skipped: table missing", "target", target, "table", t.table)
+		res.Skipped = "table " + t.Table + " does not exist"
+		c.logger.DebugContext(ctx, "clean-up skipped: table missing", "target", target, "table", t.Table)
 		return res, nil
 	}
 	if c.cfg.StatementTimeout > 0 {
@@ -235,7 +226,7 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 		}
 	}
 
-	sql := queue.Qualify(schema, t.deleteSQL())
+	sql := queue.Qualify(schema, deleteSQL(t))
 	size := batchSize
 	for {
 		batchStart := time.Now()
@@ -246,14 +237,14 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 			// Cancelled by statement_timeout: rolled back, locks released.
 			res.Timeouts++
 			if size == 1 {
-				return res, fmt.Errorf("error deleting %s rows from %s: a single row took longer than the %s statement timeout", target, t.table, c.cfg.StatementTimeout)
+				return res, fmt.Errorf("error deleting %s rows from %s: a single row took longer than the %s statement timeout", target, t.Table, c.cfg.StatementTimeout)
 			}
 			size = max(1, size/2)
 			c.logger.WarnContext(ctx, "clean-up statement timed out; retrying with a smaller batch", "target", target, "batch_size", size, "timeout", c.cfg.StatementTimeout)
 			continue
 		}
 		if err != nil {
-			return res, fmt.Errorf("error deleting %s rows from %s (after %d deleted): %w", target, t.table, res.Deleted, err)
+			return res, fmt.Errorf("error deleting %s rows from %s (after %d deleted): %w", target, t.Table, res.Deleted, err)
 		}
 		n := tag.RowsAffected()
 		res.MaxBatch = max(res.MaxBatch, took)
@@ -281,7 +272,7 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 			}
 		}
 	}
-	c.logger.InfoContext(ctx, "cleaned up", "target", target, "table", t.table, "deleted", res.Deleted,
+	c.logger.InfoContext(ctx, "cleaned up", "target", target, "table", t.Table, "deleted", res.Deleted,
 		"batches", res.Batches, "timeouts", res.Timeouts, "cutoff", res.Cutoff, "max_batch", res.MaxBatch, "duration", time.Since(start))
 	return res, nil
 }
@@ -318,7 +309,7 @@ func (w *CleanupWorker) Timeout(*river.Job[CleanupArgs]) time.Duration { return 
 // Work runs one clean-up. An unknown target or a bad retention is a
 // permanent failure: retrying would not fix the args.
 func (w *CleanupWorker) Work(ctx context.Context, job *river.Job[CleanupArgs]) error {
-	if _, ok := lookupTarget(job.Args.Target); !ok || job.Args.RetentionSeconds <= 0 || job.Args.BatchSize < 0 {
+	if _, ok := w.Cleaner.targets[job.Args.Target]; !ok || job.Args.RetentionSeconds <= 0 || job.Args.BatchSize < 0 {
 		return river.JobCancel(fmt.Errorf("invalid clean-up args: target %q, retention %ds, batch size %d",
 			job.Args.Target, job.Args.RetentionSeconds, job.Args.BatchSize))
 	}
@@ -328,8 +319,11 @@ func (w *CleanupWorker) Work(ctx context.Context, job *river.Job[CleanupArgs]) e
 
 // RegisterCleanup registers the tributary.cleanup worker on rt and returns
 // its Cleaner (for Stats).
-func RegisterCleanup(rt *queue.Runtime, cfg CleanerConfig) *Cleaner {
-	cleaner := NewCleaner(rt.Client, cfg)
+func RegisterCleanup(rt *queue.Runtime, cfg CleanerConfig) (*Cleaner, error) {
+	cleaner, err := NewCleaner(rt.Client, cfg)
+	if err != nil {
+		return nil, err
+	}
 	queue.AddWorker(rt, &CleanupWorker{Cleaner: cleaner})
-	return cleaner
+	return cleaner, nil
 }

@@ -53,14 +53,14 @@ func TestCleanupBench(t *testing.T) {
 
 	seedTook := seed()
 	var took []time.Duration
-	cleaner := NewCleaner(db.Client(t), CleanerConfig{
+	cleaner := newCleaner(t, db.Client(t), CleanerConfig{
 		Logger:  pgtest.Logger(t),
 		NowFunc: func() time.Time { return now },
 		BatchDoneFunc: func(_ string, _ int64, d time.Duration) {
 			took = append(took, d)
 		},
 	})
-	res, err := cleaner.Clean(ctx, TargetOutboxSent, 7*day, batchSize)
+	res, err := cleaner.Clean(ctx, targetOutboxSent, 7*day, batchSize)
 	require.NoError(t, err)
 	require.EqualValues(t, rows, res.Deleted)
 	require.Equal(t, map[string]int{"SENT": keep}, countOutbox(t, db), "rows not past retention stay")

@@ -8,8 +8,32 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/batch"
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
+
+// featureTargets are the targets the worker cleans, from their features.
+func featureTargets() []queue.CleanupTarget {
+	return []queue.CleanupTarget{events.OutboxSentCleanup(), events.OutboxFailedCleanup(), events.IdleLaneCleanup(), batch.ObjectCleanup()}
+}
+
+// The features' target names.
+var (
+	targetOutboxSent   = events.OutboxSentCleanup().Name
+	targetOutboxFailed = events.OutboxFailedCleanup().Name
+	targetEventLanes   = events.IdleLaneCleanup().Name
+	targetBatchObjects = batch.ObjectCleanup().Name
+)
+
+// newCleaner returns a Cleaner of every feature target.
+func newCleaner(t testing.TB, client *queue.Client, cfg CleanerConfig) *Cleaner {
+	t.Helper()
+	cfg.Targets = featureTargets()
+	c, err := NewCleaner(client, cfg)
+	require.NoError(t, err)
+	return c
+}
 
 // seedOutbox inserts n outbox rows with status whose timestamps are at
 // (minus a millisecond per row, so they are not all equal).
@@ -56,7 +80,7 @@ func TestCleanupOutbox(t *testing.T) {
 		t.Helper()
 		db := pgtest.New(t)
 		b := &testBundle{db: db, now: time.Now().UTC()}
-		b.cleaner = NewCleaner(db.Client(t), CleanerConfig{
+		b.cleaner = newCleaner(t, db.Client(t), CleanerConfig{
 			Logger:  pgtest.Logger(t),
 			NowFunc: func() time.Time { return b.now },
 			BatchDoneFunc: func(target string, deleted int64, took time.Duration) {
@@ -76,7 +100,7 @@ func TestCleanupOutbox(t *testing.T) {
 		seedOutbox(t, b.db, "PENDING", 2_000, b.now.Add(-60*day))
 		seedOutbox(t, b.db, "CLAIMED", 1_000, b.now.Add(-60*day))
 
-		res, err := b.cleaner.Clean(context.Background(), TargetOutboxSent, 7*day, 1000)
+		res, err := b.cleaner.Clean(context.Background(), targetOutboxSent, 7*day, 1000)
 		require.NoError(t, err)
 		require.EqualValues(t, 12_000, res.Deleted)
 		// 12 full batches and one that found nothing left, or more when a
@@ -88,7 +112,7 @@ func TestCleanupOutbox(t *testing.T) {
 		}
 		t.Logf("deleted %d rows in %d batches, longest %s, total %s", res.Deleted, res.Batches, res.MaxBatch, res.Duration)
 		require.Equal(t, map[string]int{"SENT": 3_000, "FAILED": 2_000, "PENDING": 2_000, "CLAIMED": 1_000}, countOutbox(t, b.db))
-		require.Equal(t, CleanupStats{Runs: 1, Deleted: 12_000}, b.cleaner.Stats()[TargetOutboxSent])
+		require.Equal(t, CleanupStats{Runs: 1, Deleted: 12_000}, b.cleaner.Stats()[targetOutboxSent])
 	})
 
 	t.Run("FAILED past retention go, recent FAILED stay", func(t *testing.T) {
@@ -98,7 +122,7 @@ func TestCleanupOutbox(t *testing.T) {
 		seedOutbox(t, b.db, "FAILED", 1_000, b.now.Add(-29*day))
 		seedOutbox(t, b.db, "SENT", 500, b.now.Add(-60*day))
 
-		res, err := b.cleaner.Clean(context.Background(), TargetOutboxFailed, 30*day, 300)
+		res, err := b.cleaner.Clean(context.Background(), targetOutboxFailed, 30*day, 300)
 		require.NoError(t, err)
 		require.EqualValues(t, 2_000, res.Deleted)
 		require.Equal(t, map[string]int{"FAILED": 1_000, "SENT": 500}, countOutbox(t, b.db))
@@ -114,11 +138,11 @@ CREATE FUNCTION /*schema*/slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
 CREATE TRIGGER slow_delete BEFORE DELETE ON /*schema*/tributary_outbox FOR EACH ROW EXECUTE FUNCTION /*schema*/slow_delete();`))
 		require.NoError(t, err)
-		cleaner := NewCleaner(b.db.Client(t), CleanerConfig{
+		cleaner := newCleaner(t, b.db.Client(t), CleanerConfig{
 			Logger: pgtest.Logger(t), NowFunc: func() time.Time { return b.now },
 			StatementTimeout: 300 * time.Millisecond,
 		})
-		res, err := cleaner.Clean(context.Background(), TargetOutboxSent, 7*day, 1000)
+		res, err := cleaner.Clean(context.Background(), targetOutboxSent, 7*day, 1000)
 		require.NoError(t, err)
 		require.EqualValues(t, 600, res.Deleted)
 		require.Positive(t, res.Timeouts, "the first statements hit the timeout")
@@ -131,7 +155,7 @@ CREATE TRIGGER slow_delete BEFORE DELETE ON /*schema*/tributary_outbox FOR EACH 
 		b := setup(t)
 		_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`DROP TABLE /*schema*/tributary_batch_object`))
 		require.NoError(t, err)
-		res, err := b.cleaner.Clean(context.Background(), TargetBatchObjects, day, 10)
+		res, err := b.cleaner.Clean(context.Background(), targetBatchObjects, day, 10)
 		require.NoError(t, err)
 		require.Contains(t, res.Skipped, "tributary_batch_object")
 	})
@@ -141,7 +165,7 @@ CREATE TRIGGER slow_delete BEFORE DELETE ON /*schema*/tributary_outbox FOR EACH 
 		b := setup(t)
 		_, err := b.cleaner.Clean(context.Background(), "everything", day, 10)
 		require.ErrorContains(t, err, `unknown clean-up target "everything"`)
-		_, err = b.cleaner.Clean(context.Background(), TargetOutboxSent, -time.Second, 10)
+		_, err = b.cleaner.Clean(context.Background(), targetOutboxSent, -time.Second, 10)
 		require.ErrorContains(t, err, "invalid retention -1s")
 	})
 }
@@ -152,7 +176,7 @@ func TestCleanupBatchObjectsAndLanes(t *testing.T) {
 	db := pgtest.New(t)
 	now := time.Now().UTC()
 	day := 24 * time.Hour
-	cleaner := NewCleaner(db.Client(t), CleanerConfig{Logger: pgtest.Logger(t), NowFunc: func() time.Time { return now }})
+	cleaner := newCleaner(t, db.Client(t), CleanerConfig{Logger: pgtest.Logger(t), NowFunc: func() time.Time { return now }})
 	ctx := context.Background()
 
 	_, err := db.Pool.Exec(ctx, db.Q(`
@@ -163,7 +187,7 @@ SELECT gen_random_uuid(), 's' || g, 'key-' || g, CASE WHEN g <= 30 THEN 'written
        $1, $1, 1, $1, CASE WHEN g <= 20 THEN $1 WHEN g <= 30 THEN $2::timestamptz END
 FROM generate_series(1, 40) g`), now.Add(-31*day), now.Add(-time.Hour))
 	require.NoError(t, err)
-	res, err := cleaner.Clean(ctx, TargetBatchObjects, 30*day, 7)
+	res, err := cleaner.Clean(ctx, targetBatchObjects, 30*day, 7)
 	require.NoError(t, err)
 	require.EqualValues(t, 20, res.Deleted, "old written records go; recent and claimed ones stay")
 	var left int
@@ -175,7 +199,7 @@ INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, la
 SELECT 'c', 'a' || g, CASE WHEN g <= 10 THEN 5 ELSE 3 END, 4, CASE WHEN g <= 15 THEN $1 ELSE $2::timestamptz END
 FROM generate_series(1, 20) g`), now.Add(-8*day), now)
 	require.NoError(t, err)
-	res, err = cleaner.Clean(ctx, TargetEventLanes, 7*day, 3)
+	res, err = cleaner.Clean(ctx, targetEventLanes, 7*day, 3)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, res.Deleted, "idle old lanes go; busy (head <= last) and recent ones stay")
 }
@@ -192,7 +216,8 @@ func TestCleanupSchedulesOnByDefault(t *testing.T) {
 	seedOutbox(t, db, "SENT", 100, now.Add(-time.Hour))
 	seedOutbox(t, db, "FAILED", 50, now.Add(-31*day))
 
-	schedules := CleanupSchedules(CleanupConfig{Spec: "@every 1s", BatchSize: 100})
+	schedules, err := CleanupSchedules(CleanupConfig{Targets: featureTargets(), Spec: "@every 1s", BatchSize: 100})
+	require.NoError(t, err)
 	names := []string{}
 	for _, s := range schedules {
 		names = append(names, s.Name)
@@ -201,7 +226,9 @@ func TestCleanupSchedulesOnByDefault(t *testing.T) {
 
 	var cleaner *Cleaner
 	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
-		cleaner = RegisterCleanup(rt, CleanerConfig{})
+		var err error
+		cleaner, err = RegisterCleanup(rt, CleanerConfig{Targets: featureTargets()})
+		require.NoError(t, err)
 		s := New(rt.Client, Config{})
 		require.NoError(t, s.Add(schedules...))
 		require.NoError(t, rt.AddService(s))
@@ -210,46 +237,61 @@ func TestCleanupSchedulesOnByDefault(t *testing.T) {
 		c := countOutbox(t, db)
 		return c["SENT"] == 100 && c["FAILED"] == 0, nil
 	})
-	require.EqualValues(t, 500, cleaner.Stats()[TargetOutboxSent].Deleted)
+	require.EqualValues(t, 500, cleaner.Stats()[targetOutboxSent].Deleted)
 
 	t.Run("a retention of -1 turns a target off", func(t *testing.T) {
 		t.Parallel()
-		s := CleanupSchedules(CleanupConfig{OutboxFailedRetention: -1, EventLaneRetention: -1})
+		s, err := CleanupSchedules(CleanupConfig{Targets: featureTargets(), Retentions: map[string]time.Duration{targetOutboxFailed: -1, targetEventLanes: -1}})
+		require.NoError(t, err)
 		require.Len(t, s, 2)
 		require.Equal(t, "tributary.cleanup.outbox_sent", s[0].Name)
-		require.Equal(t, CleanupArgs{Target: TargetOutboxSent, RetentionSeconds: 7 * 24 * 3600}, s[0].Args)
+		require.Equal(t, CleanupArgs{Target: targetOutboxSent, RetentionSeconds: 7 * 24 * 3600}, s[0].Args)
 	})
 }
 
-func TestCleanupConfigFromLookup(t *testing.T) {
+func TestCleanupTargetsValidated(t *testing.T) {
 	t.Parallel()
-
-	lookup := func(env map[string]string) func(string) (string, bool) {
-		return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	}
-	cfg, err := CleanupConfigFromLookup(lookup(map[string]string{
-		"TRIBUTARY_OUTBOX_SENT_RETENTION":   "3d",
-		"TRIBUTARY_OUTBOX_FAILED_RETENTION": "off",
-		"TRIBUTARY_BATCH_OBJECT_RETENTION":  "36h",
-		"TRIBUTARY_CLEANUP_SPEC":            "*/15 * * * *",
-		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "2000",
-	}))
-	require.NoError(t, err)
-	require.Equal(t, CleanupConfig{
-		OutboxSentRetention: 72 * time.Hour, OutboxFailedRetention: -1, BatchObjectRetention: 36 * time.Hour,
-		Spec: "*/15 * * * *", BatchSize: 2000,
-	}, cfg)
-
-	for name, value := range map[string]string{
-		"TRIBUTARY_OUTBOX_SENT_RETENTION": "a week",
-		"TRIBUTARY_EVENT_LANE_RETENTION":  "0d",
-		"TRIBUTARY_CLEANUP_SPEC":          "every hour",
-		"TRIBUTARY_CLEANUP_BATCH_SIZE":    "0",
+	client := &queue.Client{}
+	sent := events.OutboxSentCleanup()
+	for name, tc := range map[string]struct {
+		targets []queue.CleanupTarget
+		want    string
+	}{
+		"BadTable":      {[]queue.CleanupTarget{{Name: "x", Table: "t; DROP TABLE y", Where: "true", Retention: time.Hour}}, `invalid table "t; DROP TABLE y" for clean-up target "x"`},
+		"NoCondition":   {[]queue.CleanupTarget{{Name: "x", Table: "t", Retention: time.Hour}}, `clean-up target "x" has no condition`},
+		"NoRetention":   {[]queue.CleanupTarget{{Name: "x", Table: "t", Where: "true"}}, `invalid retention 0s for clean-up target "x"`},
+		"SameNameTwice": {[]queue.CleanupTarget{sent, sent}, `clean-up target "outbox_sent" is given twice`},
 	} {
-		_, err := CleanupConfigFromLookup(lookup(map[string]string{name: value}))
-		var ce *queue.ConfigError
-		require.ErrorAs(t, err, &ce)
-		require.Equal(t, name, ce.Name)
-		require.Contains(t, err.Error(), value)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := NewCleaner(client, CleanerConfig{Targets: tc.targets})
+			require.ErrorContains(t, err, tc.want)
+			_, err = CleanupSchedules(CleanupConfig{Targets: tc.targets})
+			require.ErrorContains(t, err, tc.want)
+		})
 	}
+
+	t.Run("RetentionOfAnUnknownTarget", func(t *testing.T) {
+		t.Parallel()
+		_, err := CleanupSchedules(CleanupConfig{Targets: []queue.CleanupTarget{sent}, Retentions: map[string]time.Duration{"workflows": time.Hour}})
+		require.ErrorContains(t, err, `retention 1h0m0s given for clean-up target "workflows", which is not one of [outbox_sent]`)
+	})
+
+	t.Run("OrderByOrdersTheBatch", func(t *testing.T) {
+		t.Parallel()
+		sql := deleteSQL(queue.CleanupTarget{Name: "x", Table: "t", Where: "done_at < $1", OrderBy: "done_at", Retention: time.Hour})
+		require.Contains(t, sql, "WHERE done_at < $1 ORDER BY done_at\n    LIMIT $2 FOR UPDATE SKIP LOCKED")
+		require.NotContains(t, deleteSQL(sent), "ORDER BY")
+
+		// And Postgres takes it.
+		db := pgtest.New(t)
+		seedOutbox(t, db, "SENT", 25, time.Now().Add(-8*24*time.Hour))
+		ordered := sent
+		ordered.Name, ordered.OrderBy = "outbox_sent_oldest_first", "sent_at"
+		cleaner, err := NewCleaner(db.Client(t), CleanerConfig{Targets: []queue.CleanupTarget{ordered}})
+		require.NoError(t, err)
+		res, err := cleaner.Clean(context.Background(), ordered.Name, 7*24*time.Hour, 10)
+		require.NoError(t, err)
+		require.EqualValues(t, 25, res.Deleted)
+	})
 }

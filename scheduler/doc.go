@@ -33,10 +33,11 @@
 // List, Trigger, Pause and Resume act on the stored schedules without the
 // declaring code (the CLI's `tributary schedules`, the dashboard).
 //
-// Clean-up: CleanupSchedules returns the built-in schedules (SENT and FAILED
-// outbox rows, idle event lanes, batch object records past retention) and
-// RegisterCleanup the worker of their tributary.cleanup jobs. A Cleaner
-// deletes in statements of at most a few thousand rows, each its own
-// transaction under a statement timeout, so no statement holds row locks
-// for long; each run logs and counts what it removed.
+// Clean-up: each feature exports its tables' clean-up targets
+// (queue.CleanupTarget: events.OutboxSentCleanup, batch.ObjectCleanup, ...);
+// CleanupSchedules returns one schedule per target and RegisterCleanup the
+// worker of their tributary.cleanup jobs, both given the same targets. A
+// Cleaner deletes in statements of at most a few thousand rows, each its
+// own transaction under a statement timeout, so no statement holds row
+// locks for long; each run logs and counts what it removed.
 package scheduler

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // noopArgs is a job kind for schedules under test.
@@ -95,4 +97,12 @@ SELECT next_run_at, fired_count, skipped_count, last_outcome FROM /*schema*/trib
 		outcome = *oc
 	}
 	return next.UTC(), fired, skipped, outcome
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "scheduler.Scheduler", func(t *testing.T) (queue.Service, error) {
+		s := New(pgtest.New(t).Client(t), Config{Logger: pgtest.Logger(t)})
+		return s, s.Add(Schedule{Name: "contract", Spec: "@every 1h", Args: noopArgs{}})
+	})
 }

@@ -25,8 +25,8 @@ func TestCollector(t *testing.T) {
 
 	now := time.Now()
 	seedOutbox(t, db, "SENT", 10, now.Add(-8*24*time.Hour))
-	cleaner := NewCleaner(client, CleanerConfig{Logger: pgtest.Logger(t)})
-	_, err := cleaner.Clean(context.Background(), TargetOutboxSent, 7*24*time.Hour, 0)
+	cleaner := newCleaner(t, client, CleanerConfig{Logger: pgtest.Logger(t)})
+	_, err := cleaner.Clean(context.Background(), targetOutboxSent, 7*24*time.Hour, 0)
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()

@@ -87,11 +87,10 @@ type Scheduler struct {
 	cfg    Config
 	logger *slog.Logger
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards schedules and names until the start
 	schedules map[string]*declared
 	names     []string
-	cancel    context.CancelFunc
-	done      chan struct{}
+	life      queue.Lifecycle
 	wake      chan struct{}
 
 	stats counters
@@ -124,7 +123,7 @@ func New(client *queue.Client, cfg Config) *Scheduler {
 func (s *Scheduler) Add(schedules ...Schedule) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cancel != nil {
+	if s.life.Running() {
 		return errors.New("cannot add schedules to a started scheduler")
 	}
 	batch := map[string]*declared{}
@@ -159,37 +158,24 @@ func (s *Scheduler) Name() string { return "scheduler" }
 // up the services started after it, and survives a database that is briefly
 // away at start-up.
 func (s *Scheduler) Start(ctx context.Context) error {
+	// Held through the start, so Add sees either no start or a finished one.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cancel != nil {
-		return errors.New("scheduler already started")
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	s.done = make(chan struct{})
-	go s.run(runCtx, s.done)
-	s.logger.InfoContext(ctx, "scheduler started", "schedules", len(s.names), "id", s.cfg.ID)
-	return nil
+	return s.life.Start(ctx, s.Name(), func(run *queue.Run) error {
+		run.Go(func() { s.run(run.Stopping()) })
+		s.logger.InfoContext(ctx, "scheduler started", "schedules", len(s.names), "id", s.cfg.ID)
+		return nil
+	})
 }
 
 // Stop stops firing. A fire in progress is rolled back if ctx ends first,
 // so it happens again on the next replica that looks.
 func (s *Scheduler) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	cancel, done := s.cancel, s.done
-	s.cancel, s.done = nil, nil
-	s.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
+	stopped, err := s.life.Stop(ctx)
+	if stopped && err == nil {
 		s.logger.InfoContext(ctx, "scheduler stopped")
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("error waiting for the scheduler to stop: %w", ctx.Err())
 	}
+	return err
 }
 
 // Wake makes the scheduler look for due schedules now instead of at its
@@ -265,8 +251,7 @@ func (s *Scheduler) declare(ctx context.Context) error {
 }
 
 // run fires due schedules and sleeps until the earliest next run.
-func (s *Scheduler) run(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (s *Scheduler) run(ctx context.Context) {
 	for {
 		err := s.declare(ctx)
 		if err == nil {

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -44,27 +44,20 @@ type app struct {
 	logLevel    string
 	logFormat   string
 
-	cfg    queue.Config
+	cfg    envconfig.Config
 	logger *slog.Logger
 }
 
 // loadConfig reads the environment, applies the global flags over it and
 // validates the result. A bad value is a usage error naming it.
 func (a *app) loadConfig() error {
-	lookup := func(name string) (string, bool) {
-		override := map[string]string{
-			"DATABASE_URL":     a.databaseURL,
-			"TRIBUTARY_SCHEMA": a.schema,
-			"AMQP_URL":         a.amqpURL,
-			"LOG_LEVEL":        a.logLevel,
-			"LOG_FORMAT":       a.logFormat,
-		}[name]
-		if override != "" {
-			return override, true
-		}
-		return os.LookupEnv(name)
-	}
-	cfg, err := queue.ConfigFromLookup(lookup)
+	cfg, err := envconfig.FromEnvWith(map[string]string{
+		"DATABASE_URL":     a.databaseURL,
+		"TRIBUTARY_SCHEMA": a.schema,
+		"AMQP_URL":         a.amqpURL,
+		"LOG_LEVEL":        a.logLevel,
+		"LOG_FORMAT":       a.logFormat,
+	})
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}
@@ -75,7 +68,7 @@ func (a *app) loadConfig() error {
 
 // pool connects to the configured database.
 func (a *app) pool(ctx context.Context) (*pgxpool.Pool, error) {
-	return queue.NewPool(ctx, a.cfg)
+	return queue.NewPool(ctx, a.cfg.Config)
 }
 
 // client connects and returns an insert-only client with its pool; the

@@ -109,7 +109,7 @@ func installBatch(ctx context.Context, env *workerEnv) error {
 	if err != nil {
 		return usagef("invalid BATCH_SINK_URL: %v", err)
 	}
-	streams := batch.ConfigFromQueue(cfg)
+	streams := cfg.Batch
 	fw, err := batch.Register(env.runtime,
 		batch.FlusherConfig{Streams: streams, Sink: sink, Logger: env.app.logger},
 		batch.AgeTimerConfig{Streams: streams, Interval: cfg.BatchTimerInterval, Logger: env.app.logger})

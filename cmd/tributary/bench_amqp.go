@@ -52,7 +52,7 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			}
 			quiet := benchLogger(a)
 			opts := bench.AMQPOptions{
-				URL: amqpbridge.ConfigFromQueue(a.cfg, quiet).URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
+				URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 				DB: pool, Jobs: client, Logger: quiet,
 				BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/jobs/batch"
 )
 
 func newBenchBatchCmd(a *app) *cobra.Command {
@@ -85,8 +85,8 @@ removed afterwards.`,
 	f.IntVar(&o.Chunk, "chunk", 1000, "items per staging transaction")
 	f.IntVar(&o.Streams, "streams", 5, "streams the producers stage into (chunks go round-robin)")
 	f.IntVar(&o.Workers, "workers", 4, "flush jobs running at once")
-	f.IntVar(&o.MaxEvents, "max-events", queue.BatchMaxEventsDefault, "items per object")
-	f.Int64Var(&o.MaxBytes, "max-bytes", queue.BatchMaxBytesDefault, "payload bytes per object")
+	f.IntVar(&o.MaxEvents, "max-events", batch.MaxEventsDefault, "items per object")
+	f.Int64Var(&o.MaxBytes, "max-bytes", batch.MaxBytesDefault, "payload bytes per object")
 	f.StringVar(&o.SinkURL, "sink", "", "sink URL (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	cpuProfileFlag(f, &cpuProfile)

@@ -87,7 +87,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 
 // benchPool opens a pool of size conns on the configured database.
 func benchPool(ctx context.Context, a *app, conns int) (*pgxpool.Pool, error) {
-	cfg := a.cfg
+	cfg := a.cfg.Config
 	sep := "?"
 	if strings.Contains(cfg.DatabaseURL, "?") {
 		sep = "&"

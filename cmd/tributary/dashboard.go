@@ -5,17 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/internal/envconfig"
 )
 
 func newDashboardCmd(a *app) *cobra.Command {
@@ -37,8 +34,15 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			}
 			if addr == "" {
 				addr = a.cfg.HTTPAddr
-			} else if reason := queue.CheckListenAddr(addr); reason != "" {
+			} else if reason := dashboard.CheckAddr(addr); reason != "" {
 				return usagef("invalid --addr %q: %s", addr, reason)
+			}
+			queues := a.cfg.DashboardAMQPQueues
+			if cmd.Flags().Changed("amqp-queues") {
+				var err error
+				if queues, err = envconfig.ParseQueueNames(amqpQueues); err != nil {
+					return usagef("invalid --amqp-queues %q: %v", amqpQueues, err)
+				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -50,10 +54,7 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("amqp-queues") {
-				amqpQueues = os.Getenv(amqpQueuesEnv)
-			}
-			amqpCfg, err := dashboardAMQP(a, amqpQueues)
+			amqpCfg, err := dashboardAMQP(a, queues)
 			if err != nil {
 				return err
 			}
@@ -76,7 +77,7 @@ with --http, which work the jobs; this process exports the database gauges.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "listen address (default TRIBUTARY_HTTP_ADDR or 127.0.0.1:8080)")
-	cmd.Flags().StringVar(&amqpQueues, "amqp-queues", "", "AMQP queues to show and allow DLQ replay for, as name,name (default "+amqpQueuesEnv+"); needs AMQP_URL")
+	cmd.Flags().StringVar(&amqpQueues, "amqp-queues", "", "AMQP queues to show and allow DLQ replay for, as name,name (default TRIBUTARY_DASHBOARD_AMQP_QUEUES); needs AMQP_URL")
 	return cmd
 }
 
@@ -86,7 +87,7 @@ func installDashboard(ctx context.Context, env *workerEnv) error {
 	if env.httpAddr == "" {
 		return nil
 	}
-	amqpCfg, err := dashboardAMQP(env.app, os.Getenv(amqpQueuesEnv))
+	amqpCfg, err := dashboardAMQP(env.app, env.app.cfg.DashboardAMQPQueues)
 	if err != nil {
 		return err
 	}
@@ -100,28 +101,15 @@ func installDashboard(ctx context.Context, env *workerEnv) error {
 	return err
 }
 
-// amqpQueuesEnv names the AMQP queues the dashboard shows.
-const amqpQueuesEnv = "TRIBUTARY_DASHBOARD_AMQP_QUEUES"
-
-// dashboardAMQP enables the AMQP page when AMQP_URL is set, for the comma
-// separated queue names.
-func dashboardAMQP(a *app, queues string) (*dashboard.AMQPConfig, error) {
-	if a.cfg.AMQPURL == "" {
+// dashboardAMQP enables the AMQP page for queues when AMQP_URL is set.
+func dashboardAMQP(a *app, queues []string) (*dashboard.AMQPConfig, error) {
+	if a.cfg.AMQP.URL == "" {
 		return nil, nil
 	}
-	var names []string
-	for _, n := range strings.Split(queues, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			if strings.ContainsAny(n, " \t/") {
-				return nil, usagef("invalid AMQP queue name %q in %s: no spaces or slashes (the prefix is added from QUEUE_PREFIX)", n, amqpQueuesEnv)
-			}
-			names = append(names, n)
-		}
+	cfg, err := a.cfg.Bridge(a.logger)
+	if err != nil {
+		return nil, err
 	}
-	cfg := amqpbridge.ConfigFromQueue(a.cfg, a.logger)
 	cfg.ConnectionName = "tributary-dashboard"
-	if err := cfg.Validate(); err != nil {
-		return nil, usagef("%v", err)
-	}
-	return &dashboard.AMQPConfig{Bridge: cfg, Queues: names}, nil
+	return &dashboard.AMQPConfig{Bridge: cfg, Queues: queues}, nil
 }

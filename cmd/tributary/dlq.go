@@ -23,7 +23,10 @@ func newDLQCmd(a *app) *cobra.Command {
 // dlq returns the DLQ tools for the configured broker (AMQP_URL, else the
 // local default) and QUEUE_PREFIX.
 func (a *app) dlq() (*amqpbridge.DLQ, error) {
-	cfg := amqpbridge.ConfigFromQueue(a.cfg, a.logger)
+	cfg, err := a.cfg.Bridge(a.logger)
+	if err != nil {
+		return nil, err
+	}
 	cfg.ConnectionName = "tributary-cli"
 	return amqpbridge.NewDLQ(cfg)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/dashboard"
 	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/migrations"
@@ -91,7 +92,7 @@ cancels its jobs and exits 1, before the others may take them.`,
 				}
 				// Checked here, not when the dashboard listens: by then River
 				// and every service have started, and the worker would exit 1.
-				if reason := queue.CheckListenAddr(httpAddr); reason != "" {
+				if reason := dashboard.CheckAddr(httpAddr); reason != "" {
 					return usagef("invalid --http %q: %s", httpAddr, reason)
 				}
 			}
@@ -113,8 +114,8 @@ cancels its jobs and exits 1, before the others may take them.`,
 			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
 				return err
 			}
-			rcfg := queue.RuntimeConfigFrom(a.cfg, a.logger)
-			rcfg.Queues = queues
+			rcfg := a.cfg.Runtime
+			rcfg.Logger, rcfg.Queues = a.logger, queues
 			rt, err := queue.NewRuntime(pool, rcfg)
 			if err != nil {
 				return usagef("%v", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -32,10 +33,8 @@ func (w *SendReceiptWorker) Work(ctx context.Context, job *river.Job[SendReceipt
 
 func main() {
 	ctx := context.Background()
-	cfg, err := queue.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, ...
-	if err != nil {
-		log.Fatal(err)
-	}
+	// Your service's own settings; empty fields take tributary's defaults.
+	cfg := queue.Config{DatabaseURL: os.Getenv("DATABASE_URL"), Schema: os.Getenv("TRIBUTARY_SCHEMA")}.WithDefaults()
 	pool, err := queue.NewPool(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
@@ -71,8 +70,8 @@ func main() {
 		log.Fatal(err)
 	}
 
-	// Work until SIGINT/SIGTERM; running jobs get TRIBUTARY_SHUTDOWN_TIMEOUT to
-	// finish, the rest are cancelled and run again later.
+	// Work until SIGINT/SIGTERM; running jobs get RuntimeConfig.ShutdownTimeout
+	// (30 s) to finish, the rest are cancelled and run again later.
 	if err := rt.Run(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -81,10 +82,7 @@ func (w *RefundWorker) Work(ctx context.Context, job *river.Job[RefundArgs]) err
 
 func main() {
 	ctx := context.Background()
-	cfg, err := queue.ConfigFromEnv()
-	if err != nil {
-		log.Fatal(err)
-	}
+	cfg := queue.Config{DatabaseURL: os.Getenv("DATABASE_URL"), Schema: os.Getenv("TRIBUTARY_SCHEMA")}.WithDefaults()
 	pool, err := queue.NewPool(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)

@@ -93,7 +93,7 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 
 	conn, err := amqp.Dial(opts.URL)
 	if err != nil {
-		return res, fmt.Errorf("error connecting to %s: %w", amqpbridge.RedactURL(opts.URL), err)
+		return res, fmt.Errorf("error connecting to %s: %w", queue.RedactURL(opts.URL), err)
 	}
 	defer conn.Close()
 	suffix := randomSuffix()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -89,12 +90,17 @@ func benchCleanup(ctx context.Context, pool *pgxpool.Pool, rows, batchSize int) 
 		return nil, err
 	}
 	var took []time.Duration
-	cleaner := scheduler.NewCleaner(client, scheduler.CleanerConfig{
+	target := events.OutboxSentCleanup()
+	cleaner, err := scheduler.NewCleaner(client, scheduler.CleanerConfig{
+		Targets:       []queue.CleanupTarget{target},
 		Logger:        quiet,
 		NowFunc:       func() time.Time { return now },
 		BatchDoneFunc: func(_ string, _ int64, d time.Duration) { took = append(took, d) },
 	})
-	out, err := cleaner.Clean(ctx, scheduler.TargetOutboxSent, 7*day, batchSize)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cleaner.Clean(ctx, target.Name, 7*day, batchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +123,7 @@ func benchCleanup(ctx context.Context, pool *pgxpool.Pool, rows, batchSize int) 
 		return nil, err
 	}
 	start := time.Now()
-	if _, err := pool.Exec(ctx, queue.Qualify(schema, `DELETE FROM /*schema*/tributary_outbox WHERE status = 'SENT' AND sent_at < $1`), now.Add(-7*day)); err != nil {
+	if _, err := pool.Exec(ctx, queue.Qualify(schema, `DELETE FROM /*schema*/`+target.Table+` WHERE `+target.Where), now.Add(-7*day)); err != nil {
 		return nil, fmt.Errorf("error running the unbounded DELETE: %w", err)
 	}
 	res.UnboundedTotal = time.Since(start)

@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/tributary-run/tributary/queue"
@@ -16,10 +15,7 @@ import (
 type Producer struct {
 	client   *queue.Client
 	interval time.Duration
-
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	life     queue.Lifecycle
 }
 
 // NewProducer returns a producer that enqueues one round of demo jobs every
@@ -36,33 +32,19 @@ func (p *Producer) Name() string { return "demo producer" }
 
 // Start implements queue.Service.
 func (p *Producer) Start(ctx context.Context) error {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.done = make(chan struct{})
-	go p.loop(runCtx)
-	return nil
+	return p.life.Start(ctx, p.Name(), func(run *queue.Run) error {
+		run.Go(func() { p.loop(run.Stopping()) })
+		return nil
+	})
 }
 
 // Stop implements queue.Service.
 func (p *Producer) Stop(ctx context.Context) error {
-	p.once.Do(func() {
-		if p.cancel != nil {
-			p.cancel()
-		}
-	})
-	if p.done == nil {
-		return nil
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := p.life.Stop(ctx)
+	return err
 }
 
 func (p *Producer) loop(ctx context.Context) {
-	defer close(p.done)
 	ticker := time.NewTicker(p.interval)
 	defer ticker.Stop()
 	for round := 0; ; round++ {

@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // Note is the payload of demo.note.
@@ -107,9 +107,7 @@ type Producer struct {
 	emitter  *events.Emitter
 	interval time.Duration
 	logger   *slog.Logger
-
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	life     queue.Lifecycle
 }
 
 // NewProducer returns a demo event producer.
@@ -129,35 +127,32 @@ func (p *Producer) Name() string { return "demo event producer" }
 
 // Start starts emitting.
 func (p *Producer) Start(ctx context.Context) error {
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		t := time.NewTicker(p.interval)
-		defer t.Stop()
-		for i := 1; ; i++ {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			order := OrderPlaced{OrderID: fmt.Sprintf("order-%d", i%5), Amount: i}
-			_, err := p.emitter.EmitTx(runCtx, p.pool, OrderPlacedEvent, order,
-				events.Meta{AggregateID: order.OrderID, CorrelationID: fmt.Sprintf("demo-%d", i), Actor: "demo-producer"})
-			if err != nil && runCtx.Err() == nil {
-				p.logger.WarnContext(runCtx, "demo event producer could not emit", "error", err)
-			}
-		}
-	}()
-	return nil
+	return p.life.Start(ctx, p.Name(), func(run *queue.Run) error {
+		run.Go(func() { p.loop(run.Stopping()) })
+		return nil
+	})
 }
 
 // Stop stops emitting.
 func (p *Producer) Stop(ctx context.Context) error {
-	if p.cancel != nil {
-		p.cancel()
+	_, err := p.life.Stop(ctx)
+	return err
+}
+
+func (p *Producer) loop(ctx context.Context) {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for i := 1; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		order := OrderPlaced{OrderID: fmt.Sprintf("order-%d", i%5), Amount: i}
+		_, err := p.emitter.EmitTx(ctx, p.pool, OrderPlacedEvent, order,
+			events.Meta{AggregateID: order.OrderID, CorrelationID: fmt.Sprintf("demo-%d", i), Actor: "demo-producer"})
+		if err != nil && ctx.Err() == nil {
+			p.logger.WarnContext(ctx, "demo event producer could not emit", "error", err)
+		}
 	}
-	p.wg.Wait()
-	return nil
 }

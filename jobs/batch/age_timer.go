@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +20,9 @@ type AgeTimerConfig struct {
 	// Streams are the stream thresholds; give the stager the same.
 	Streams Config
 
-	// Interval is how often every stream is measured
-	// (S3_BATCH_TIMER_INTERVAL_MS).
+	// Interval is how often every stream is measured.
 	//
-	// Defaults to queue.BatchTimerIntervalDefault (30 seconds).
+	// Defaults to 30 seconds.
 	Interval time.Duration
 
 	// Logger defaults to the client's.
@@ -41,10 +39,7 @@ type AgeTimer struct {
 	client *queue.Client
 	cfg    AgeTimerConfig
 	logger *slog.Logger
-
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	done   chan struct{}
+	life   queue.Lifecycle
 }
 
 // NewAgeTimer returns an age timer on client.
@@ -55,7 +50,7 @@ func NewAgeTimer(client *queue.Client, cfg AgeTimerConfig) (*AgeTimer, error) {
 	if err := cfg.Streams.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Interval = cmp.Or(cfg.Interval, queue.BatchTimerIntervalDefault)
+	cfg.Interval = cmp.Or(cfg.Interval, TimerIntervalDefault)
 	if cfg.Interval < 0 {
 		return nil, fmt.Errorf("invalid batch timer interval %s: want a positive duration", cfg.Interval)
 	}
@@ -67,40 +62,23 @@ func (t *AgeTimer) Name() string { return "batch age timer" }
 
 // Start starts the ticker; the first check runs at once.
 func (t *AgeTimer) Start(ctx context.Context) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.cancel != nil {
-		return errors.New("batch age timer already started")
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	t.cancel = cancel
-	t.done = make(chan struct{})
-	go t.loop(runCtx, t.done)
-	t.logger.InfoContext(ctx, "batch age timer started", "interval", t.cfg.Interval)
-	return nil
+	return t.life.Start(ctx, t.Name(), func(run *queue.Run) error {
+		run.Go(func() { t.loop(run.Stopping()) })
+		t.logger.InfoContext(ctx, "batch age timer started", "interval", t.cfg.Interval)
+		return nil
+	})
 }
 
 // Stop stops the ticker and waits for a running check, until ctx ends.
 func (t *AgeTimer) Stop(ctx context.Context) error {
-	t.mu.Lock()
-	cancel, done := t.cancel, t.done
-	t.cancel, t.done = nil, nil
-	t.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
+	stopped, err := t.life.Stop(ctx)
+	if stopped && err == nil {
 		t.logger.InfoContext(ctx, "batch age timer stopped")
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("batch age timer did not stop in time: %w", ctx.Err())
 	}
+	return err
 }
 
-func (t *AgeTimer) loop(ctx context.Context, done chan struct{}) {
-	defer close(done)
+func (t *AgeTimer) loop(ctx context.Context) {
 	ticker := time.NewTicker(t.cfg.Interval)
 	defer ticker.Stop()
 	for {

@@ -5,8 +5,15 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+)
 
-	"github.com/tributary-run/tributary/queue"
+// Defaults of the batch flushes. Each is also documented on its field.
+const (
+	MaxEventsDefault     = 10000
+	MaxBytesDefault      = 10 << 20
+	MaxAgeDefault        = 10 * time.Minute
+	TimerIntervalDefault = 30 * time.Second
+	SinkURLDefault       = "file://./.tributary/batches"
 )
 
 // StreamConfig are one stream's flush thresholds. A stream is flushed when
@@ -15,27 +22,27 @@ import (
 type StreamConfig struct {
 	// MaxEvents is the most items per object.
 	//
-	// Defaults to queue.BatchMaxEventsDefault (10000).
+	// Defaults to 10000.
 	MaxEvents int
 
 	// MaxBytes is the most payload bytes per object (before compression,
 	// not counting the newline after each item). A single item larger than
 	// this is refused at staging time.
 	//
-	// Defaults to queue.BatchMaxBytesDefault (10 MiB).
+	// Defaults to 10 MiB.
 	MaxBytes int64
 
 	// MaxAge is how long the oldest item of a stream may wait before the
 	// stream is flushed even though it is not full.
 	//
-	// Defaults to queue.BatchMaxAgeDefault (10 minutes).
+	// Defaults to 10 minutes.
 	MaxAge time.Duration
 }
 
 func (c StreamConfig) withDefaults(d StreamConfig) StreamConfig {
-	c.MaxEvents = cmp.Or(c.MaxEvents, d.MaxEvents, queue.BatchMaxEventsDefault)
-	c.MaxBytes = cmp.Or(c.MaxBytes, d.MaxBytes, int64(queue.BatchMaxBytesDefault))
-	c.MaxAge = cmp.Or(c.MaxAge, d.MaxAge, queue.BatchMaxAgeDefault)
+	c.MaxEvents = cmp.Or(c.MaxEvents, d.MaxEvents, MaxEventsDefault)
+	c.MaxBytes = cmp.Or(c.MaxBytes, d.MaxBytes, MaxBytesDefault)
+	c.MaxAge = cmp.Or(c.MaxAge, d.MaxAge, MaxAgeDefault)
 	return c
 }
 
@@ -58,22 +65,11 @@ type Config struct {
 	// Defaults applies to every stream without an entry in Streams, and fills
 	// the zero fields of those with one.
 	//
-	// Each field defaults to the queue package's default.
+	// Each field defaults to its StreamConfig default.
 	Defaults StreamConfig
 
 	// Streams overrides the thresholds of single streams.
 	Streams map[string]StreamConfig
-}
-
-// ConfigFromQueue returns a Config whose defaults are the batch settings of
-// a queue.Config (S3_BATCH_MAX_EVENTS, S3_BATCH_MAX_BYTES,
-// S3_BATCH_MAX_AGE_MS).
-func ConfigFromQueue(qc queue.Config) Config {
-	return Config{Defaults: StreamConfig{
-		MaxEvents: qc.BatchMaxEvents,
-		MaxBytes:  qc.BatchMaxBytes,
-		MaxAge:    qc.BatchMaxAge,
-	}}
 }
 
 // For returns the thresholds of stream with every default applied.

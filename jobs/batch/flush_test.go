@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -559,4 +560,11 @@ func TestFlushBacklogChainsJobs(t *testing.T) {
 		return b.db.CountJobs(t, rivertype.JobStateCompleted) == 3, nil
 	})
 	require.Equal(t, 1, b.stagedCount(t, "chain"))
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "batch.AgeTimer", func(t *testing.T) (queue.Service, error) {
+		return NewAgeTimer(pgtest.New(t).Client(t), AgeTimerConfig{Interval: time.Hour, Logger: pgtest.Logger(t)})
+	})
 }

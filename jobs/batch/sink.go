@@ -14,6 +14,8 @@ import (
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
 	"gocloud.dev/blob/s3blob"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // Sink stores batch objects. Implementations must make Write all or
@@ -66,6 +68,9 @@ func NewBlobSink(bucket *blob.Bucket, prefix string) *BlobSink {
 //     files. Other query parameters are those of gocloud.dev/blob/s3blob.
 //   - mem://: memory, for tests and benchmarks.
 func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
+	if err := CheckSinkURL(rawURL); err != nil {
+		return nil, fmt.Errorf("invalid sink URL %q: %w", queue.RedactURL(rawURL), err)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("invalid sink URL %q: %w", rawURL, err)
@@ -76,9 +81,6 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 	switch u.Scheme {
 	case "file":
 		dir := filePath(rawURL)
-		if dir == "" {
-			return nil, fmt.Errorf("invalid sink URL %q: want file://PATH", rawURL)
-		}
 		if !filepath.IsAbs(dir) {
 			wd, err := os.Getwd()
 			if err != nil {
@@ -105,9 +107,6 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 		}
 		prefix = u.Query().Get("prefix")
 	case "s3":
-		if u.Host == "" {
-			return nil, fmt.Errorf("invalid sink URL %q: want s3://BUCKET?region=REGION&endpoint=URL", rawURL)
-		}
 		q := u.Query()
 		if q.Get("endpoint") != "" && q.Get("use_path_style") == "" && q.Get("s3ForcePathStyle") == "" {
 			// Virtual-host addressing puts the bucket in the host name,
@@ -127,13 +126,28 @@ func OpenSink(ctx context.Context, rawURL string) (*BlobSink, error) {
 	case "mem":
 		bucket = memblob.OpenBucket(nil)
 		prefix = strings.Trim(u.Path, "/")
-	default:
-		return nil, fmt.Errorf("invalid sink URL %q: want file://PATH, s3://BUCKET?region=...&endpoint=... or mem://", rawURL)
 	}
 	s := NewBlobSink(bucket, prefix)
 	s.url = rawURL
 	s.files = files
 	return s, nil
+}
+
+// CheckSinkURL reports why OpenSink cannot open rawURL, without opening
+// anything (for a start-up check). The error does not repeat the URL.
+func CheckSinkURL(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme == "file" && filePath(rawURL) == "":
+		return errors.New("want file://PATH")
+	case u.Scheme == "s3" && u.Host == "":
+		return errors.New("want s3://BUCKET?region=REGION&endpoint=URL")
+	case u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "mem":
+		return errors.New("want file://PATH, s3://BUCKET?region=...&endpoint=... or mem://")
+	}
+	return nil
 }
 
 // filePath returns the path of a file:// URL without its query; the host

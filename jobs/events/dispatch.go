@@ -92,8 +92,7 @@ type Dispatcher struct {
 
 	completer                   *laneCompleter
 	repairSQL, repairPromoteSQL string
-	stopLoop                    context.CancelFunc
-	loopDone                    chan struct{}
+	life                        queue.Lifecycle
 }
 
 // NewDispatcher returns a dispatcher for cfg's consumers.
@@ -167,6 +166,20 @@ func (d *Dispatcher) Name() string { return "event dispatcher" }
 // dispatcher keeps recording that its consumers are live (every
 // ConsumerHeartbeatInterval) and sweeps stuck lanes.
 func (d *Dispatcher) Start(ctx context.Context) error {
+	return d.life.Start(ctx, d.Name(), func(run *queue.Run) error {
+		if err := d.registerConsumers(ctx); err != nil {
+			return err
+		}
+		if len(d.consumers) > 0 {
+			run.Go(func() { d.runBackground(run.Stopping()) })
+		}
+		return nil
+	})
+}
+
+// registerConsumers upserts every consumer's row and warns about consumers
+// that were inactive.
+func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 	now := time.Now().UTC()
 	for _, c := range d.Consumers() {
 		c.freeze()
@@ -192,31 +205,14 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
 		d.logger.DebugContext(ctx, "consumer event types", "consumer", c.Name(), "event_types", types)
 	}
-	if len(d.consumers) > 0 {
-		loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		d.stopLoop = cancel
-		d.loopDone = make(chan struct{})
-		go func() {
-			defer close(d.loopDone)
-			d.runBackground(loopCtx)
-		}()
-	}
 	return nil
 }
 
 // Stop stops the heartbeat and the lane repair; dispatch jobs stop with
 // River.
 func (d *Dispatcher) Stop(ctx context.Context) error {
-	if d.stopLoop == nil {
-		return nil
-	}
-	d.stopLoop()
-	select {
-	case <-d.loopDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := d.life.Stop(ctx)
+	return err
 }
 
 // NextRetry follows the consumer's retry delays.

@@ -212,10 +212,7 @@ type Forwarder struct {
 	inflightMu sync.Mutex
 	inflight   map[*claim][]eventOutcome
 
-	mu        sync.Mutex
-	stopLoops context.CancelFunc // no new claims
-	stopWork  context.CancelFunc // abandon the batches being published
-	done      chan struct{}
+	life queue.Lifecycle
 }
 
 // NewForwarder returns a forwarder on pool.
@@ -307,32 +304,24 @@ func (f *Forwarder) Stats() ForwarderStats {
 // Start opens the LISTEN connection and starts forwarding. It returns once
 // the forwarder listens, so no notification after Start is missed.
 func (f *Forwarder) Start(ctx context.Context) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopLoops != nil {
-		return errors.New("forwarder already started")
-	}
-	conn, err := f.listen(ctx)
-	if err != nil {
-		return err
-	}
-	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
-	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
-	f.stopLoops, f.stopWork = stopLoops, stopWork
-	f.done = make(chan struct{})
-	wakes := make([]chan struct{}, f.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i := range wakes {
-		wakes[i] = make(chan struct{}, 1)
-		wg.Add(1)
-		go func() { defer wg.Done(); f.forwardLoop(loopCtx, workCtx, wakes[i]) }()
-	}
-	wg.Add(2)
-	go func() { defer wg.Done(); f.listenLoop(loopCtx, conn, wakes) }()
-	go func() { defer wg.Done(); f.sweepLoop(loopCtx) }()
-	go func() { wg.Wait(); close(f.done) }()
-	f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
-	return nil
+	return f.life.Start(ctx, f.Name(), func(run *queue.Run) error {
+		conn, err := f.listen(ctx)
+		if err != nil {
+			return err
+		}
+		// The loops stop claiming when the stop begins; the batches in hand
+		// are abandoned only when the stop's deadline passes (run.Context).
+		loopCtx, workCtx := run.Stopping(), run.Context()
+		wakes := make([]chan struct{}, f.cfg.Concurrency)
+		for i := range wakes {
+			wakes[i] = make(chan struct{}, 1)
+			run.Go(func() { f.forwardLoop(loopCtx, workCtx, wakes[i]) })
+		}
+		run.Go(func() { f.listenLoop(loopCtx, conn, wakes) })
+		run.Go(func() { f.sweepLoop(loopCtx) })
+		f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
+		return nil
+	})
 }
 
 // Stop stops claiming and waits for the batches being published, or until
@@ -341,17 +330,11 @@ func (f *Forwarder) Start(ctx context.Context) error {
 // timeout of their own; if that fails too, the stale-claim reset returns
 // them later). A destination may then get such an event a second time.
 func (f *Forwarder) Stop(ctx context.Context) error {
-	f.mu.Lock()
-	stopLoops, stopWork, done := f.stopLoops, f.stopWork, f.done
-	f.stopLoops, f.stopWork = nil, nil
-	f.mu.Unlock()
-	if stopLoops == nil {
+	stopped, err := f.life.Stop(ctx)
+	if !stopped {
 		return nil
 	}
-	stopLoops()
-	select {
-	case <-done:
-		stopWork()
+	if err == nil {
 		// Outcomes that failed to record get one more try; rows still
 		// claimed after it go back to PENDING rather than wait, claimed
 		// by a process that is gone, for StaleClaimAfter.
@@ -361,15 +344,13 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		}
 		f.logger.InfoContext(ctx, "forwarder stopped")
 		return nil
-	case <-ctx.Done():
 	}
-	stopWork()
-	released, err := f.releaseInflight()
+	released, rerr := f.releaseInflight()
 	f.logger.Warn("forwarder stopped past its deadline; released its claims", "count", released)
-	if err != nil {
-		return errors.Join(fmt.Errorf("forwarder did not stop in time: %w", ctx.Err()), err)
+	if rerr != nil {
+		return errors.Join(err, rerr)
 	}
-	return fmt.Errorf("forwarder did not stop in time, released %d claimed rows: %w", released, ctx.Err())
+	return fmt.Errorf("%w; released %d claimed rows", err, released)
 }
 
 // newClaim starts a claim: its claimed_at is taken and the claim tracked

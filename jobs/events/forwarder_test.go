@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -260,4 +261,18 @@ func TestClaimLocksOnlyItsCandidates(t *testing.T) {
 	var locks int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
 	require.Equal(t, 10, locks, "one advisory lock per claimed aggregate")
+}
+
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "events.Forwarder", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{newWatchPublisher()}})
+	})
+	servicetest.Run(t, "events.Dispatcher", func(t *testing.T) (queue.Service, error) {
+		c := fastConsumer(t, "contract", nil)
+		events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
+		db := pgtest.New(t)
+		return events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Consumers: []*events.Consumer{c}})
+	})
 }

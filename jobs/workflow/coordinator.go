@@ -84,8 +84,7 @@ type Coordinator struct {
 
 	completed, failed, cancelled, stale, repaired, batches atomic.Int64
 
-	stopRepair context.CancelFunc
-	repairDone chan struct{}
+	life queue.Lifecycle
 
 	repairMu     sync.Mutex
 	repairCursor *riverjob.ScanCursor // where the next repair pass continues
@@ -127,40 +126,32 @@ func (c *Coordinator) Name() string { return "workflow coordinator" }
 
 // Start starts the repair sweep.
 func (c *Coordinator) Start(ctx context.Context) error {
-	if c.cfg.RepairInterval < 0 {
-		return nil
-	}
-	repairCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.stopRepair = cancel
-	c.repairDone = make(chan struct{})
-	go func() {
-		defer close(c.repairDone)
-		t := time.NewTicker(c.cfg.RepairInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-repairCtx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := c.Repair(repairCtx); err != nil && repairCtx.Err() == nil {
-				c.logger.WarnContext(repairCtx, "error repairing workflows", "error", err)
-			}
+	return c.life.Start(ctx, c.Name(), func(run *queue.Run) error {
+		if c.cfg.RepairInterval < 0 {
+			return nil
 		}
-	}()
-	return nil
+		run.Go(func() { c.repairLoop(run.Stopping()) })
+		return nil
+	})
+}
+
+func (c *Coordinator) repairLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.RepairInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.Repair(ctx); err != nil && ctx.Err() == nil {
+			c.logger.WarnContext(ctx, "error repairing workflows", "error", err)
+		}
+	}
 }
 
 // Stop stops the repair sweep; tasks stop with River.
 func (c *Coordinator) Stop(ctx context.Context) error {
-	if c.stopRepair == nil {
-		return nil
-	}
-	c.stopRepair()
-	select {
-	case <-c.repairDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	_, err := c.life.Stop(ctx)
+	return err
 }

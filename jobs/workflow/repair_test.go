@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // TestRepair changes jobs behind the workflows' back, as River's own API or
@@ -125,4 +127,13 @@ func TestRepairSweepRuns(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_workflow_task SET updated_at = updated_at - interval '1 minute' WHERE workflow_id = $1`), res.ID)
 	require.NoError(t, err)
 	b.waitStatus(t, res.ID, workflow.StatusCancelled)
+}
+
+// TestServiceContract runs the lifecycle contract against the coordinator.
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "workflow.Coordinator", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return workflow.NewCoordinator(db.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t), RepairInterval: time.Hour})
+	})
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/scheduler"
 )
 
 // TestRecordOutlivesRiverJobs: River's cleaner deletes finished jobs (after
@@ -69,7 +71,10 @@ func TestRecordOutlivesRiverJobs(t *testing.T) {
 	require.JSONEq(t, `{"name":"a","fail_attempts":1}`, string(job.EncodedArgs))
 }
 
-func TestDeleteFinishedBefore(t *testing.T) {
+// TestCleanup: the clean-up target deletes finished workflows past their
+// retention with their tasks, in batches, and leaves recent and running
+// ones alone.
+func TestCleanup(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	client := workflow.NewClient(db.Client(t))
@@ -96,9 +101,13 @@ func TestDeleteFinishedBefore(t *testing.T) {
 	setFinished(ids[3], &recent)
 	setFinished(ids[4], nil)
 
-	n, err := workflow.DeleteFinishedBefore(ctx, db.Pool, db.Schema, now.Add(-workflow.RetentionDefault), 2)
+	target := workflow.Cleanup()
+	cleaner, err := scheduler.NewCleaner(db.Client(t), scheduler.CleanerConfig{Targets: []queue.CleanupTarget{target}, Logger: pgtest.Logger(t),
+		NowFunc: func() time.Time { return now }})
 	require.NoError(t, err)
-	require.Equal(t, 3, n, "in batches of 2")
+	out, err := cleaner.Clean(ctx, target.Name, target.Retention, 2)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), out.Deleted, "in batches of 2")
 	var workflows, tasks int
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT (SELECT count(*) FROM /*schema*/tributary_workflow),
         (SELECT count(*) FROM /*schema*/tributary_workflow_task)`)).Scan(&workflows, &tasks))
@@ -108,6 +117,4 @@ func TestDeleteFinishedBefore(t *testing.T) {
 		_, err := client.Get(ctx, id)
 		require.NoError(t, err)
 	}
-	_, err = workflow.DeleteFinishedBefore(ctx, db.Pool, db.Schema, now, -1)
-	require.ErrorContains(t, err, "invalid batch size -1")
 }

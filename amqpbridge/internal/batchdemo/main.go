@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/envconfig"
 )
 
 func main() {
@@ -31,6 +32,10 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := envconfig.FromEnv()
+	if err != nil {
+		return err
+	}
 	maxEvents, _ := strconv.Atoi(os.Getenv("BATCHDEMO_MAX_EVENTS"))
 	out, err := os.OpenFile(os.Getenv("BATCHDEMO_OUT"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -39,7 +44,7 @@ func run() error {
 	defer out.Close()
 
 	c, err := amqpbridge.NewBatchConsumer(amqpbridge.Config{
-		URL:            os.Getenv("AMQP_URL"),
+		URL:            cfg.AMQP.URL,
 		ConnectionName: os.Getenv("BATCHDEMO_CONNECTION_NAME"),
 		Logger:         logger,
 	}, amqpbridge.BatchConsumerConfig{

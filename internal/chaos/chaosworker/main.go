@@ -4,7 +4,7 @@
 // `tributary worker` builds its own, until SIGTERM.
 //
 // Environment: DATABASE_URL, TRIBUTARY_SCHEMA and the other tributary
-// settings (queue.ConfigFromEnv); CHAOS_NAME names the process in the logs;
+// settings (internal/envconfig); CHAOS_NAME names the process in the logs;
 // CHAOS_SINK_DIR is the batch sink's directory; with AMQP_URL set the outbox
 // forwarder also publishes to the chaos exchange.
 package main
@@ -17,6 +17,7 @@ import (
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/chaos"
+	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
@@ -32,19 +33,19 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	cfg, err := queue.ConfigFromEnv()
+	cfg, err := envconfig.FromEnv()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("process", chaos.ProcessName())
-	pool, err := queue.NewPool(ctx, cfg)
+	pool, err := queue.NewPool(ctx, cfg.Config)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
-	rcfg := queue.RuntimeConfigFrom(cfg, logger)
-	rcfg.Queues = map[string]int{"default": 20}
+	rcfg := cfg.Runtime
+	rcfg.Logger, rcfg.Queues = logger, map[string]int{"default": 20}
 	rt, err := queue.NewRuntime(pool, rcfg)
 	if err != nil {
 		return err
@@ -65,15 +66,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	streams := batch.ConfigFromQueue(cfg)
+	streams := cfg.Batch
 	if _, err := batch.Register(rt, batch.FlusherConfig{Streams: streams, Sink: sink, Logger: logger},
 		batch.AgeTimerConfig{Streams: streams, Interval: cfg.BatchTimerInterval, Logger: logger}); err != nil {
 		return err
 	}
 
 	var fcfg events.ForwarderConfig
-	if cfg.AMQPURL != "" {
-		bcfg := amqpbridge.ConfigFromQueue(cfg, logger)
+	if cfg.AMQP.URL != "" {
+		bcfg, err := cfg.Bridge(logger)
+		if err != nil {
+			return err
+		}
 		bcfg.ConnectionName = "chaos-" + chaos.ProcessName()
 		pub, err := amqpbridge.NewPublisher(bcfg)
 		if err != nil {

@@ -2,7 +2,7 @@
 // its hand-off stages each batch of messages in one Postgres transaction,
 // and the consumer acks the batch only after that commit.
 //
-//	stager, _ := batch.NewStager(client, batch.ConfigFromQueue(cfg))
+//	stager, _ := batch.NewStager(client, batch.Config{})
 //	consumer, _ := amqpbridge.NewBatchConsumer(bridgeCfg, amqpbridge.BatchConsumerConfig{
 //		Queue:   "access-logs",
 //		HandOff: amqpbatch.StageHandOff(stager, "access_logs"),

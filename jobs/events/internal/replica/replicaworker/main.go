@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/events/internal/replica"
 	"github.com/tributary-run/tributary/queue"
@@ -32,12 +33,12 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	cfg, err := queue.ConfigFromEnv()
+	cfg, err := envconfig.FromEnv()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pool, err := queue.NewPool(ctx, cfg)
+	pool, err := queue.NewPool(ctx, cfg.Config)
 	if err != nil {
 		return err
 	}

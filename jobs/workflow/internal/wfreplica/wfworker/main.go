@@ -14,6 +14,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/jobs/workflow/internal/wfreplica"
 	"github.com/tributary-run/tributary/queue"
@@ -28,10 +29,11 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	cfg, err := queue.ConfigFromEnv()
+	env, err := envconfig.FromEnv()
 	if err != nil {
 		return err
 	}
+	cfg := env.Config
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pool, err := queue.NewPool(ctx, cfg)
 	if err != nil {

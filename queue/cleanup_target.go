@@ -1,0 +1,54 @@
+package queue
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// CleanupTarget is a table whose old rows its feature lets the scheduled
+// clean-up delete. Each feature exports its targets with its own default
+// retention (events.OutboxSentCleanup, batch.ObjectCleanup, ...); the
+// process lists the ones it cleans (scheduler.CleanupConfig.Targets), and
+// the Cleaner deletes their rows in bounded batches.
+type CleanupTarget struct {
+	// Name identifies the target in clean-up jobs, schedule names
+	// ("tributary.cleanup.NAME"), logs and metrics. Changing it orphans the
+	// stored schedule.
+	Name string
+
+	// Table is the table, without its schema.
+	Table string
+
+	// Where selects the rows that may go, $1 being the cut-off time (now
+	// minus the retention), as SQL on Table's columns.
+	Where string
+
+	// OrderBy orders each batch's selection (the oldest rows first through
+	// an index), for tables where an unordered LIMIT would read the whole
+	// table when few rows qualify.
+	//
+	// Defaults to none: any matching rows.
+	OrderBy string
+
+	// Retention is how long rows are kept, measured from the time Where
+	// compares with the cut-off; -1 keeps them (no schedule).
+	Retention time.Duration
+}
+
+var cleanupIdentRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// Validate reports a target that the Cleaner cannot use, naming it.
+func (t CleanupTarget) Validate() error {
+	switch {
+	case !cleanupIdentRE.MatchString(t.Name):
+		return fmt.Errorf("invalid clean-up target name %q: use lower-case letters, digits and underscores", t.Name)
+	case !cleanupIdentRE.MatchString(t.Table):
+		return fmt.Errorf("invalid table %q for clean-up target %q: use lower-case letters, digits and underscores", t.Table, t.Name)
+	case t.Where == "":
+		return fmt.Errorf("clean-up target %q has no condition", t.Name)
+	case t.Retention == 0 || t.Retention < -1:
+		return fmt.Errorf("invalid retention %s for clean-up target %q: must be positive, or -1 to keep the rows", t.Retention, t.Name)
+	}
+	return nil
+}
