@@ -17,9 +17,9 @@ mostly completed, some discarded, cancelled, retryable and scheduled, a backlog
 of available jobs in four queues), VACUUM ANALYZE it, then request the
 overview and the first jobs page (JSON and HTML, plus filtered pages) through
 the dashboard's HTTP handler, one request at a time, and print p50/p95/p99.
-In the same run, the baselines: a full GROUP BY count of the table (what
-'tributary stats' does) and River's own JobList first page. The schema is
-dropped afterwards unless --keep.`,
+In the same run, the baselines: a full GROUP BY count of the table, the
+exact job counts 'tributary stats' prints, and River's own JobList first
+page. The schema is dropped afterwards unless --keep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Rows < 1000 {
