@@ -163,14 +163,14 @@ func (c *BatchConsumer) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops consuming, hands off and acks what is buffered (and what the
-// broker had already delivered), then closes the channel and connections.
-// When ctx ends first, the hand-off is cancelled and the connection closed:
-// the unacked messages are redelivered later.
 // abandonGrace is how long Stop waits, after its deadline, for a hand-off
 // to return before it gives up on it.
 const abandonGrace = 2 * time.Second
 
+// Stop stops consuming, hands off and acks what is buffered (and what the
+// broker had already delivered), then closes the channel and connections.
+// When ctx ends first, the hand-off is cancelled and the connection closed:
+// the unacked messages are redelivered later.
 func (c *BatchConsumer) Stop(ctx context.Context) error {
 	c.stopOnce.Do(func() { close(c.stop) })
 	if c.baseCancel == nil {
