@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,8 +50,6 @@ func (s *Server) overview(ctx context.Context, tx pgx.Tx) (*Overview, error) {
 func (s *Server) jobStats(ctx context.Context, tx pgx.Tx) (*queue.JobStats, error) {
 	return queue.ReadJobStats(ctx, tx, s.schema, queue.JobStatsParams{CountCap: s.cfg.CountCap})
 }
-
-func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 // readTx runs fn in queue.ReadTx under the dashboard's query timeout.
 func (s *Server) readTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
