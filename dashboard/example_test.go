@@ -18,19 +18,9 @@ import (
 func ExampleNew() {
 	// The pool connects lazily: building the dashboard needs no database,
 	// and neither do /healthz and a refused action.
-	pool, err := pgxpool.New(context.Background(), "postgres://127.0.0.1:5432/app")
-	if err != nil {
-		panic(err)
-	}
+	pool := must(pgxpool.New(context.Background(), "postgres://127.0.0.1:5432/app"))
 	defer pool.Close()
-	client, err := queue.NewClient(pool, queue.ClientConfig{})
-	if err != nil {
-		panic(err)
-	}
-	srv, err := dashboard.New(client, dashboard.Config{})
-	if err != nil {
-		panic(err)
-	}
+	srv := must(dashboard.New(must(queue.NewClient(pool, queue.ClientConfig{})), dashboard.Config{}))
 	for _, req := range []*http.Request{
 		httptest.NewRequest(http.MethodGet, "/healthz", nil),
 		httptest.NewRequest(http.MethodPost, "/api/outbox/replay-failed", nil),
@@ -52,4 +42,11 @@ func ExampleInstallWorker() {
 		return err
 	}
 	_ = install // runs in a worker's runtime, so it is compiled, not run
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -138,26 +138,16 @@ func TestServiceLifecycle(t *testing.T) {
 	require.NoError(t, svc.Stop(context.Background()), "stop is idempotent")
 }
 
+// TestReadTxSettings: the dashboard's reads run in queue.ReadTx (whose
+// settings TestReadTx checks) under its QueryTimeout.
 func TestReadTxSettings(t *testing.T) {
 	t.Parallel()
 	srv, _ := setupServer(t, Config{QueryTimeout: 3 * time.Second})
 	err := srv.readTx(context.Background(), func(tx pgx.Tx) error {
-		for setting, want := range map[string]string{
-			"jit":                   "off",
-			"plan_cache_mode":       "force_custom_plan",
-			"statement_timeout":     "3s",
-			"transaction_read_only": "on",
-		} {
-			var got string
-			require.NoError(t, tx.QueryRow(context.Background(), "SELECT current_setting($1)", setting).Scan(&got))
-			require.Equal(t, want, got, setting)
-		}
+		var got string
+		require.NoError(t, tx.QueryRow(context.Background(), "SELECT current_setting('statement_timeout')").Scan(&got))
+		require.Equal(t, "3s", got)
 		return nil
 	})
 	require.NoError(t, err)
-	err = srv.readTx(context.Background(), func(tx pgx.Tx) error {
-		_, err := tx.Exec(context.Background(), srv.q("DELETE FROM /*schema*/river_job"))
-		return err
-	})
-	require.ErrorContains(t, err, "read-only transaction")
 }

@@ -13,21 +13,12 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// SendReceiptArgs is a job's arguments: River stores their JSON with the job.
-type SendReceiptArgs struct {
+// ReceiptArgs are a job's arguments: River stores their JSON with the job.
+type ReceiptArgs struct {
 	OrderID string `json:"order_id"`
 }
 
-func (SendReceiptArgs) Kind() string { return "orders.send_receipt" }
-
-type SendReceiptWorker struct {
-	river.WorkerDefaults[SendReceiptArgs]
-}
-
-func (w *SendReceiptWorker) Work(ctx context.Context, job *river.Job[SendReceiptArgs]) error {
-	slog.InfoContext(ctx, "sending receipt", "order_id", job.Args.OrderID)
-	return nil // an error retries with backoff
-}
+func (ReceiptArgs) Kind() string { return "orders.receipt" }
 
 // A worker process: a runtime on the pool, its workers and services, and
 // Run, which starts everything in order and stops it in reverse on SIGINT
@@ -43,7 +34,10 @@ func Example_worker() {
 		if err != nil {
 			return err
 		}
-		queue.AddWorker(rt, &SendReceiptWorker{})
+		queue.AddWorker(rt, river.WorkFunc(func(ctx context.Context, job *river.Job[ReceiptArgs]) error {
+			slog.InfoContext(ctx, "sending receipt", "order_id", job.Args.OrderID)
+			return nil // an error retries with backoff
+		}))
 		return rt.Run(ctx)
 	}
 	_ = run // needs a database, so it is compiled, not run
@@ -57,7 +51,7 @@ func ExampleClient_EnqueueTx() {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (id) VALUES ($1)`, orderID); err != nil {
 				return err
 			}
-			_, err := client.EnqueueTx(ctx, tx, SendReceiptArgs{OrderID: orderID}, &queue.EnqueueOpts{Queue: "email"})
+			_, err := client.EnqueueTx(ctx, tx, ReceiptArgs{OrderID: orderID}, &queue.EnqueueOpts{Queue: "email"})
 			return err
 		})
 	}

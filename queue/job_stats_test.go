@@ -99,18 +99,25 @@ func TestReadJobStats(t *testing.T) {
 func TestReadTx(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
+	for timeout, want := range map[time.Duration]string{0: "0", 3 * time.Second: "3s"} {
+		err := queue.ReadTx(context.Background(), db.Pool, timeout, func(tx pgx.Tx) error {
+			for setting, want := range map[string]string{
+				"jit":                   "off",
+				"plan_cache_mode":       "force_custom_plan",
+				"statement_timeout":     want,
+				"transaction_read_only": "on",
+			} {
+				var got string
+				require.NoError(t, tx.QueryRow(context.Background(), "SELECT current_setting($1)", setting).Scan(&got))
+				require.Equal(t, want, got, setting)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
 	err := queue.ReadTx(context.Background(), db.Pool, 0, func(tx pgx.Tx) error {
-		for setting, want := range map[string]string{
-			"jit":                   "off",
-			"plan_cache_mode":       "force_custom_plan",
-			"statement_timeout":     "0",
-			"transaction_read_only": "on",
-		} {
-			var got string
-			require.NoError(t, tx.QueryRow(context.Background(), "SELECT current_setting($1)", setting).Scan(&got))
-			require.Equal(t, want, got, setting)
-		}
-		return nil
+		_, err := tx.Exec(context.Background(), db.Q("DELETE FROM /*schema*/river_job"))
+		return err
 	})
-	require.NoError(t, err)
+	require.ErrorContains(t, err, "read-only transaction")
 }
