@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -28,21 +32,10 @@ page. The schema is dropped afterwards unless --keep.`,
 			if o.Requests < 10 {
 				return usagef("--requests %d must be at least 10", o.Requests)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
 			o.Logger = benchLogger(a)
-			res, err := bench.RunDashboard(ctx, pool, o, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				return bench.RunDashboard(ctx, pool, o, w)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&o.Rows, "n", "n", 1_000_000, "river_job rows to seed")
