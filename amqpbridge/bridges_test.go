@@ -84,8 +84,8 @@ func TestInbound(t *testing.T) {
 	})
 
 	// A body that is JSON but that River's jsonb column cannot hold fails
-	// alone; before, its insert error rolled back its whole batch, which
-	// the broker then redelivered, failed again, for ever.
+	// alone: its insert error would roll back its whole batch, which the
+	// broker would redeliver, to fail again, for ever.
 	t.Run("BodyPostgresCannotStoreFailsAlone", func(t *testing.T) {
 		t.Parallel()
 		in, b, db := setup(t, func(client *queue.Client) InsertBatchFunc {

@@ -31,16 +31,5 @@
 // need: the runtime starts services in order and stops them in reverse, so on
 // shutdown consumers stop taking messages, finish their handlers, flush and
 // ack their batches, close their channels and connections, and only then the
-// publisher closes.
-//
-//	cfg := amqpbridge.Config{URL: os.Getenv("AMQP_URL"), Logger: logger}
-//	pub, _ := amqpbridge.NewPublisher(cfg)
-//	orders, _ := amqpbridge.NewConsumer(cfg, amqpbridge.ConsumerConfig{
-//		Queue: "orders",
-//		Handler: amqpbridge.JSONHandler(func(ctx context.Context, o Order, d *amqpbridge.Delivery) error {
-//			return ship(ctx, o) // nil acks; an error retries; Permanent(err) fails at once
-//		}),
-//	})
-//	_ = rt.AddService(pub)    // stopped last
-//	_ = rt.AddService(orders) // stopped first
+// publisher closes. Example_consumer shows the wiring.
 package amqpbridge

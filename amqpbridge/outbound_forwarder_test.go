@@ -197,11 +197,11 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 		s, _, _ := status(orderID)
 		return s == "FAILED"
 	})
-	s, retries, lastError := status(orderID)
+	_, retries, lastError := status(orderID)
 	require.Equal(t, maxRetries, retries)
 	require.Contains(t, lastError, "unroutable")
 	require.Contains(t, lastError, "demo.order_placed")
-	s, retries, _ = status(noteID)
+	s, retries, _ := status(noteID)
 	require.Equal(t, "SENT", s)
 	require.Zero(t, retries, "the routable event was not charged for its batch-mate")
 

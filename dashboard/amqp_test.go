@@ -4,11 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,32 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
 
 // amqpChannel connects to the test broker; without one the test fails.
 func amqpChannel(t *testing.T) *amqp.Channel {
 	t.Helper()
-	conn, err := amqp.Dial(amqpURL())
-	require.NoError(t, err, "the AMQP tests need RabbitMQ at %s (start it with `rabbitmq-server -detached`)", amqpURL())
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
-	return ch
-}
-
-func depth(t *testing.T, ch *amqp.Channel, q string) int {
-	t.Helper()
-	info, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
-	require.NoError(t, err)
-	return info.Messages
+	return amqptest.Channel(t, amqptest.Conn(t))
 }
 
 func TestAMQPPageAndDLQReplay(t *testing.T) {
@@ -65,10 +43,10 @@ func TestAMQPPageAndDLQReplay(t *testing.T) {
 			Headers: amqp.Table{"x-retry-count": int32(5), "x-failure-reason": "handler said no"},
 		}))
 	}
-	pgtest.WaitFor(t, 10*time.Second, "messages in the failed queue", func() (bool, error) { return depth(t, ch, name+".failed") == 2, nil })
+	pgtest.WaitFor(t, 10*time.Second, "messages in the failed queue", func() (bool, error) { return amqptest.Depth(t, ch, name+".failed") == 2, nil })
 
 	_, bundle := setupServer(t, Config{Token: testToken, AMQP: &AMQPConfig{
-		Bridge: amqpbridge.Config{URL: amqpURL(), Logger: pgtest.Logger(t)},
+		Bridge: amqpbridge.Config{URL: amqptest.URL(), Logger: pgtest.Logger(t)},
 		Queues: []string{name},
 	}})
 	res := get(t, bundle.http.URL, "/api/amqp")
@@ -88,7 +66,7 @@ func TestAMQPPageAndDLQReplay(t *testing.T) {
 	require.Contains(t, get(t, bundle.http.URL, "/amqp").body, name+".failed")
 
 	require.Equal(t, http.StatusUnauthorized, post(t, bundle.http.URL, "/api/amqp/"+name+"/replay", nil).status)
-	require.Equal(t, 2, depth(t, ch, name+".failed"))
+	require.Equal(t, 2, amqptest.Depth(t, ch, name+".failed"))
 	res = post(t, bundle.http.URL, "/api/amqp/not-configured/replay", nil, "Authorization", "Bearer "+testToken)
 	require.Equal(t, http.StatusNotFound, res.status, res.body)
 
@@ -97,8 +75,8 @@ func TestAMQPPageAndDLQReplay(t *testing.T) {
 	var out dlqReplayResult
 	res.json(t, &out)
 	require.Equal(t, 2, out.Replayed)
-	require.Equal(t, 0, depth(t, ch, name+".failed"))
-	pgtest.WaitFor(t, 10*time.Second, "replayed messages in the main queue", func() (bool, error) { return depth(t, ch, name) == 2, nil })
+	require.Equal(t, 0, amqptest.Depth(t, ch, name+".failed"))
+	pgtest.WaitFor(t, 10*time.Second, "replayed messages in the main queue", func() (bool, error) { return amqptest.Depth(t, ch, name) == 2, nil })
 }
 
 func TestBatchesPageAndMetrics(t *testing.T) {
@@ -147,23 +125,6 @@ func insertBatchRows(t *testing.T, db *pgtest.DB) {
 	require.NoError(t, err)
 }
 
-// closeBrokerConnections force-closes, through rabbitmqctl, the broker
-// connections whose name starts with prefix (a broker-side fault, like a
-// restart, for one client only).
-func closeBrokerConnections(t *testing.T, prefix string) {
-	t.Helper()
-	expr := fmt.Sprintf(`Prefix = <<"%s">>,
-L = [P || P <- rabbit_networking:connections(),
-      {client_properties, Props} <- rabbit_networking:connection_info(P, [client_properties]),
-      {<<"connection_name">>, longstr, N} <- Props,
-      binary:longest_common_prefix([N, Prefix]) =:= byte_size(Prefix)],
-[rabbit_networking:close_connection(P, "dashboard test") || P <- L],
-length(L).`, prefix)
-	out, err := exec.Command("rabbitmqctl", "eval", expr).CombinedOutput()
-	require.NoError(t, err, "rabbitmqctl eval: %s", out)
-	require.NotEqual(t, "0", strings.TrimSpace(string(out)), "no connection named %s* to close", prefix)
-}
-
 func TestMetricsIncludeAMQPCounters(t *testing.T) {
 	t.Parallel()
 	ch := amqpChannel(t)
@@ -174,7 +135,7 @@ func TestMetricsIncludeAMQPCounters(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = amqpChannel(t).QueueDelete(name, false, false, false) })
 
-	cfg := amqpbridge.Config{URL: amqpURL(), ConnectionName: name, Logger: pgtest.Logger(t)}
+	cfg := amqpbridge.Config{URL: amqptest.URL(), ConnectionName: name, Logger: pgtest.Logger(t)}
 	pub, err := amqpbridge.NewPublisher(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Stop(context.Background()) })
@@ -202,7 +163,8 @@ func TestMetricsIncludeAMQPCounters(t *testing.T) {
 
 	// The broker drops the publisher's connection; the next publishes
 	// reconnect, and the dashboard's counter shows it.
-	closeBrokerConnections(t, name+".publisher")
+	// A broker-side fault, like a restart, for this client only.
+	require.NotZero(t, amqptest.CloseConnections(t, name+".publisher"), "no connection named %s.publisher* to close", name)
 	pgtest.WaitFor(t, 30*time.Second, "a publish after the connection was closed", func() (bool, error) {
 		err := pub.Publish(context.Background(), "", name, amqp.Publishing{Body: []byte("y")})
 		return err == nil && scrape("tributary_amqp_publisher_reconnects_total") >= 1, nil

@@ -12,15 +12,10 @@
 // cap is shown with the planner's estimate, marked approximate, instead of a
 // full count(*) on every request.
 //
-// Serve it on its own (what `tributary dashboard` does):
-//
-//	srv, err := dashboard.New(client, dashboard.Config{Token: cfg.DashboardToken})
-//	http.ListenAndServe("127.0.0.1:8080", srv.Handler())
-//
-// or inside a worker process, where it also counts the jobs the process
-// works (what `tributary worker --http ADDR` does):
-//
-//	err := dashboard.InstallWorker(rt, dashboard.Config{Addr: addr, Token: token})
+// Serve it on its own with New and its Handler (what `tributary dashboard`
+// does), or inside a worker process with InstallWorker, where it also
+// counts the jobs the process works (what `tributary worker --http ADDR`
+// does); the examples show both.
 //
 // Without a token every action answers 403 and the dashboard is read-only.
 // Actions are POST only; they take `Authorization: Bearer TOKEN`, or the

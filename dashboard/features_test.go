@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/queue"
 )
 
 func insertOutboxRow(t *testing.T, db *pgtest.DB, status string) string {
@@ -60,8 +61,8 @@ func TestOutboxPageAndReplay(t *testing.T) {
 	res.json(t, &page)
 	require.True(t, page.Enabled)
 	require.Len(t, page.Rows, 2)
-	require.Equal(t, Count{N: 2}, page.Counts["FAILED"])
-	require.Equal(t, Count{N: 1}, page.Counts["PENDING"])
+	require.Equal(t, queue.Count{N: 2}, page.Counts["FAILED"])
+	require.Equal(t, queue.Count{N: 1}, page.Counts["PENDING"])
 	require.Contains(t, get(t, bundle.http.URL, "/outbox").body, "broker said no")
 
 	// Without the token nothing changes.

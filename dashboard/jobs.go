@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 // JobFilter selects jobs for the jobs list. Zero fields do not filter.
@@ -41,8 +43,8 @@ func ParseJobFilter(v url.Values) (JobFilter, error) {
 		Queue: strings.TrimSpace(v.Get("queue")),
 		Limit: PageSizeDefault,
 	}
-	if f.State != "" && !slices.Contains(jobStates, f.State) {
-		return f, badRequestf("invalid state %q: want one of %s", f.State, strings.Join(jobStates, ", "))
+	if f.State != "" && !slices.Contains(queue.JobStates(), f.State) {
+		return f, badRequestf("invalid state %q: want one of %s", f.State, strings.Join(queue.JobStates(), ", "))
 	}
 	for _, p := range []struct{ name, value string }{{"kind", f.Kind}, {"queue", f.Queue}} {
 		if err := checkText(p.name, p.value); err != nil {

@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-run/tributary/jobs/batch"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // dbCollector reads gauges from the database at scrape time: jobs per
@@ -28,15 +30,6 @@ type dbCollector struct {
 	objectGzip   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 }
-
-// Written batch objects per stream. Objects are few (each holds thousands
-// of items) and retention bounds the table, so an aggregate over it stays
-// small.
-const batchObjectsSQL = `
-SELECT stream, count(*), coalesce(sum(bytes), 0)::bigint, coalesce(sum(compressed_bytes), 0)::bigint
-FROM /*schema*/tributary_batch_object
-WHERE status = 'written'
-GROUP BY stream`
 
 func newDBCollector(s *Server) *dbCollector {
 	return &dbCollector{
@@ -66,10 +59,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.QueryTimeout)
 	defer cancel()
 	failed := 0.0
-	var ov *Overview
+	var ov *queue.JobStats
 	err := c.s.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		ov, err = c.s.overview(ctx, tx, false)
+		ov, err = c.s.jobStats(ctx, tx)
 		return err
 	})
 	if err != nil {
@@ -80,7 +73,7 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(sc.N), sc.State)
 		}
 		for _, q := range ov.Queues {
-			for _, state := range liveStates {
+			for _, state := range queue.LiveJobStates() {
 				ch <- prometheus.MustNewConstMetric(c.queueJobs, prometheus.GaugeValue, float64(q.States[state].N), q.Queue, state)
 			}
 			ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, q.OldestAvailableAgeSeconds, q.Queue)
@@ -96,7 +89,7 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the outbox", "error", err)
 		failed = 1
 	} else if ob.Enabled {
-		for _, st := range outboxStatuses {
+		for _, st := range events.Statuses() {
 			ch <- prometheus.MustNewConstMetric(c.outboxRows, prometheus.GaugeValue, float64(ob.Counts[st].N), st)
 		}
 		ch <- prometheus.MustNewConstMetric(c.outboxLag, prometheus.GaugeValue, ob.ForwardLagSeconds)
@@ -122,21 +115,15 @@ func (c *dbCollector) collectBatches(ctx context.Context, ch chan<- prometheus.M
 			ch <- prometheus.MustNewConstMetric(c.stagedItems, prometheus.GaugeValue, float64(st.StagedItems), st.Stream)
 			ch <- prometheus.MustNewConstMetric(c.stagedBytes, prometheus.GaugeValue, float64(st.StagedBytes), st.Stream)
 		}
-		rows, err := tx.Query(ctx, c.s.q(batchObjectsSQL))
+		totals, err := batch.ListObjectTotals(ctx, tx, c.s.schema)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var stream string
-			var n, bytes, gz int64
-			if err := rows.Scan(&stream, &n, &bytes, &gz); err != nil {
-				return err
-			}
-			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(n), stream)
-			ch <- prometheus.MustNewConstMetric(c.objectBytes, prometheus.GaugeValue, float64(bytes), stream)
-			ch <- prometheus.MustNewConstMetric(c.objectGzip, prometheus.GaugeValue, float64(gz), stream)
+		for _, t := range totals {
+			ch <- prometheus.MustNewConstMetric(c.objects, prometheus.GaugeValue, float64(t.Objects), t.Stream)
+			ch <- prometheus.MustNewConstMetric(c.objectBytes, prometheus.GaugeValue, float64(t.Bytes), t.Stream)
+			ch <- prometheus.MustNewConstMetric(c.objectGzip, prometheus.GaugeValue, float64(t.CompressedBytes), t.Stream)
 		}
-		return rows.Err()
+		return nil
 	})
 }

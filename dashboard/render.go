@@ -10,9 +10,13 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 //go:embed templates/*.html static/*
@@ -149,11 +153,12 @@ var templateFuncs = template.FuncMap{
 	"pretty":         prettyJSON,
 	"join":           strings.Join,
 	"title":          func(s string) string { return strings.ToUpper(s[:min(1, len(s))]) + s[min(1, len(s)):] },
-	"stateOf":        func(m map[string]Count, state string) Count { return m[state] },
-	"contains":       func(list []string, s string) bool { return containsString(list, s) },
-	"states":         func() []string { return jobStates },
-	"live":           func() []string { return liveStates },
-	"outboxStatuses": func() []string { return outboxStatuses },
+	"stateOf":        func(m map[string]queue.Count, state string) queue.Count { return m[state] },
+	"contains":       slices.Contains[[]string],
+	"states":         queue.JobStates,
+	"live":           queue.LiveJobStates,
+	"outboxStatuses": events.Statuses,
+	"preview":        preview,
 	"sub":            func(a, b int) int { return a - b },
 	"pathEscape":     url.PathEscape,
 	"int64":          func(n int) int64 { return int64(n) },
@@ -167,13 +172,12 @@ var templateFuncs = template.FuncMap{
 	},
 }
 
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
+// preview is the start of s, at most n bytes of it, marked when cut.
+func preview(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return false
+	return truncateUTF8(s, n) + "…"
 }
 
 // formatNum writes n with thousands separators.
@@ -194,7 +198,7 @@ func formatNum(n int64) string {
 	return b.String()
 }
 
-func formatCount(c Count) string {
+func formatCount(c queue.Count) string {
 	if c.Approximate {
 		return "≈" + formatNum(c.N)
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
 func TestFormatting(t *testing.T) {
@@ -14,8 +16,8 @@ func TestFormatting(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
 		require.Equal(t, want, formatNum(n))
 	}
-	require.Equal(t, "≈1,000,000", formatCount(Count{N: 1000000, Approximate: true}))
-	require.Equal(t, "12", formatCount(Count{N: 12}))
+	require.Equal(t, "≈1,000,000", formatCount(queue.Count{N: 1000000, Approximate: true}))
+	require.Equal(t, "12", formatCount(queue.Count{N: 12}))
 	require.Equal(t, "512 B", formatBytes(512))
 	require.Equal(t, "1.5 KiB", formatBytes(1536))
 	require.Equal(t, "3.0 MiB", formatBytes(3<<20))

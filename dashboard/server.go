@@ -30,10 +30,6 @@ type Server struct {
 	handler  http.Handler
 
 	throughput *throughputCache
-
-	// SQL built once from constants.
-	statesSQL      string
-	outboxCountSQL string
 }
 
 // New builds a dashboard on client's pool and schema. Job actions go
@@ -51,9 +47,7 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 		logger: cfg.Logger,
 		auth:   newAuthenticator(cfg, client.Pool(), client.Schema()),
 
-		throughput:     &throughputCache{},
-		statesSQL:      overviewStatesSQL(),
-		outboxCountSQL: outboxCountSQL(),
+		throughput: &throughputCache{},
 	}
 	var err error
 	if s.pages, err = loadPages(); err != nil {

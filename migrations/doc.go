@@ -6,8 +6,5 @@
 // its own transaction with search_path set to the target schema, and the
 // whole run holds a session advisory lock derived from the schema name, so
 // two processes that start together do not collide: one migrates, the other
-// waits and then finds nothing to do.
-//
-//	m := migrations.New(pool, migrations.Config{Schema: "public"})
-//	res, err := m.Up(ctx)
+// waits and then finds nothing to do (ExampleNew).
 package migrations

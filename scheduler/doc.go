@@ -16,19 +16,7 @@
 // the schedule's wall clock, with a stated rule for the hours that
 // daylight saving skips or repeats (Spec.Next); @every is real time.
 //
-//	rt, _ := queue.NewRuntime(pool, queue.RuntimeConfig{})
-//	queue.AddWorker(rt, &ReportWorker{})
-//	s := scheduler.New(rt.Client, scheduler.Config{})
-//	err := s.Add(scheduler.Schedule{
-//		Name:    "nightly-report",
-//		Spec:    "CRON_TZ=Europe/Berlin 30 2 * * *",
-//		Args:    ReportArgs{Kind: "daily"},
-//		CatchUp: scheduler.CatchUpOnce,
-//		Overlap: scheduler.OverlapSkip,
-//	})
-//	// err names the schedule and the bad value: spec, timezone, duplicate name.
-//	_ = rt.AddService(s)
-//	_ = rt.Run(ctx)
+// ExampleScheduler_Add declares schedules.
 //
 // List, Trigger, Pause and Resume act on the stored schedules without the
 // declaring code (the CLI's `tributary schedules`, the dashboard).

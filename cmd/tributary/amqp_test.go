@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
@@ -25,18 +26,15 @@ import (
 // counters appear on /metrics.
 func TestWorkerOutboundBridge(t *testing.T) {
 	t.Parallel()
-	conn, err := amqp.Dial(amqpTestURL())
-	require.NoError(t, err, "the test needs RabbitMQ at %s", amqpTestURL())
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	conn := amqptest.Conn(t)
+	ch := amqptest.Channel(t, conn)
 
 	suffix := make([]byte, 5)
 	_, _ = rand.Read(suffix)
 	exchange := "tributary-test-outbox-" + hex.EncodeToString(suffix)
 	queueName := exchange + "-sink"
 	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil)) // as the outbound bridge declares it
-	_, err = ch.QueueDeclare(queueName, false, true, false, false, nil)
+	_, err := ch.QueueDeclare(queueName, false, true, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, ch.QueueBind(queueName, "demo.#", exchange, false, nil))
 	t.Cleanup(func() {
@@ -47,7 +45,7 @@ func TestWorkerOutboundBridge(t *testing.T) {
 	})
 
 	db := pgtest.New(t)
-	env := []string{"AMQP_URL=" + amqpTestURL(), "TRIBUTARY_OUTBOX_EXCHANGE=" + exchange}
+	env := []string{"AMQP_URL=" + amqptest.URL(), "TRIBUTARY_OUTBOX_EXCHANGE=" + exchange}
 	worker, base := startDashboardProcess(t, db, env, "worker", "--http", "127.0.0.1:0")
 
 	res := cli(t, db, env, "emit", "demo.note", `{"text":"over the bridge"}`, "--aggregate", "a-1")
@@ -111,11 +109,8 @@ func grepLines(s, substr string) string {
 // published after, never the first batch again.
 func TestWorkerAMQPBatchQueueSIGTERM(t *testing.T) {
 	t.Parallel()
-	conn, err := amqp.Dial(amqpTestURL())
-	require.NoError(t, err, "the test needs RabbitMQ at %s", amqpTestURL())
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	conn := amqptest.Conn(t)
+	ch := amqptest.Channel(t, conn)
 
 	suffix := make([]byte, 5)
 	_, _ = rand.Read(suffix)
@@ -136,7 +131,7 @@ func TestWorkerAMQPBatchQueueSIGTERM(t *testing.T) {
 
 	db := pgtest.New(t)
 	env := []string{
-		"AMQP_URL=" + amqpTestURL(),
+		"AMQP_URL=" + amqptest.URL(),
 		"QUEUE_PREFIX=",
 		"TRIBUTARY_AMQP_BATCH_QUEUE=" + queueName + ":" + stream,
 		// Neither the consumer nor the stream flushes by count or age
@@ -221,11 +216,11 @@ func TestWorkerAMQPBatchQueueBadValues(t *testing.T) {
 		value string
 		amqp  string
 	}{
-		{"EmptyQueue", ":logs", amqpTestURL()},
-		{"EmptyStream", "logs:", amqpTestURL()},
-		{"SpaceInQueue", "access logs", amqpTestURL()},
-		{"SlashInQueue", "tenant/logs", amqpTestURL()},
-		{"BadStream", "logs:a:b", amqpTestURL()},
+		{"EmptyQueue", ":logs", amqptest.URL()},
+		{"EmptyStream", "logs:", amqptest.URL()},
+		{"SpaceInQueue", "access logs", amqptest.URL()},
+		{"SlashInQueue", "tenant/logs", amqptest.URL()},
+		{"BadStream", "logs:a:b", amqptest.URL()},
 		{"WithoutAMQPURL", "logs", ""},
 	}
 	for _, tc := range cases {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -63,6 +65,31 @@ func (a *app) benchReport(asJSON bool) io.Writer {
 		return io.Discard
 	}
 	return a.stdout
+}
+
+// runBench is the wiring every bench subcommand shares once its flags are
+// checked: a pool on the configured database, a CPU profile into
+// cpuProfile ("" for none), the benchmark writing its report to report,
+// and its figures as one JSON document when asJSON.
+func (a *app) runBench(ctx context.Context, asJSON bool, report io.Writer, cpuProfile string, run func(ctx context.Context, pool *pgxpool.Pool, report io.Writer) (any, error)) error {
+	pool, err := a.pool(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	stopProfile, err := startCPUProfile(cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	res, err := run(ctx, pool, report)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return a.printJSON(res)
+	}
+	return nil
 }
 
 // benchLogger is the logger a benchmark gives the code it measures: errors

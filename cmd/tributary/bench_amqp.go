@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/amqpbridge"
@@ -35,44 +39,28 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			if prefetch < 1 || concurrency < 1 || batch < 0 {
 				return usagef("--bridge-prefetch %d and --inbound-concurrency %d must be at least 1 and --inbound-batch %d not negative", prefetch, concurrency, batch)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			schema, drop, err := bench.TempSchema(ctx, pool, "bench_amqp")
-			if err != nil {
-				return err
-			}
-			defer drop()
-			client, err := queue.NewClient(pool, queue.ClientConfig{Schema: schema, Logger: a.logger})
-			if err != nil {
-				return err
-			}
-			quiet := benchLogger(a)
-			opts := bench.AMQPOptions{
-				URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
-				DB: pool, Jobs: client, Logger: quiet,
-				BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
-			}
-			out := a.stdout
+			report := a.stdout
 			if asJSON {
-				out = a.stderr
+				report = a.stderr
 			}
-			stopProfile, err := startCPUProfile(cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			res, err := bench.RunAMQP(ctx, opts, out)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, report, cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				// The inbound bridge's jobs go to a schema of their own.
+				schema, drop, err := bench.TempSchema(ctx, pool, "bench_amqp")
+				if err != nil {
+					return nil, err
+				}
+				defer drop()
+				client, err := queue.NewClient(pool, queue.ClientConfig{Schema: schema, Logger: a.logger})
+				if err != nil {
+					return nil, err
+				}
+				quiet := benchLogger(a)
+				return bench.RunAMQP(ctx, bench.AMQPOptions{
+					URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
+					DB: pool, Jobs: client, Logger: quiet,
+					BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
+				}, w)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 100000, "messages per measurement (long enough that the bare loop is measured at its sustained rate, not a burst)")

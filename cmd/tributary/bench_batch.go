@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -45,7 +48,6 @@ removed afterwards.`,
 			case o.MaxEvents < 1 || o.MaxBytes < int64(o.Size):
 				return usagef("--max-events must be at least 1 and --max-bytes at least --size")
 			}
-			ctx := cmd.Context()
 			if o.SinkURL == "" {
 				dir, err := os.MkdirTemp("", "tributary-bench-batch-")
 				if err != nil {
@@ -54,28 +56,13 @@ removed afterwards.`,
 				defer os.RemoveAll(dir)
 				o.SinkURL = "file://" + filepath.Join(dir, "objects")
 			}
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			stopProfile, err := startCPUProfile(cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
 			o.Logger = benchLogger(a)
 			if a.cfg.LogLevel == "debug" {
 				o.Logger = a.logger
 			}
-			rep, err := bench.RunBatch(ctx, pool, o, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(rep)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				return bench.RunBatch(ctx, pool, o, w)
+			})
 		},
 	}
 	f := cmd.Flags()

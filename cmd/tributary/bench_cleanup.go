@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -26,20 +30,9 @@ how long any row lock was held.`,
 			if batchSize < 1 {
 				return usagef("--batch %d must be at least 1", batchSize)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			res, err := bench.RunCleanup(ctx, pool, rows, batchSize, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				return bench.RunCleanup(ctx, pool, rows, batchSize, w)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&rows, "n", "n", 1_000_000, "SENT rows past retention to delete")

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -17,9 +21,9 @@ mostly completed, some discarded, cancelled, retryable and scheduled, a backlog
 of available jobs in four queues), VACUUM ANALYZE it, then request the
 overview and the first jobs page (JSON and HTML, plus filtered pages) through
 the dashboard's HTTP handler, one request at a time, and print p50/p95/p99.
-In the same run, the baselines: a full GROUP BY count of the table (what
-'tributary stats' does) and River's own JobList first page. The schema is
-dropped afterwards unless --keep.`,
+In the same run, the baselines: a full GROUP BY count of the table, the
+exact job counts 'tributary stats' prints, and River's own JobList first
+page. The schema is dropped afterwards unless --keep.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.Rows < 1000 {
@@ -28,21 +32,10 @@ dropped afterwards unless --keep.`,
 			if o.Requests < 10 {
 				return usagef("--requests %d must be at least 10", o.Requests)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
 			o.Logger = benchLogger(a)
-			res, err := bench.RunDashboard(ctx, pool, o, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				return bench.RunDashboard(ctx, pool, o, w)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&o.Rows, "n", "n", 1_000_000, "river_job rows to seed")

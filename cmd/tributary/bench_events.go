@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -45,31 +46,16 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 			if o.DispatchBatch < 1 || o.DispatchBatch > events.DispatchBatchMax {
 				return usagef("invalid --dispatch-batch %d: want 1 to %d (1 skips the batched runs)", o.DispatchBatch, events.DispatchBatchMax)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			o.EmitPool, err = benchPool(ctx, a, 16)
-			if err != nil {
-				return err
-			}
-			defer o.EmitPool.Close()
 			o.Logger = benchLogger(a)
-			stopProfile, err := startCPUProfile(cpuProfile)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			rep, err := bench.RunEvents(ctx, pool, o, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(rep)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				emitPool, err := benchPool(ctx, a, 16)
+				if err != nil {
+					return nil, err
+				}
+				defer emitPool.Close()
+				o.EmitPool = emitPool
+				return bench.RunEvents(ctx, pool, o, w)
+			})
 		},
 	}
 	f := cmd.Flags()

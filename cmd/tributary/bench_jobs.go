@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/bench"
@@ -26,20 +30,9 @@ load from elsewhere on the machine does not decide the result.`,
 			if rounds < 1 {
 				return usagef("--rounds %d must be at least 1", rounds)
 			}
-			ctx := cmd.Context()
-			pool, err := a.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			rep, err := bench.RunJobs(ctx, pool, bench.JobsOptions{N: n, Rounds: rounds, Logger: benchLogger(a)}, a.benchReport(asJSON))
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(rep)
-			}
-			return nil
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+				return bench.RunJobs(ctx, pool, bench.JobsOptions{N: n, Rounds: rounds, Logger: benchLogger(a)}, w)
+			})
 		},
 	}
 	cmd.Flags().IntVarP(&n, "n", "n", 100000, "jobs per side")

@@ -5,38 +5,26 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
-func amqpTestURL() string {
-	if u := os.Getenv("AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 func TestCLIDLQ(t *testing.T) {
 	t.Parallel()
-	conn, err := amqp.Dial(amqpTestURL())
-	if err != nil {
-		t.Fatalf("RabbitMQ is not reachable at %s (%v); run `make test`, which finds or starts it", amqpTestURL(), err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	conn := amqptest.Conn(t)
+	ch := amqptest.Channel(t, conn)
 	db := pgtest.New(t)
 	suffix := make([]byte, 5)
 	_, _ = rand.Read(suffix)
 	name := "cli-dlq-" + hex.EncodeToString(suffix)
 	main, failed := "cli/"+name, "cli/"+name+".failed"
-	env := []string{"AMQP_URL=" + amqpTestURL(), "QUEUE_PREFIX=cli"}
+	env := []string{"AMQP_URL=" + amqptest.URL(), "QUEUE_PREFIX=cli"}
 	for _, q := range []string{main, failed} {
 		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
 		require.NoError(t, err)
@@ -76,10 +64,10 @@ func TestCLIDLQ(t *testing.T) {
 		res := cli(t, db, env, "dlq", "replay", name, "--limit", "2")
 		require.Equal(t, exitOK, res.code, res.stderr)
 		require.Contains(t, res.stdout, "replayed 2 messages")
-		d := getOne(t, ch, main)
+		d := amqptest.Get(t, ch, main, 5*time.Second)
 		require.Equal(t, int32(0), d.Headers["x-retry-count"])
 		require.NotContains(t, d.Headers, "x-failure-reason")
-		getOne(t, ch, main)
+		amqptest.Get(t, ch, main, 5*time.Second)
 		q, err := ch.QueueDeclarePassive(failed, true, false, false, false, nil)
 		require.NoError(t, err)
 		require.Equal(t, 1, q.Messages)
@@ -119,7 +107,7 @@ func TestCLIDLQ(t *testing.T) {
 		res := cli(t, db, env, "dlq", "replay", name, "--to", name+"-other")
 		require.Equal(t, exitOK, res.code, res.stderr)
 		require.Contains(t, res.stdout, "replayed 1 messages to "+name+"-other")
-		d := getOne(t, ch, other)
+		d := amqptest.Get(t, ch, other, 5*time.Second)
 		require.Equal(t, int32(0), d.Headers["x-retry-count"])
 	})
 
@@ -130,18 +118,4 @@ func TestCLIDLQ(t *testing.T) {
 		require.Contains(t, res.stderr, `"cli/no-such-`+name+`.failed"`)
 		require.Empty(t, res.stdout)
 	})
-}
-
-func getOne(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, ok, err := ch.Get(queue, true)
-		require.NoError(t, err)
-		if ok {
-			return d
-		}
-		require.True(t, time.Now().Before(deadline), "no message in %s", queue)
-		time.Sleep(10 * time.Millisecond) // polling the broker until a deadline
-	}
 }

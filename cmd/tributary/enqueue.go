@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/internal/demo"
@@ -111,12 +112,18 @@ given, for jobs worked by your own service.`,
 	return cmd
 }
 
-// validStates are River's job states, for --state.
-var validStates = []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
+// validStates returns River's job states, for --state.
+func validStates() []string {
+	var states []string
+	for _, s := range rivertype.JobStates() {
+		states = append(states, string(s))
+	}
+	return states
+}
 
 func checkState(s string) error {
-	if !slices.Contains(validStates, s) {
-		return usagef("unknown --state %q: want one of %s", s, strings.Join(validStates, ", "))
+	if !slices.Contains(validStates(), s) {
+		return usagef("unknown --state %q: want one of %s", s, strings.Join(validStates(), ", "))
 	}
 	return nil
 }

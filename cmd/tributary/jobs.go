@@ -192,7 +192,7 @@ func newJobsListCmd(a *app) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&states, "state", nil, "only jobs in these states ("+strings.Join(validStates, ", ")+")")
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states ("+strings.Join(validStates(), ", ")+")")
 	f.StringSliceVar(&kinds, "kind", nil, "only jobs of these kinds")
 	f.StringSliceVar(&queues, "queue", nil, "only jobs on these queues")
 	f.IntVar(&limit, "limit", 50, "at most this many jobs")

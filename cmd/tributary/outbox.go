@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -57,7 +58,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			status = strings.ToUpper(status)
-			if status != "" && !validOutboxStatus(status) {
+			if status != "" && !slices.Contains(events.Statuses(), status) {
 				return usagef("unknown --status %q: want one of %s", status, strings.Join(events.Statuses(), ", "))
 			}
 			if limit < 1 {
@@ -140,15 +141,6 @@ stderr); if it fails midway, the batches before stay replayed.`,
 	cmd.Flags().BoolVar(&failed, "failed", false, "replay every FAILED row")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
-}
-
-func validOutboxStatus(s string) bool {
-	for _, v := range events.Statuses() {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 func outboxDash(s string) string {

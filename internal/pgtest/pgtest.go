@@ -1,13 +1,7 @@
 // Package pgtest gives each test its own freshly migrated schema in a real
 // Postgres database, so tests run in parallel without seeing each other's
 // rows, plus helpers to run a Runtime inside a test and to wait for
-// conditions without sleeping.
-//
-//	func TestX(t *testing.T) {
-//		t.Parallel()
-//		db := pgtest.New(t)
-//		rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) { ... })
-//	}
+// conditions without sleeping (the package example shows a test).
 //
 // The database comes from TEST_DATABASE_URL, else DATABASE_URL, else the
 // local server on 127.0.0.1:5432. When it cannot be reached the test fails

@@ -15,11 +15,6 @@
 // object written. A retry after a crash writes the same key again, so every
 // item ends up in exactly one object.
 //
-//	stager, _ := batch.NewStager(client, batch.Config{})
-//	tx, _ := pool.Begin(ctx)
-//	_ = stager.StageTx(ctx, tx, "access_logs", []byte(`{"path":"/"}`))
-//	_ = tx.Commit(ctx)
-//
-//	sink, _ := batch.OpenSink(ctx, "file://./.tributary/batches")
-//	_, _ = batch.Register(rt, batch.FlusherConfig{Sink: sink}, batch.AgeTimerConfig{})
+// ExampleStager_StageTx stages from application code, ExampleRegister runs
+// the flushes in a worker, ExampleOpenSink opens a sink.
 package batch

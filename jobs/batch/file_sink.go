@@ -17,8 +17,8 @@ import (
 // directories synced, all before Write returns. The flusher deletes the
 // staged items as soon as Write returned, so after a power loss the object
 // must be on disk whenever that delete is: without the syncs the delete
-// could be durable while the object (or its directory entry) is not.
-// fileblob's writer, used before, renamed without syncing anything. A crash
+// could be durable while the object (or its directory entry) is not, and
+// fileblob's own writer renames without syncing anything. A crash
 // never leaves a partial object under the key (it may leave a *.tmp file).
 // Objects are read back through the fileblob bucket of the same directory,
 // so keys map to paths the way fileblob maps them; keys that fileblob would

@@ -132,3 +132,37 @@ func ListStreams(ctx context.Context, db queue.DBTX, schema, stream string) ([]S
 	}
 	return out, nil
 }
+
+// StreamObjects totals the written objects of one stream.
+type StreamObjects struct {
+	Stream          string `json:"stream"`
+	Objects         int64  `json:"objects"`
+	Bytes           int64  `json:"bytes"`
+	CompressedBytes int64  `json:"compressed_bytes"`
+}
+
+// Objects are few (each holds thousands of items) and retention bounds the
+// table, so an aggregate over it stays small.
+const objectTotalsSQL = `
+SELECT stream, count(*), coalesce(sum(bytes), 0)::bigint, coalesce(sum(compressed_bytes), 0)::bigint
+FROM /*schema*/tributary_batch_object
+WHERE status = 'written'
+GROUP BY stream`
+
+// ListObjectTotals totals the written objects per stream (those retention
+// has kept).
+func ListObjectTotals(ctx context.Context, db queue.DBTX, schema string) ([]StreamObjects, error) {
+	rows, err := db.Query(ctx, queue.Qualify(schema, objectTotalsSQL))
+	if err != nil {
+		return nil, fmt.Errorf("error totalling batch objects: %w", err)
+	}
+	totals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamObjects, error) {
+		var t StreamObjects
+		err := r.Scan(&t.Stream, &t.Objects, &t.Bytes, &t.CompressedBytes)
+		return t, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error totalling batch objects: %w", err)
+	}
+	return totals, nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -31,12 +30,12 @@ const (
 	OrderingSkip Ordering = "skip"
 )
 
-// RetryDelaysDefault are a consumer's delays between attempts when it sets
-// none: three retries, then the dispatch is discarded.
-var retryDelaysDefault = []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
-
-// RetryDelaysDefault returns the default retry delays (1 s, 5 s, 15 s).
-func RetryDelaysDefault() []time.Duration { return slices.Clone(retryDelaysDefault) }
+// RetryDelaysDefault returns a consumer's delays between attempts when it
+// sets none: 1 s, 5 s, 15 s, so three retries, then the dispatch is
+// discarded.
+func RetryDelaysDefault() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
+}
 
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {

@@ -1071,8 +1071,8 @@ func eventIDs(events []queue.OutboxEvent) []string {
 //
 // Skipping held aggregates here, rather than leaving them to the claim's
 // guard, is what keeps one stuck aggregate from stalling everyone: the
-// guard rejected its backlog's rows one batch at a time, and the next
-// claim picked the same rows again. The probe runs per PENDING row it
+// guard would reject its backlog's rows one batch at a time, and the next
+// claim would pick the same rows again. The probe runs per PENDING row it
 // passes over, against tributary_outbox_blocking_idx, which holds only the
 // held-back heads.
 //
@@ -1102,10 +1102,10 @@ SELECT id::text, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextexten
 FROM candidate
 ORDER BY position`
 
-// claimGuardSQL and claimReturningSQL are the WHERE and RETURNING of the
-// two claim updates below: a locked row is claimed unless an earlier
-// unfinished row of its aggregate lies outside this batch (claimed by
-// another forwarder, or skipped because it was locked).
+// claimGuardSQL is the WHERE and RETURNING of the two claim updates below:
+// a locked row is claimed unless an earlier unfinished row of its aggregate
+// lies outside this batch (claimed by another forwarder, or skipped because
+// it was locked).
 const claimGuardSQL = `
 WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
   AND (o.aggregate_id IS NULL OR NOT EXISTS (

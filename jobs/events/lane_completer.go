@@ -200,9 +200,9 @@ WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
 // job, the dispatch now at the head. The pending job is looked up per lane
 // in a LATERAL subquery (LIMIT 1 keeps the planner from flattening it),
 // which always probes tributary_dispatch_lane_idx with the lane's key. As
-// a plain join, the plan Postgres picked while river_job had no statistics
-// yet walked the whole partial index for each batch: 560 ms per batch of 100
-// over 20,000 pending jobs, against 3 ms.
+// a plain join, Postgres plans it, while river_job has no statistics yet,
+// as a walk of the whole partial index for each batch (docs/BENCHMARKS.md,
+// "Plans of the events statements").
 const lanePromoteManySQL = `
 UPDATE /*schema*/river_job j
 SET state = 'available', scheduled_at = $4, metadata = j.metadata || '{"tributary_lane_turn": true}'

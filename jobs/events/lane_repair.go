@@ -233,15 +233,15 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 
 // laneRepairSQL reads one page of the lanes with work behind their head
 // that were untouched since $1, in (updated_at, consumer, aggregate_id)
-// order after the last one read ($2..$4). Measured over 100,000 lanes of
-// which 10,000 have work: with statistics Postgres reads a page of 500
-// through tributary_event_lane_waiting_idx in 0.4 ms; without, it walks
-// tributary_event_lane_idle_idx and filters, 1.5 ms. The page is picked
-// first, MATERIALIZED, so each lane's head job (any state, one probe of
+// order after the last one read ($2..$4): with statistics through
+// tributary_event_lane_waiting_idx, without them by a walk of
+// tributary_event_lane_idle_idx that filters. The page is picked first,
+// MATERIALIZED, so each lane's head job (any state, one probe of
 // tributary_dispatch_lane_idx) is looked up for the page's lanes only: with
-// the lookup in the same query, a plan that sorts after the join (chosen
-// while every lane had the same updated_at) looked up the heads of all
-// 10,000 lanes for each page, 106 ms against 35 ms.
+// the lookup in the same query, a plan that sorts after the join (what
+// Postgres picks while every lane has the same updated_at) looks up the
+// heads of every lane with work for each page (figures: docs/BENCHMARKS.md,
+// "The lane repair sweep's page").
 const laneRepairSQL = `
 WITH quiet AS MATERIALIZED (
     SELECT consumer, aggregate_id, head_seq, updated_at, blocked_job_id FROM /*schema*/tributary_event_lane

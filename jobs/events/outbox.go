@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,7 +39,8 @@ type OutboxRow struct {
 	FailedAt   *time.Time `json:"failed_at,omitempty"`
 }
 
-const outboxColumns = `id::text, position, event_type, event_version, event_kind, coalesce(aggregate_id, ''), payload, metadata,
+// outboxColumns are the columns of an OutboxRow; %s is the payload's.
+const outboxColumns = `id::text, position, event_type, event_version, event_kind, coalesce(aggregate_id, ''), %s, metadata,
     source_service, created_at, status, retry_count, coalesce(last_error, ''), coalesce(claimed_by, ''), claimed_at, sent_at, failed_at`
 
 func scanOutboxRow(rows pgx.Rows) (OutboxRow, error) {
@@ -60,8 +62,14 @@ func scanOutboxRow(rows pgx.Rows) (OutboxRow, error) {
 type ListParams struct {
 	// Status keeps only rows in this status. Empty: all.
 	Status string
+	// Before continues a listing: only rows with a smaller position.
+	// Defaults to 0: from the newest row.
+	Before int64
 	// Limit bounds the number of rows, newest first. Defaults to 100.
 	Limit int
+	// WithoutPayload leaves every row's Payload empty, so a page of rows
+	// does not carry payloads of up to MaxPayloadBytes each.
+	WithoutPayload bool
 }
 
 // ListOutbox returns outbox rows, newest first.
@@ -72,9 +80,29 @@ func ListOutbox(ctx context.Context, db queue.DBTX, schema string, p ListParams)
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	sql := `SELECT ` + outboxColumns + ` FROM /*schema*/tributary_outbox
-        WHERE ($1 = '' OR status = $1) ORDER BY position DESC LIMIT $2`
-	rows, err := db.Query(ctx, queue.Qualify(schema, sql), p.Status, p.Limit)
+	payload := "payload"
+	if p.WithoutPayload {
+		payload = "NULL::jsonb"
+	}
+	// Only the filters that are set become conditions, so a status filter
+	// is a literal predicate its partial index can match.
+	var conds []string
+	var args []any
+	if p.Status != "" {
+		args = append(args, p.Status)
+		conds = append(conds, fmt.Sprintf("status = $%d", len(args)))
+	}
+	if p.Before != 0 {
+		args = append(args, p.Before)
+		conds = append(conds, fmt.Sprintf("position < $%d", len(args)))
+	}
+	sql := `SELECT ` + fmt.Sprintf(outboxColumns, payload) + ` FROM /*schema*/tributary_outbox`
+	if len(conds) > 0 {
+		sql += " WHERE " + strings.Join(conds, " AND ")
+	}
+	args = append(args, p.Limit)
+	sql += fmt.Sprintf(" ORDER BY position DESC LIMIT $%d", len(args))
+	rows, err := db.Query(ctx, queue.Qualify(schema, sql), args...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing outbox rows: %w", err)
 	}

@@ -7,7 +7,7 @@ import "github.com/jackc/pgx/v5"
 // events statements join arrays against tables that grow from empty
 // (river_job, tributary_outbox, tributary_event_lane): a plan cached while
 // a table was small (pgx prepares statements and Postgres switches them to
-// a generic plan after five runs) kept scanning river_job for every lane
-// promotion long after the table had grown. bench events with 1,000
-// aggregates: 714 events/s with cached plans, 1,936 with custom ones.
+// a generic plan after five runs) would keep scanning river_job for every
+// lane promotion long after the table had grown (figures: docs/BENCHMARKS.md,
+// "Plans of the events statements").
 var customPlan = pgx.QueryExecModeExec

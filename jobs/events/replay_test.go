@@ -30,8 +30,9 @@ func insertFailedRows(t testing.TB, db *pgtest.DB, n int) {
 }
 
 // TestReplayFailedLarge replays 20,000 FAILED rows in bounded batches, each
-// committed on its own, and counts them right (on the old code the count
-// was 1: the tag of the SELECT around the UPDATE).
+// committed on its own, and counts them right (the statement's result, not
+// its command tag, which counts the one row of the SELECT around the
+// UPDATE).
 func TestReplayFailedLarge(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -59,7 +60,7 @@ func TestReplayFailedLarge(t *testing.T) {
 }
 
 // TestReplayOutboxCount: a replay of named rows reports how many it put
-// back (on the old code: 1 for any number).
+// back (the command tag would say 1 for any number).
 func TestReplayOutboxCount(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)

@@ -2,10 +2,7 @@ package amqpbatch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,22 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/batch"
 )
-
-func amqpURL() string {
-	if u := os.Getenv("AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
-func uniqueName(prefix string) string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
-}
 
 type testBundle struct {
 	db       *pgtest.DB
@@ -43,15 +28,11 @@ func setup(t *testing.T, handOff func(stager *batch.Stager) amqpbridge.HandOffFu
 	stager, err := batch.NewStager(db.Client(t), batch.Config{Defaults: batch.StreamConfig{MaxEvents: 1000}})
 	require.NoError(t, err)
 
-	conn, err := amqp.Dial(amqpURL())
-	require.NoError(t, err, "tests need RabbitMQ at %s (start it with `rabbitmq-server -detached` or `make test`)", amqpURL())
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	require.NoError(t, err)
+	ch := amqptest.Channel(t, amqptest.Conn(t))
 
-	cfg := amqpbridge.Config{URL: amqpURL(), ConnectionName: uniqueName("amqpbatch"), Logger: pgtest.Logger(t)}
+	cfg := amqpbridge.Config{URL: amqptest.URL(), ConnectionName: amqptest.UniqueName("amqpbatch"), Logger: pgtest.Logger(t)}
 	c, err := amqpbridge.NewBatchConsumer(cfg, amqpbridge.BatchConsumerConfig{
-		Queue:         uniqueName("batch-stage"),
+		Queue:         amqptest.UniqueName("batch-stage"),
 		MaxEvents:     5,
 		MaxAge:        200 * time.Millisecond,
 		TimerInterval: 50 * time.Millisecond,
@@ -83,15 +64,6 @@ func (b *testBundle) publish(t *testing.T, body string) {
 		amqp.Publishing{ContentType: "application/json", Body: []byte(body)}))
 }
 
-func (b *testBundle) depth(t *testing.T, name string) int {
-	t.Helper()
-	q, err := b.ch.QueueDeclarePassive(name, true, false, false, false, nil)
-	if err != nil {
-		return -1
-	}
-	return q.Messages
-}
-
 // TestStageHandOff: messages of the batch-ACK consumer are staged in
 // Postgres and acked after the commit; a body that is not JSON goes to the
 // .failed queue without failing its batch.
@@ -108,10 +80,10 @@ func TestStageHandOff(t *testing.T) {
 	pgtest.WaitFor(t, 20*time.Second, "12 items staged and acked", func() (bool, error) {
 		var n int
 		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs'`)).Scan(&n)
-		return n == 12 && b.depth(t, b.consumer.Topology().Main) == 0 && b.consumer.Stats().HandedOff >= 12, err
+		return n == 12 && amqptest.Depth(t, b.ch, b.consumer.Topology().Main) == 0 && b.consumer.Stats().HandedOff >= 12, err
 	})
 	pgtest.WaitFor(t, 10*time.Second, "the poison message in .failed", func() (bool, error) {
-		return b.depth(t, b.consumer.Topology().Failed) == 1, nil
+		return amqptest.Depth(t, b.ch, b.consumer.Topology().Failed) == 1, nil
 	})
 	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT payload FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs' ORDER BY id`))
 	require.NoError(t, err)
@@ -142,7 +114,7 @@ func TestSinkHandOff(t *testing.T) {
 		b.publish(t, fmt.Sprintf(`{"n":%d}`, i))
 	}
 	pgtest.WaitFor(t, 20*time.Second, "two objects of 5", func() (bool, error) {
-		return b.consumer.Stats().HandedOff >= 10 && b.depth(t, b.consumer.Topology().Main) == 0, nil
+		return b.consumer.Stats().HandedOff >= 10 && amqptest.Depth(t, b.ch, b.consumer.Topology().Main) == 0, nil
 	})
 	it := sink.Bucket().List(nil)
 	objects := 0

@@ -1,12 +1,7 @@
 // Package amqpbatch connects the AMQP batch-ACK consumer to batch staging:
 // its hand-off stages each batch of messages in one Postgres transaction,
-// and the consumer acks the batch only after that commit.
-//
-//	stager, _ := batch.NewStager(client, batch.Config{})
-//	consumer, _ := amqpbridge.NewBatchConsumer(bridgeCfg, amqpbridge.BatchConsumerConfig{
-//		Queue:   "access-logs",
-//		HandOff: amqpbatch.StageHandOff(stager, "access_logs"),
-//	})
+// and the consumer acks the batch only after that commit
+// (ExampleStageHandOff).
 //
 // It lives apart from package batch so that batch does not depend on the
 // AMQP bridge.
