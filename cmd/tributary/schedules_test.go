@@ -28,7 +28,7 @@ func TestCLISchedules(t *testing.T) {
 	pgtest.WaitFor(t, 30*time.Second, "the worker to declare the clean-up schedules and demo.noop", func() (bool, error) {
 		var n int
 		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_schedule`)).Scan(&n)
-		return n == 5, err
+		return n == 6, err
 	})
 	_, code := stopWorker(t, worker, 30*time.Second)
 	require.Equal(t, 0, code, logs.String())
@@ -38,6 +38,7 @@ func TestCLISchedules(t *testing.T) {
 	require.Regexp(t, `(?m)^NAME\s+SPEC\s+TIMEZONE\s+NEXT RUN\s+LAST RUN\s+LAST JOB\s+PAUSED\s+ORPHANED$`, res.stdout)
 	require.Regexp(t, `(?m)^demo\.noop\s+@every 1m\s+UTC\s+\S+ \S+\s+-\s+-\s+no\s+no$`, res.stdout)
 	require.Contains(t, res.stdout, "tributary.cleanup.outbox_sent")
+	require.Contains(t, res.stdout, "tributary.cleanup.workflows")
 
 	res = cli(t, db, nil, "schedules", "trigger", "demo.noop")
 	require.Equal(t, 0, res.code, res.stderr)
@@ -65,7 +66,7 @@ func TestCLISchedules(t *testing.T) {
 		} `json:"schedules"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &listing), res.stdout)
-	require.Len(t, listing.Schedules, 5)
+	require.Len(t, listing.Schedules, 6)
 	require.Equal(t, "demo.noop", listing.Schedules[0].Name)
 	require.True(t, listing.Schedules[0].Paused)
 	require.False(t, listing.Schedules[0].Orphaned)
