@@ -10,7 +10,7 @@ run() {
 	echo "\$ $*"
 	"$@" >"$log" 2>&1
 	local rc=$?
-	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|fresh-clone test:|tests:|\s+\w+_test\.go:[0-9]+:)' "$log"
+	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|fresh-clone test:|go-install test:|tests:|\s+\w+_test\.go:[0-9]+:)' "$log"
 	[ "$rc" = 0 ] || { status=1; tail -50 "$log"; }
 }
 # Tests built only with the chaos tag (batch: a worker killed after its upload).
@@ -21,4 +21,6 @@ run env AMQP_FAULT_LONG=1 go test -race -count=1 -timeout 30m -run 'Fault' -v ./
 run env EVENTS_REPLICA_N=10000 go test -race -count=1 -timeout 30m -run 'TestReplicas' -v ./jobs/events/
 # A fresh clone's `make test` installs what it needs (chromium) by itself.
 run scripts/test-fresh-clone.sh
+# `go install ...@COMMIT` works from the module alone, into an empty GOPATH.
+run scripts/test-go-install.sh
 exit $status
