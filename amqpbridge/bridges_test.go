@@ -17,6 +17,7 @@ import (
 	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/internal/servicetest"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -144,13 +145,13 @@ func TestOutbound(t *testing.T) {
 	out, err := NewOutbound(pub, OutboundConfig{Exchange: exchange})
 	require.NoError(t, err)
 
-	ev := func(id, typ string) queue.OutboxEvent {
-		return queue.OutboxEvent{ID: id, EventType: typ, EventVersion: 2, EventKind: "integration", AggregateID: "order-9",
-			Payload: json.RawMessage(`{"total":42}`), Metadata: queue.EventMetadata{CorrelationID: "corr-1", Actor: "alice"},
+	ev := func(id, typ string) outbox.Event {
+		return outbox.Event{ID: id, EventType: typ, EventVersion: 2, EventKind: "integration", AggregateID: "order-9",
+			Payload: json.RawMessage(`{"total":42}`), Metadata: outbox.Metadata{CorrelationID: "corr-1", Actor: "alice"},
 			SourceService: "shop", CreatedAt: time.Now()}
 	}
 	// No queue bound yet: the broker returns the event, so it is not sent.
-	err = out.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e0", "order.created")})
+	err = out.PublishOutbox(context.Background(), []outbox.Event{ev("e0", "order.created")})
 	var unroutable *UnroutableError
 	require.ErrorAs(t, err, &unroutable)
 	require.Equal(t, "order.created", unroutable.RoutingKey)
@@ -160,7 +161,7 @@ func TestOutbound(t *testing.T) {
 	amqptest.DeleteQueuesOnCleanup(t, b.conn, q.Name)
 	require.NoError(t, b.ch.QueueBind(q.Name, "order.*", exchange, false, nil))
 
-	require.NoError(t, out.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e1", "order.created"), ev("e2", "order.paid")}))
+	require.NoError(t, out.PublishOutbox(context.Background(), []outbox.Event{ev("e1", "order.created"), ev("e2", "order.paid")}))
 	got := []amqp.Delivery{amqptest.Get(t, b.ch, q.Name, 5*time.Second), amqptest.Get(t, b.ch, q.Name, 5*time.Second)}
 	require.Equal(t, "e1", got[0].MessageId)
 	require.Equal(t, "order.created", got[0].RoutingKey)
@@ -173,7 +174,7 @@ func TestOutbound(t *testing.T) {
 
 	lenient, err := NewOutbound(pub, OutboundConfig{Exchange: exchange, AllowUnroutable: true})
 	require.NoError(t, err)
-	require.NoError(t, lenient.PublishOutbox(context.Background(), []queue.OutboxEvent{ev("e3", "invoice.sent")}))
+	require.NoError(t, lenient.PublishOutbox(context.Background(), []outbox.Event{ev("e3", "invoice.sent")}))
 }
 
 func TestDLQ(t *testing.T) {

@@ -15,7 +15,7 @@
 //   - BatchConsumer: batch ACK with prefetch = batch size, flush on count,
 //     bytes or age, one multiple-ack after the hand-off succeeded.
 //   - Inbound: queue messages become River jobs (or other rows), acked after
-//     the insert committed. Outbound: a queue.OutboxPublisher that publishes
+//     the insert committed. Outbound: an outbox.Publisher that publishes
 //     outbox events to an exchange and succeeds only on the broker's confirm.
 //   - DLQ: list and replay "{name}.failed".
 //

@@ -54,7 +54,7 @@ func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v",
 // of T only when case is ignored: encoding/json takes the last repeated key
 // and folds case, other decoders keep the first key, refuse, or match case
 // exactly, so another consumer could read the same bytes differently.
-// Event payloads follow the same rule (events.DecodeStrict). Keys T does
+// Event payloads follow the same rule (the events package's strict decoding). Keys T does
 // not know are ignored, unlike in event payloads: other producers (the
 // Node service) may add fields to a message before its consumers know them.
 func JSONHandler[T any](fn func(ctx context.Context, v T, d *Delivery) error) HandlerFunc {

@@ -11,11 +11,6 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// TxBeginner starts a transaction; *pgxpool.Pool is one.
-type TxBeginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // InsertBatchFunc inserts what a batch of deliveries becomes (jobs, staged
 // items) in tx. A Permanent error means a delivery can never be inserted.
 type InsertBatchFunc func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error
@@ -45,8 +40,8 @@ const (
 type InboundConfig struct {
 	// Queue is the logical queue to read. Required.
 	Queue string
-	// DB starts the inserting transactions. Required.
-	DB TxBeginner
+	// DB starts the inserting transactions (a *pgxpool.Pool). Required.
+	DB queue.DBTX
 	// Insert inserts a batch in the transaction. Required; see JobInserter.
 	Insert InsertBatchFunc
 	// Prefetch is the channel's prefetch: the most unacked messages held
@@ -111,7 +106,7 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 
 // insertBatch inserts batch in one transaction; when a permanent failure
 // spoils it, each delivery is tried alone so only the bad ones are failed.
-func insertBatch(ctx context.Context, db TxBeginner, insert InsertBatchFunc, batch []*Delivery) error {
+func insertBatch(ctx context.Context, db queue.DBTX, insert InsertBatchFunc, batch []*Delivery) error {
 	err := insertTx(ctx, db, insert, batch)
 	if err == nil || !IsPermanent(err) {
 		return err
@@ -134,7 +129,7 @@ func insertBatch(ctx context.Context, db TxBeginner, insert InsertBatchFunc, bat
 	return nil
 }
 
-func insertTx(ctx context.Context, db TxBeginner, insert InsertBatchFunc, batch []*Delivery) error {
+func insertTx(ctx context.Context, db queue.DBTX, insert InsertBatchFunc, batch []*Delivery) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("error beginning insert transaction: %w", err)

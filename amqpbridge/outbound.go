@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // OutboundConfig configures an Outbound publisher.
@@ -24,7 +24,7 @@ type OutboundConfig struct {
 	AllowUnroutable bool
 }
 
-// Outbound is the outbound bridge: a queue.OutboxPublisher that publishes each
+// Outbound is the outbound bridge: a outbox.Publisher that publishes each
 // outbox event to an exchange with the event type as routing key. An event
 // counts as delivered only once the broker confirmed it, so the forwarder
 // marks a row SENT only once RabbitMQ has it; the outcome is per event
@@ -37,7 +37,7 @@ type Outbound struct {
 	declared bool
 }
 
-var _ queue.OutboxPublisher = (*Outbound)(nil)
+var _ outbox.Publisher = (*Outbound)(nil)
 
 // NewOutbound returns an outbound bridge publishing through pub.
 func NewOutbound(pub *Publisher, oc OutboundConfig) (*Outbound, error) {
@@ -51,7 +51,7 @@ func NewOutbound(pub *Publisher, oc OutboundConfig) (*Outbound, error) {
 	return &Outbound{pub: pub, oc: oc}, nil
 }
 
-// Name implements queue.OutboxPublisher.
+// Name implements outbox.Publisher.
 func (o *Outbound) Name() string { return "amqp exchange " + o.oc.Exchange }
 
 // Headers set on every outbound event message.
@@ -65,10 +65,10 @@ const (
 	HeaderSourceService = "source_service"
 )
 
-// PublishOutbox implements queue.OutboxPublisher: nil only when every
+// PublishOutbox implements outbox.Publisher: nil only when every
 // event was confirmed, else the first event's error (see
 // PublishOutboxEvents).
-func (o *Outbound) PublishOutbox(ctx context.Context, events []queue.OutboxEvent) error {
+func (o *Outbound) PublishOutbox(ctx context.Context, events []outbox.Event) error {
 	for _, err := range o.PublishOutboxEvents(ctx, events) {
 		if err != nil {
 			return err
@@ -76,6 +76,8 @@ func (o *Outbound) PublishOutbox(ctx context.Context, events []queue.OutboxEvent
 	}
 	return nil
 }
+
+var _ outbox.EventPublisher = (*Outbound)(nil)
 
 // PublishOutboxEvents publishes every event and returns its outcome, one
 // error per event in order (it implements the events forwarder's
@@ -89,7 +91,7 @@ func (o *Outbound) PublishOutbox(ctx context.Context, events []queue.OutboxEvent
 // The message body is the event payload; the event id is the message id
 // (the consumers' idempotency key), the correlation id travels as the AMQP
 // correlation id, the rest as headers.
-func (o *Outbound) PublishOutboxEvents(ctx context.Context, events []queue.OutboxEvent) []error {
+func (o *Outbound) PublishOutboxEvents(ctx context.Context, events []outbox.Event) []error {
 	errs := make([]error, len(events))
 	if err := o.declare(ctx); err != nil {
 		for i := range errs {
@@ -129,7 +131,7 @@ func (o *Outbound) PublishOutboxEvents(ctx context.Context, events []queue.Outbo
 	return errs
 }
 
-func (o *Outbound) eventError(ev queue.OutboxEvent, err error) error {
+func (o *Outbound) eventError(ev outbox.Event, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -137,7 +139,7 @@ func (o *Outbound) eventError(ev queue.OutboxEvent, err error) error {
 }
 
 // outboundMessage is the message of one outbox event.
-func outboundMessage(exchange string, ev queue.OutboxEvent) Message {
+func outboundMessage(exchange string, ev outbox.Event) Message {
 	h := amqp.Table{
 		HeaderEventID:      ev.ID,
 		HeaderEventVersion: int32(ev.EventVersion),

@@ -13,6 +13,7 @@ import (
 	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -55,7 +56,7 @@ func TestOutboundBehindTheForwarder(t *testing.T) {
 
 	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
 		require.NoError(t, rt.AddService(pub)) // before the forwarder: stopped after it
-		_, err := events.Install(rt, events.InstallConfig{Forwarder: events.ForwarderConfig{Publishers: []queue.OutboxPublisher{out}}})
+		_, err := events.Install(rt, events.InstallConfig{Forwarder: events.ForwarderConfig{Publishers: []outbox.Publisher{out}}})
 		require.NoError(t, err)
 	})
 
@@ -63,7 +64,7 @@ func TestOutboundBehindTheForwarder(t *testing.T) {
 	require.NoError(t, err)
 	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg})
 	require.NoError(t, err)
-	id, err := em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{ID: 7}, events.Meta{AggregateID: "order-7"})
+	id, err := em.Emit(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{ID: 7}, events.Meta{AggregateID: "order-7"})
 	require.NoError(t, err)
 
 	d := amqptest.Get(t, ch, qname, 30*time.Second)
@@ -80,17 +81,17 @@ func TestOutboundBehindTheForwarder(t *testing.T) {
 }
 
 // The outbound bridge reports an outcome per event to the forwarder.
-var _ events.EventPublisher = (*amqpbridge.Outbound)(nil)
+var _ outbox.EventPublisher = (*amqpbridge.Outbound)(nil)
 
 // attemptRecorder wraps a destination and records when each event was
 // handed to it.
 type attemptRecorder struct {
-	queue.OutboxPublisher
+	outbox.Publisher
 	mu       sync.Mutex
 	attempts map[string][]time.Time
 }
 
-func (r *attemptRecorder) record(evs []queue.OutboxEvent) {
+func (r *attemptRecorder) record(evs []outbox.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range evs {
@@ -98,16 +99,16 @@ func (r *attemptRecorder) record(evs []queue.OutboxEvent) {
 	}
 }
 
-func (r *attemptRecorder) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (r *attemptRecorder) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	r.record(evs)
-	return r.OutboxPublisher.PublishOutbox(ctx, evs)
+	return r.Publisher.PublishOutbox(ctx, evs)
 }
 
 // PublishOutboxEvents passes the per-event outcomes of the wrapped
 // Outbound through.
-func (r *attemptRecorder) PublishOutboxEvents(ctx context.Context, evs []queue.OutboxEvent) []error {
+func (r *attemptRecorder) PublishOutboxEvents(ctx context.Context, evs []outbox.Event) []error {
 	r.record(evs)
-	return r.OutboxPublisher.(events.EventPublisher).PublishOutboxEvents(ctx, evs)
+	return r.Publisher.(outbox.EventPublisher).PublishOutboxEvents(ctx, evs)
 }
 
 func (r *attemptRecorder) times(id string) []time.Time {
@@ -146,12 +147,12 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	require.NoError(t, err)
 	out, err := amqpbridge.NewOutbound(pub, amqpbridge.OutboundConfig{Exchange: exchange})
 	require.NoError(t, err)
-	rec := &attemptRecorder{OutboxPublisher: out, attempts: map[string][]time.Time{}}
+	rec := &attemptRecorder{Publisher: out, attempts: map[string][]time.Time{}}
 
 	// Both events in one transaction, before the forwarder starts: one batch.
 	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: eventdemo.Registry()})
 	require.NoError(t, err)
-	ids, err := em.EmitManyTx(ctx, db.Pool, []events.Emission{
+	ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
 		{Def: eventdemo.OrderPlacedEvent, Payload: eventdemo.OrderPlaced{OrderID: "o-1", Amount: 5}, Meta: events.Meta{AggregateID: "o-1"}},
 		{Def: eventdemo.NoteEvent, Payload: eventdemo.Note{Text: "hello"}},
 	})
@@ -178,7 +179,7 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
 		require.NoError(t, rt.AddService(pub))
 		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{consumer}, Forwarder: events.ForwarderConfig{
-			Publishers: []queue.OutboxPublisher{rec}, MaxRetries: maxRetries, SweepInterval: 50 * time.Millisecond,
+			Publishers: []outbox.Publisher{rec}, MaxRetries: maxRetries, SweepInterval: 50 * time.Millisecond,
 			RetryBackoffMin: 200 * time.Millisecond, RetryBackoffMax: 5 * time.Second, // gaps of 200, 400, 800 ms plus at most one 50 ms poll
 		}})
 		require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -118,25 +119,6 @@ type JobPage struct {
 
 const argsPreviewLen = 120
 
-// Only the filters that are set become conditions, so the planner picks the
-// index that fits (the primary key for a plain page, River's state or kind
-// index for a rare state or kind); the cursor is keyset on id, never OFFSET.
-const jobsListSelect = `
-SELECT id, kind, queue, state::text, priority, attempt, max_attempts,
-       created_at, scheduled_at, attempted_at, finalized_at,
-       left(args::text, 121), coalesce(array_length(errors, 1), 0)
-FROM /*schema*/river_job`
-
-// Distinct kinds by a skip scan over River's kind index.
-const jobKindsSQL = `
-WITH RECURSIVE k AS (
-    SELECT (SELECT kind FROM /*schema*/river_job ORDER BY kind LIMIT 1) AS kind
-  UNION ALL
-    SELECT (SELECT j.kind FROM /*schema*/river_job j WHERE j.kind > k.kind ORDER BY j.kind LIMIT 1)
-    FROM k WHERE k.kind IS NOT NULL
-)
-SELECT kind FROM k WHERE kind IS NOT NULL LIMIT 200`
-
 // ListJobs returns one page of jobs matching f.
 func (s *Server) ListJobs(ctx context.Context, f JobFilter) (*JobPage, error) {
 	var page *JobPage
@@ -159,7 +141,7 @@ func (s *Server) listJobs(ctx context.Context, tx pgx.Tx, f JobFilter) (*JobPage
 		conds = append(conds, fmt.Sprintf(cond, len(args)))
 	}
 	if f.State != "" {
-		add("state = $%d::/*schema*/river_job_state", f.State)
+		add("state = $%d::"+riverjob.StateType, f.State)
 	}
 	if f.Kind != "" {
 		add("kind = $%d", f.Kind)
@@ -170,7 +152,7 @@ func (s *Server) listJobs(ctx context.Context, tx pgx.Tx, f JobFilter) (*JobPage
 	if f.Before != 0 {
 		add("id < $%d", f.Before)
 	}
-	sql := jobsListSelect
+	sql := riverjob.JobListSQL
 	if len(conds) > 0 {
 		sql += "\nWHERE " + strings.Join(conds, " AND ")
 	}
@@ -208,7 +190,7 @@ func (s *Server) listJobs(ctx context.Context, tx pgx.Tx, f JobFilter) (*JobPage
 func (s *Server) JobKinds(ctx context.Context) ([]string, error) {
 	var kinds []string
 	err := s.readTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, s.q(jobKindsSQL))
+		rows, err := tx.Query(ctx, s.q(riverjob.JobKindsSQL))
 		if err != nil {
 			return fmt.Errorf("error listing job kinds: %w", err)
 		}

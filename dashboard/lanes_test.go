@@ -72,7 +72,7 @@ func startLaneWorld(t *testing.T, db *pgtest.DB) *laneWorld {
 
 func (w *laneWorld) emit(t *testing.T, db *pgtest.DB, agg, text string) string {
 	t.Helper()
-	id, err := w.em.EmitTx(context.Background(), db.Pool, laneNoteEvent, laneNote{Text: text}, events.Meta{AggregateID: agg})
+	id, err := w.em.Emit(context.Background(), db.Pool, laneNoteEvent, laneNote{Text: text}, events.Meta{AggregateID: agg})
 	require.NoError(t, err)
 	return id
 }

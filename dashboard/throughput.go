@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"sync"
 	"time"
 
@@ -17,20 +18,11 @@ type ThroughputPoint struct {
 	Cancelled int64     `json:"cancelled"`
 }
 
-// Finalized jobs per minute through River's partial (state, finalized_at)
-// index: the cost follows the jobs finalized in the window.
-const overviewThroughputSQL = `
-SELECT date_trunc('minute', j.finalized_at), j.state::text, count(*)
-FROM /*schema*/river_job j
-WHERE j.state IN ('completed', 'discarded', 'cancelled')
-  AND j.finalized_at >= greatest($2::timestamptz, date_trunc('minute', now()) - make_interval(mins => $1))
-GROUP BY 1, 2`
-
 // readThroughput counts the jobs finalized per minute from queriedFrom
 // (or the window's first minute, whichever is later) on.
 func (s *Server) readThroughput(ctx context.Context, tx pgx.Tx, minutes int, queriedFrom time.Time) (map[time.Time]*ThroughputPoint, error) {
 	perMinute := map[time.Time]*ThroughputPoint{}
-	rows, err := tx.Query(ctx, s.q(overviewThroughputSQL), minutes-1, queriedFrom)
+	rows, err := tx.Query(ctx, s.q(riverjob.ThroughputSQL), minutes-1, queriedFrom)
 	if err != nil {
 		return nil, fmt.Errorf("error reading throughput: %w", err)
 	}

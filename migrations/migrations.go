@@ -252,22 +252,18 @@ func (m *Migrator) Status(ctx context.Context) (*Status, error) {
 	defer conn.Release()
 
 	riverApplied := map[int]bool{}
-	var hasRiver bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.schema+".river_migration").Scan(&hasRiver); err != nil {
-		return nil, fmt.Errorf("error checking for River's migration table: %w", err)
-	}
 	rm, err := m.riverMigrator()
 	if err != nil {
 		return nil, err
 	}
-	if hasRiver {
-		existing, err := rm.ExistingVersions(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("error reading River migrations: %w", err)
-		}
-		for _, v := range existing {
-			riverApplied[v.Version] = true
-		}
+	// River's own API: it finds no versions, rather than an error, in a
+	// schema it has not migrated yet.
+	existing, err := rm.ExistingVersions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("error reading River migrations: %w", err)
+	}
+	for _, v := range existing {
+		riverApplied[v.Version] = true
 	}
 	for _, v := range rm.AllVersions() {
 		step := Step{Line: "river", Version: v.Version, Name: v.Name}
@@ -301,12 +297,7 @@ func (m *Migrator) Current(ctx context.Context) (bool, error) {
 	return len(st.Pending) == 0, nil
 }
 
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func (m *Migrator) applied(ctx context.Context, q querier) (map[int]time.Time, error) {
+func (m *Migrator) applied(ctx context.Context, q *pgxpool.Conn) (map[int]time.Time, error) {
 	var exists bool
 	if err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.schema+".tributary_migration").Scan(&exists); err != nil {
 		return nil, fmt.Errorf("error checking for tributary_migration: %w", err)

@@ -46,6 +46,24 @@ func TestMigrator(t *testing.T) {
 		require.True(t, current)
 	})
 
+	t.Run("StatusBeforeUpListsEverythingPending", func(t *testing.T) {
+		t.Parallel()
+		m, _ := setup(t)
+		ctx := context.Background()
+		st, err := m.Status(ctx)
+		require.NoError(t, err, "a schema River has not migrated yet is not an error")
+		require.Empty(t, st.Applied)
+		lines := map[string]int{}
+		for _, s := range st.Pending {
+			lines[s.Line]++
+		}
+		require.Positive(t, lines["river"])
+		require.Equal(t, len(m.All()), lines["tributary"])
+		current, err := m.Current(ctx)
+		require.NoError(t, err)
+		require.False(t, current)
+	})
+
 	t.Run("ConcurrentUpMigratesOnce", func(t *testing.T) {
 		t.Parallel()
 		m, _ := setup(t)

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"slices"
 	"sort"
 	"time"
@@ -97,12 +98,12 @@ func ReadJobStats(ctx context.Context, tx pgx.Tx, schema string, p JobStatsParam
 
 	batch := &pgx.Batch{}
 	if len(totalStates) > 0 {
-		batch.Queue(q(stateCountsSQL(totalStates, capped)), limit...)
+		batch.Queue(q(riverjob.StateCountsSQL(totalStates, capped)), limit...)
 	} else {
 		batch.Queue("SELECT now()")
 	}
-	batch.Queue(q(queueCountsSQL(capped)), append([]any{queueStates}, limit...)...)
-	batch.Queue(q(queuesPausedSQL))
+	batch.Queue(q(riverjob.QueueCountsSQL(capped)), append([]any{queueStates}, limit...)...)
+	batch.Queue(q(riverjob.QueuesPausedSQL))
 	br := tx.SendBatch(ctx, batch)
 	defer br.Close()
 
@@ -187,7 +188,7 @@ func ReadJobStats(ctx context.Context, tx pgx.Tx, schema string, p JobStatsParam
 	// Estimates for whatever reached the cap: a planner estimate costs a
 	// plan, not a scan.
 	for _, pr := range cappedPairs {
-		est, err := EstimateRows(ctx, tx, q(jobStateQueueEstimateSQL), pr.state, pr.queue)
+		est, err := EstimateRows(ctx, tx, q(riverjob.JobStateQueueEstimateSQL), pr.state, pr.queue)
 		if err != nil {
 			return nil, err
 		}
@@ -207,7 +208,7 @@ func ReadJobStats(ctx context.Context, tx pgx.Tx, schema string, p JobStatsParam
 		} else {
 			c.N = totals[state]
 			if capped && c.N >= int64(p.CountCap) {
-				est, err := EstimateRows(ctx, tx, q(jobStateEstimateSQL), state)
+				est, err := EstimateRows(ctx, tx, q(riverjob.JobStateEstimateSQL), state)
 				if err != nil {
 					return nil, err
 				}

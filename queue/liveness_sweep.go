@@ -8,6 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // rescueBatchSize bounds the jobs one rescue statement updates.
@@ -38,54 +41,10 @@ FROM /*schema*/tributary_process WHERE swept_at IS NULL`
 	sweepForgetSQL = `
 DELETE FROM /*schema*/tributary_process WHERE swept_at < now() - $1::float8 * interval '1 second'`
 
-	// rescueJobsSQL makes the running jobs whose latest attempt belongs to
-	// one of the processes in $1 available again, the way River's rescuer
-	// does: the attempt River counted when it fetched the job stays counted,
-	// an error naming the process is appended, river:rescue_count goes up, a
-	// job out of attempts is discarded and one whose cancellation was
-	// requested is cancelled. Unlike River's rescuer it does not wait for a
-	// retry backoff: the job did not fail, its process died, and the
-	// liveness timeout already was the wait.
-	//
-	// Cost: the candidates are found through river_job's
-	// river_job_prioritized_fetching_index (state, queue, ...), which leads
-	// with state, so the statement reads the running jobs only (bounded by
-	// the workers of all processes), never the whole table. No ORDER BY: an
-	// ordered LIMIT could make the planner walk the primary key instead.
-	// The outer WHERE checks state again, since a job may have finished
-	// while the sweep waited for its row lock.
-	rescueJobsSQL = `
-WITH stuck AS MATERIALIZED (
-    SELECT j.id, j.attempted_by[cardinality(j.attempted_by)] AS process_id
-    FROM /*schema*/river_job j
-    WHERE j.state = 'running'
-      AND j.attempted_by[cardinality(j.attempted_by)] = ANY($1::text[])
-    LIMIT $2
-    FOR UPDATE
-), done AS (
-    SELECT s.id, s.process_id, p.hostname, p.pid, p.heartbeat_at
-    FROM stuck s LEFT JOIN /*schema*/tributary_process p ON p.id = s.process_id
-)
-UPDATE /*schema*/river_job j
-SET state = CASE
-        WHEN j.metadata ? 'cancel_attempted_at' THEN 'cancelled'::/*schema*/river_job_state
-        WHEN j.attempt >= j.max_attempts THEN 'discarded'::/*schema*/river_job_state
-        ELSE 'available'::/*schema*/river_job_state
-    END,
-    finalized_at = CASE WHEN j.metadata ? 'cancel_attempted_at' OR j.attempt >= j.max_attempts THEN now() END,
-    scheduled_at = CASE WHEN j.metadata ? 'cancel_attempted_at' OR j.attempt >= j.max_attempts THEN j.scheduled_at ELSE now() END,
-    errors = array_append(j.errors, jsonb_build_object(
-        'at', now(),
-        'attempt', greatest(j.attempt, 0),
-        'error', format('%s: process %s (host %s, pid %s, last heartbeat %s)',
-            $3::text, d.process_id, coalesce(d.hostname, '?'), coalesce(d.pid::text, '?'), coalesce(d.heartbeat_at::text, '?')),
-        'trace', '')),
-    metadata = j.metadata || jsonb_build_object('river:rescue_count', coalesce(
-        CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number' THEN (j.metadata ->> 'river:rescue_count')::int END,
-        0) + 1)
-FROM done d
-WHERE j.id = d.id AND j.state = 'running'
-RETURNING j.queue, j.state::text`
+	// The processes whose running jobs a rescue hands on, with what the
+	// jobs' errors record about them.
+	rescueProcessesSQL = `
+SELECT id, hostname, pid, heartbeat_at FROM /*schema*/tributary_process WHERE id = ANY($1::text[])`
 
 	staleProcessesSQL = `
 SELECT id FROM /*schema*/tributary_process WHERE heartbeat_at < now() - $1::float8 * interval '1 second'`
@@ -97,7 +56,7 @@ type sweeper struct {
 	schema string
 	logger *slog.Logger
 
-	lockKey, claimSQL, nextSQL, forgetSQL, rescueSQL, wakeChannel string
+	lockKey, claimSQL, nextSQL, forgetSQL, processesSQL string
 }
 
 func newSweeper(pool *pgxpool.Pool, schema string, logger *slog.Logger) *sweeper {
@@ -105,8 +64,7 @@ func newSweeper(pool *pgxpool.Pool, schema string, logger *slog.Logger) *sweeper
 	return &sweeper{
 		pool: pool, schema: schema, logger: logger,
 		lockKey:  "tributary.liveness." + schema,
-		claimSQL: q(sweepClaimSQL), nextSQL: q(sweepNextSQL), forgetSQL: q(sweepForgetSQL), rescueSQL: q(rescueJobsSQL),
-		wakeChannel: RiverInsertChannel(schema),
+		claimSQL: q(sweepClaimSQL), nextSQL: q(sweepNextSQL), forgetSQL: q(sweepForgetSQL), processesSQL: q(rescueProcessesSQL),
 	}
 }
 
@@ -119,42 +77,55 @@ type rescueCounts struct {
 func (c rescueCounts) total() int { return c.available + c.discarded + c.cancelled }
 
 // rescue makes the running jobs attempted last by processIDs available
-// again (or discarded, or cancelled), in batches, in tx.
+// again (or discarded, or cancelled), in batches, in tx
+// (riverjob.RescueRunning); the jobs' errors name each process's host, pid
+// and last heartbeat as its row has them.
 func (s *sweeper) rescue(ctx context.Context, tx pgx.Tx, processIDs []string, reason string) (rescueCounts, error) {
 	var c rescueCounts
+	rows, err := tx.Query(ctx, s.processesSQL, processIDs)
+	if err != nil {
+		return c, fmt.Errorf("error reading the processes whose jobs are made available: %w", err)
+	}
+	known, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (riverjob.Process, error) {
+		var p riverjob.Process
+		err := r.Scan(&p.ID, &p.Hostname, &p.PID, &p.HeartbeatAt)
+		return p, err
+	})
+	if err != nil {
+		return c, fmt.Errorf("error reading the processes whose jobs are made available: %w", err)
+	}
+	procs := make([]riverjob.Process, 0, len(processIDs))
+	for _, id := range processIDs {
+		p := riverjob.Process{ID: id}
+		for _, k := range known {
+			if k.ID == id {
+				p = k
+			}
+		}
+		procs = append(procs, p)
+	}
 	seen := map[string]bool{}
 	for {
-		rows, err := tx.Query(ctx, s.rescueSQL, processIDs, rescueBatchSize, reason)
+		jobs, err := riverjob.RescueRunning(ctx, tx, s.schema, procs, rescueBatchSize, reason)
 		if err != nil {
-			return c, fmt.Errorf("error making the jobs of dead processes available: %w", err)
+			return c, err
 		}
-		n := 0
-		for rows.Next() {
-			var queue, state string
-			if err := rows.Scan(&queue, &state); err != nil {
-				rows.Close()
-				return c, err
-			}
-			n++
-			switch state {
-			case "available":
+		if len(jobs) == 0 {
+			return c, nil
+		}
+		for _, j := range jobs {
+			switch j.State {
+			case rivertype.JobStateAvailable:
 				c.available++
-				if !seen[queue] {
-					seen[queue] = true
-					c.queues = append(c.queues, queue)
+				if !seen[j.Queue] {
+					seen[j.Queue] = true
+					c.queues = append(c.queues, j.Queue)
 				}
-			case "discarded":
+			case rivertype.JobStateDiscarded:
 				c.discarded++
-			case "cancelled":
+			case rivertype.JobStateCancelled:
 				c.cancelled++
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return c, fmt.Errorf("error making the jobs of dead processes available: %w", err)
-		}
-		if n == 0 {
-			return c, nil
 		}
 	}
 }
@@ -246,19 +217,10 @@ func (s *sweeper) sweepTx(ctx context.Context, tx pgx.Tx, timeout time.Duration)
 // wake tells River's producers that jobs are available in queues, so they
 // fetch at once instead of at their next poll.
 func (s *sweeper) wake(ctx context.Context, queues []string) {
-	for _, q := range queues {
-		payload := fmt.Sprintf(`{"queue": %q}`, q)
-		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", s.wakeChannel, payload); err != nil {
-			s.logger.WarnContext(ctx, "error waking River for rescued jobs; its poll finds them", "queue", q, "error", err)
-			return
-		}
+	if err := riverjob.Wake(ctx, s.pool, s.schema, queues); err != nil {
+		s.logger.WarnContext(ctx, "error waking River for rescued jobs; its poll finds them", "queues", queues, "error", err)
 	}
 }
-
-// RiverInsertChannel is the notification channel River's producers listen
-// on for new available jobs in schema; a payload {"queue": "name"} makes
-// the producers of that queue fetch now.
-func RiverInsertChannel(schema string) string { return schema + ".river_insert" }
 
 // StaleProcesses returns the ids of the processes whose last heartbeat is
 // older than timeout: the dead ones, whether or not the sweep has handled

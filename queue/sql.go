@@ -1,31 +1,19 @@
 package queue
 
 import (
-	"context"
-	"strings"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/migrations"
 )
 
-// DBTX is the narrowest database handle tributary's SQL needs. A
-// *pgxpool.Pool, a *pgx.Conn and a pgx.Tx all satisfy it, so the same code
-// runs inside the caller's transaction or on its own.
-type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// schemaMarker is written before every table name in tributary's SQL
-// constants; Qualify replaces it with the quoted schema. Tables are always
-// qualified because EnqueueTx and EmitTx run on the caller's connection,
-// whose search_path is the caller's business.
-const schemaMarker = "/*schema*/"
+// DBTX is the one database handle tributary's functions take: a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx. It has Begin (a savepoint on a
+// pgx.Tx), so code that needs a transaction of its own starts one on
+// whatever it was given. Functions that must run in the caller's
+// transaction (EnqueueTx, EmitTx, StageTx, ...) take pgx.Tx.
+type DBTX = riverjob.DBTX
 
 // Qualify replaces every "/*schema*/" marker in sql with the quoted schema
 // name followed by a dot: "/*schema*/tributary_outbox" becomes
-// "public".tributary_outbox.
-func Qualify(schema, sql string) string {
-	return strings.ReplaceAll(sql, schemaMarker, pgx.Identifier{schema}.Sanitize()+".")
-}
+// "public".tributary_outbox (see migrations.Qualify, its one
+// implementation).
+func Qualify(schema, sql string) string { return migrations.Qualify(schema, sql) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -65,10 +66,10 @@ func List(ctx context.Context, client *queue.Client) ([]Info, error) {
 	for rows.Next() {
 		var in Info
 		var opts []byte
-		var state, outcome *string
+		var outcome *string
 		var catchUp, overlap string
 		if err := rows.Scan(&in.Name, &in.Spec, &in.Timezone, &in.Kind, &in.Args, &opts, &catchUp, &in.CatchUpMax,
-			&overlap, &in.NextRunAt, &in.LastRunAt, &in.LastJobID, &state, &outcome, &in.FiredCount,
+			&overlap, &in.NextRunAt, &in.LastRunAt, &in.LastJobID, &outcome, &in.FiredCount,
 			&in.SkippedCount, &in.Paused, &in.DeclaredAt, &in.OrphanedAt, &in.UpdatedAt); err != nil {
 			return nil, fmt.Errorf("error reading schedule: %w", err)
 		}
@@ -76,12 +77,6 @@ func List(ctx context.Context, client *queue.Client) ([]Info, error) {
 			return nil, fmt.Errorf("error decoding insert options of schedule %q: %w", in.Name, err)
 		}
 		in.CatchUp, in.Overlap = CatchUp(catchUp), Overlap(overlap)
-		switch {
-		case state != nil:
-			in.LastJobState = *state
-		case in.LastJobID != nil:
-			in.LastJobState = "deleted"
-		}
 		if outcome != nil {
 			in.LastOutcome = *outcome
 		}
@@ -90,6 +85,21 @@ func List(ctx context.Context, client *queue.Client) ([]Info, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error listing schedules: %w", err)
+	}
+	// A schedule that never fired has no job (id 0 names none).
+	states, err := riverjob.JobStates(ctx, client.Pool(), client.Schema(), out, func(in Info) int64 {
+		if in.LastJobID == nil {
+			return 0
+		}
+		return *in.LastJobID
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error listing schedules: %w", err)
+	}
+	for i := range out {
+		if out[i].LastJobID != nil {
+			out[i].LastJobState = cmp.Or(string(states[i]), "deleted")
+		}
 	}
 	return out, nil
 }

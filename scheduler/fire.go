@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -18,8 +18,8 @@ import (
 // (schedule, fire_at) is unique among jobs (index
 // river_job_tributary_schedule_fire).
 const (
-	MetaSchedule = "tributary_schedule"
-	MetaFireAt   = "tributary_fire_at"
+	MetaSchedule = riverjob.ScheduleKey
+	MetaFireAt   = riverjob.FireAtKey
 	MetaMissed   = "tributary_missed"   // fire times folded into this job by CatchUpOnce
 	MetaFiredBy  = "tributary_fired_by" // the scheduler (or "cli") that inserted it
 	MetaTrigger  = "tributary_trigger"  // "manual" for `schedules trigger`
@@ -53,12 +53,7 @@ func FireTime(job *rivertype.JobRow) (fireAt time.Time, schedule string, ok bool
 // busy reports whether a job in state counts as unfinished for
 // OverlapSkip.
 func busy(state rivertype.JobState) bool {
-	switch state {
-	case rivertype.JobStatePending, rivertype.JobStateScheduled, rivertype.JobStateAvailable,
-		rivertype.JobStateRunning, rivertype.JobStateRetryable:
-		return true
-	}
-	return false
+	return state != "" && !riverjob.Finalized(state)
 }
 
 // jobBusy reports whether job id exists and is unfinished.
@@ -66,15 +61,12 @@ func jobBusy(ctx context.Context, tx pgx.Tx, schema string, id *int64) (bool, er
 	if id == nil {
 		return false, nil
 	}
-	var state string
-	err := tx.QueryRow(ctx, queue.Qualify(schema, jobStateSQL), *id).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // deleted by River's retention: finished long ago
-	}
+	// A job River's retention deleted ("") finished long ago.
+	state, err := riverjob.JobState(ctx, tx, schema, *id)
 	if err != nil {
-		return false, fmt.Errorf("error reading the state of job %d: %w", *id, err)
+		return false, err
 	}
-	return busy(rivertype.JobState(state)), nil
+	return busy(state), nil
 }
 
 // fireJob is one job a fire inserts.
@@ -94,12 +86,8 @@ type fireJob struct {
 // duplicate = true.
 func insertFire(ctx context.Context, client *queue.Client, tx pgx.Tx, f fireJob) (id int64, duplicate bool, err error) {
 	fireAt := formatFireTime(f.fireAt)
-	err = tx.QueryRow(ctx, queue.Qualify(client.Schema(), existingFireSQL), f.schedule, fireAt).Scan(&id)
-	switch {
-	case err == nil:
-		return id, true, nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return 0, false, fmt.Errorf("error looking for an existing job of schedule %q at %s: %w", f.schedule, fireAt, err)
+	if id, found, err := riverjob.FireJobID(ctx, tx, client.Schema(), f.schedule, fireAt); err != nil || found {
+		return id, found, err
 	}
 	meta := map[string]any{MetaSchedule: f.schedule, MetaFireAt: fireAt, MetaFiredBy: f.firedBy}
 	if f.missed > 0 {

@@ -60,19 +60,11 @@ UPDATE /*schema*/tributary_schedule SET
     updated_at    = $8
 WHERE name = $1`
 
-const jobStateSQL = `SELECT state FROM /*schema*/river_job WHERE id = $1`
-
-const existingFireSQL = `
-SELECT id FROM /*schema*/river_job
-WHERE metadata ? 'tributary_fire_at'
-  AND metadata ->> 'tributary_schedule' = $1 AND metadata ->> 'tributary_fire_at' = $2`
-
 const listSchedulesSQL = `
 SELECT s.name, s.spec, s.timezone, s.kind, s.args, s.insert_opts, s.catch_up, s.catch_up_max, s.overlap,
-       s.next_run_at, s.last_run_at, s.last_job_id, j.state::text, s.last_outcome, s.fired_count,
+       s.next_run_at, s.last_run_at, s.last_job_id, s.last_outcome, s.fired_count,
        s.skipped_count, s.paused, s.declared_at, s.orphaned_at, s.updated_at
 FROM /*schema*/tributary_schedule s
-LEFT JOIN /*schema*/river_job j ON j.id = s.last_job_id
 ORDER BY s.name`
 
 const lockScheduleSQL = `

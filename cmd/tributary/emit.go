@@ -53,7 +53,7 @@ payload from stdin. Prints the event id.`,
 				return err
 			}
 			defer pool.Close()
-			id, err := em.EmitJSONTx(ctx, pool, eventType, payload, meta)
+			id, err := em.EmitJSON(ctx, pool, eventType, payload, meta)
 			if err != nil {
 				return err
 			}

@@ -106,7 +106,7 @@ func TestCLIEventsFlow(t *testing.T) {
 	require.NoError(t, err)
 	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg})
 	require.NoError(t, err)
-	badID, err := em.EmitTx(ctx, db.Pool, looseDef, loose{OrderID: "o-2", Amount: -4}, events.Meta{AggregateID: "o-2"})
+	badID, err := em.Emit(ctx, db.Pool, looseDef, loose{OrderID: "o-2", Amount: -4}, events.Meta{AggregateID: "o-2"})
 	require.NoError(t, err)
 
 	pgtest.WaitFor(t, 20*time.Second, "the invalid dispatch to be cancelled", func() (bool, error) {

@@ -228,7 +228,7 @@ func TestCLILanes(t *testing.T) {
 	require.NoError(t, err)
 	em, err := events.NewEmitter(events.EmitterConfig{Schema: w.db.Schema, Registry: reg})
 	require.NoError(t, err)
-	invalid, err := em.EmitTx(context.Background(), w.db.Pool, looseDef, loose{OrderID: "o-9", Amount: -9}, events.Meta{AggregateID: "invalid"})
+	invalid, err := em.Emit(context.Background(), w.db.Pool, looseDef, loose{OrderID: "o-9", Amount: -9}, events.Meta{AggregateID: "invalid"})
 	require.NoError(t, err)
 	invalidNext := emitCLI(t, w.db, "demo.note", `{}`, "invalid")
 	invalidJob := waitDispatch(t, w.db, laneConsumer, invalid, "cancelled")

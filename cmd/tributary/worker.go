@@ -14,6 +14,7 @@ import (
 	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -33,7 +34,7 @@ type workerEnv struct {
 
 	// outboxPublishers are extra destinations for the outbox forwarder
 	// besides the in-database bus (the AMQP outbound bridge).
-	outboxPublishers []queue.OutboxPublisher
+	outboxPublishers []outbox.Publisher
 
 	// batchStager stages items for the batch flushes installBatch
 	// registers; one per process, shared by every installer that stages.

@@ -37,7 +37,7 @@ type AMQPOptions struct {
 	BridgePrefetch int
 	// DB and Jobs enable the inbound measurement (AMQP -> River job); with
 	// either nil it is skipped.
-	DB   amqpbridge.TxBeginner
+	DB   queue.DBTX
 	Jobs amqpbridge.JobEnqueuer
 	// InboundConcurrency and InboundBatchSize tune the inbound bridge
 	// (InboundConfig.Concurrency, BatchSize); zero takes its defaults.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"io"
 	"log/slog"
 	"net/http"
@@ -219,19 +220,14 @@ func timeIt(name string, n int, fn func() (int, error)) (LatencyResult, error) {
 // countJobsByQueueAndState is the naive job count the capped one is
 // measured against: one pass over the whole table.
 func countJobsByQueueAndState(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	rows, err := pool.Query(ctx, queue.Qualify(schema, `SELECT queue, state::text, count(*) FROM /*schema*/river_job GROUP BY queue, state`))
-	if err != nil {
-		return err
-	}
-	rows.Close()
-	return rows.Err()
+	_, err := riverjob.CountByQueueState(ctx, pool, schema)
+	return err
 }
 
 // countRiverJobs counts the rows of schema's river_job.
 func countRiverJobs(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
-	var n int
-	err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "river_job"}.Sanitize()).Scan(&n)
-	return n, err
+	n, err := riverjob.CountJobs(ctx, pool, schema)
+	return int(n), err
 }
 
 // seedRiverJobs writes n river_job rows with COPY, then VACUUM ANALYZEs the
@@ -293,13 +289,10 @@ func seedRiverJobs(ctx context.Context, pool *pgxpool.Pool, schema string, n int
 		return []any{state, attempt, int16(25), attemptedAt, created, finalizedAt, scheduled, int16(1 + i%4),
 			[]byte(fmt.Sprintf(`{"customer_id": %d, "note": "seeded"}`, i)), errs, kind, []byte(`{}`), q, []string{}}, nil
 	})
-	_, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "river_job"},
+	_, err := riverjob.CopyJobs(ctx, pool, schema,
 		[]string{"state", "attempt", "max_attempts", "attempted_at", "created_at", "finalized_at", "scheduled_at", "priority", "args", "errors", "kind", "metadata", "queue", "tags"}, src)
 	if err != nil {
 		return fmt.Errorf("error seeding river_job with COPY: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, "river_job"}.Sanitize()); err != nil {
-		return fmt.Errorf("error vacuuming the seeded table: %w", err)
-	}
-	return nil
+	return riverjob.VacuumAnalyze(ctx, pool, schema)
 }

@@ -158,7 +158,7 @@ func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, 
 		drop()
 		return nil, nil, nil, err
 	}
-	if _, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, Forwarder: events.ForwarderConfig{BatchSize: 1000}}); err != nil {
+	if _, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, Forwarder: events.ForwarderConfig{ClaimSize: 1000}}); err != nil {
 		drop()
 		return nil, nil, nil, err
 	}
@@ -208,7 +208,7 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 		for j := i; j < min(n, i+perTx); j++ {
 			batch = append(batch, events.Emission{Def: benchEvent, Payload: benchEventPayload{N: j}, Meta: benchMeta(j, aggregates)})
 		}
-		if _, err := em.EmitManyTx(ctx, emitPool, batch); err != nil {
+		if _, err := em.EmitMany(ctx, emitPool, batch); err != nil {
 			return EventsThroughput{}, err
 		}
 	}
@@ -273,7 +273,7 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 		go func() {
 			defer wg.Done()
 			for i := range feed {
-				if _, err := em.EmitTx(ctx, emitPool, benchEvent, benchEventPayload{N: i}, benchMeta(i, aggregates)); err != nil {
+				if _, err := em.Emit(ctx, emitPool, benchEvent, benchEventPayload{N: i}, benchMeta(i, aggregates)); err != nil {
 					errs <- err
 					return
 				}

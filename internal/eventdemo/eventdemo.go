@@ -49,7 +49,7 @@ func (o OrderPlaced) Validate() error {
 // The demo event types.
 var (
 	NoteEvent        = events.Define[Note]("demo.note", nil)
-	OrderPlacedEvent = events.Define[OrderPlaced]("demo.order_placed", &events.EventOpts{Kind: events.KindIntegration})
+	OrderPlacedEvent = events.Define[OrderPlaced]("demo.order_placed", &events.EventOpts{EventKind: events.EventKindIntegration})
 )
 
 // Registry returns a registry of the demo events.
@@ -149,7 +149,7 @@ func (p *Producer) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		order := OrderPlaced{OrderID: fmt.Sprintf("order-%d", i%5), Amount: i}
-		_, err := p.emitter.EmitTx(ctx, p.pool, OrderPlacedEvent, order,
+		_, err := p.emitter.Emit(ctx, p.pool, OrderPlacedEvent, order,
 			events.Meta{AggregateID: order.OrderID, CorrelationID: fmt.Sprintf("demo-%d", i), Actor: "demo-producer"})
 		if err != nil && ctx.Err() == nil {
 			p.logger.WarnContext(ctx, "demo event producer could not emit", "error", err)

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -183,12 +183,7 @@ func WaitFor(tb testing.TB, timeout time.Duration, msg string, cond func() (bool
 
 // JobState returns a job's state, or "" when the job does not exist.
 func (db *DB) JobState(ctx context.Context, id int64) (rivertype.JobState, error) {
-	var state string
-	err := db.Pool.QueryRow(ctx, db.Q("SELECT state FROM /*schema*/river_job WHERE id = $1"), id).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	return rivertype.JobState(state), err
+	return riverjob.JobState(ctx, db.Pool, db.Schema, id)
 }
 
 // WaitForJobState waits until the job reaches state.
@@ -203,19 +198,9 @@ func (db *DB) WaitForJobState(tb testing.TB, id int64, state rivertype.JobState,
 // CountJobs counts the schema's jobs in the given states (all when none).
 func (db *DB) CountJobs(tb testing.TB, states ...rivertype.JobState) int {
 	tb.Helper()
-	var n int
-	var err error
-	if len(states) == 0 {
-		err = db.Pool.QueryRow(context.Background(), db.Q("SELECT count(*) FROM /*schema*/river_job")).Scan(&n)
-	} else {
-		ss := make([]string, len(states))
-		for i, s := range states {
-			ss[i] = string(s)
-		}
-		err = db.Pool.QueryRow(context.Background(), db.Q("SELECT count(*) FROM /*schema*/river_job WHERE state = ANY($1::text[]::/*schema*/river_job_state[])"), ss).Scan(&n)
-	}
+	n, err := riverjob.CountJobs(context.Background(), db.Pool, db.Schema, states...)
 	require.NoError(tb, err)
-	return n
+	return int(n)
 }
 
 func randomHex(n int) string {

@@ -1,14 +1,3 @@
-// Package riverjob is the one owner of tributary's access to River's tables.
-// Every SQL statement of tributary that reads or writes river_job lives here,
-// next to a test that runs it against River's migrations at the pinned
-// version (River v0.51.2), so a River upgrade that changes its tables breaks
-// one package's tests, not production. Where River has a public API for a
-// change (JobCompleteTx, JobCancelTx, InsertManyTx, JobList), callers use
-// that instead; the statements here are the set-based ones River lacks.
-//
-// Each statement writes what River itself writes for the same transition
-// (see the comments), so River's own services (completer, rescuer, cleaner,
-// producers) treat the rows as if River had changed them.
 package riverjob
 
 import (
@@ -22,15 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/tributary-run/tributary/queue"
 )
-
-// customPlan runs a statement unnamed, so Postgres plans it for its
-// parameters and the tables' sizes at that moment. river_job grows from
-// empty; a generic plan cached while it was small keeps its shape after it
-// grew (see docs/ARCHITECTURE.md, events "Plans").
-var customPlan = pgx.QueryExecModeExec
 
 // promoteSQL releases pending jobs: a pending job's scheduled_at is its
 // insert time (or the caller's ScheduledAt), so a job whose time has come
@@ -50,11 +31,11 @@ RETURNING queue`
 // Promote makes the given pending jobs available (or scheduled, when their
 // scheduled_at is still ahead) and returns the distinct queues of the jobs
 // it promoted. Jobs that are not pending are left alone.
-func Promote(ctx context.Context, db queue.DBTX, schema string, ids []int64) ([]string, error) {
+func Promote(ctx context.Context, db DBTX, schema string, ids []int64) ([]string, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, promoteSQL), customPlan, ids)
+	rows, err := db.Query(ctx, q(schema, promoteSQL), customPlan, ids)
 	if err != nil {
 		return nil, fmt.Errorf("error promoting %d pending jobs: %w", len(ids), err)
 	}
@@ -80,7 +61,7 @@ RETURNING id`
 // CancelUnstarted cancels the given jobs that have not started (pending,
 // available, scheduled, retryable) and returns the ids it cancelled. A
 // running or finalized job is not among them.
-func CancelUnstarted(ctx context.Context, db queue.DBTX, schema string, ids []int64, now time.Time) ([]int64, error) {
+func CancelUnstarted(ctx context.Context, db DBTX, schema string, ids []int64, now time.Time) ([]int64, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -88,7 +69,7 @@ func CancelUnstarted(ctx context.Context, db queue.DBTX, schema string, ids []in
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, cancelUnstartedSQL), customPlan, ids, now, string(at))
+	rows, err := db.Query(ctx, q(schema, cancelUnstartedSQL), customPlan, ids, now, string(at))
 	if err != nil {
 		return nil, fmt.Errorf("error cancelling %d jobs: %w", len(ids), err)
 	}
@@ -126,7 +107,7 @@ RETURNING j.id`
 // FinalizeRunning ends the given running attempts and returns the ids of
 // the jobs it changed; a job that is no longer running at that attempt is
 // left out.
-func FinalizeRunning(ctx context.Context, db queue.DBTX, schema string, finals []Final, now time.Time) ([]int64, error) {
+func FinalizeRunning(ctx context.Context, db DBTX, schema string, finals []Final, now time.Time) ([]int64, error) {
 	if len(finals) == 0 {
 		return nil, nil
 	}
@@ -141,57 +122,13 @@ func FinalizeRunning(ctx context.Context, db queue.DBTX, schema string, finals [
 		}
 		ids[i], attempts[i], states[i], errs[i] = f.ID, int32(f.Attempt), string(f.State), string(b)
 	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, finalizeRunningSQL), customPlan, ids, attempts, states, errs, now)
+	rows, err := db.Query(ctx, q(schema, finalizeRunningSQL), customPlan, ids, attempts, states, errs, now)
 	if err != nil {
 		return nil, fmt.Errorf("error finalizing %d jobs: %w", len(finals), err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, fmt.Errorf("error finalizing %d jobs: %w", len(finals), err)
-	}
-	return out, nil
-}
-
-// Attempt is one running attempt of a job.
-type Attempt struct {
-	ID      int64
-	Attempt int
-}
-
-// completeRunningSQL is what River's completer writes for
-// JobSetStateCompleted (state completed, finalized_at), for many jobs in one
-// statement, guarded like finalizeRunningSQL. The attempt's metadata
-// updates (river.RecordOutput and the like) are not lost: River's completer,
-// called after the worker returns, merges them into the row even when it is
-// no longer running.
-const completeRunningSQL = `
-UPDATE /*schema*/river_job j
-SET state = 'completed', finalized_at = $3
-FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt
-RETURNING j.id`
-
-// CompleteRunning completes the given running attempts in one statement and
-// returns the ids of the jobs it completed; a job no longer running at that
-// attempt is left out. One JobCompleteTx per job costs a statement each
-// (and River's general state-change statement at that): measured 2 ms a
-// job on the loaded development VM, which held a batch of 200 completions
-// for 400 ms.
-func CompleteRunning(ctx context.Context, db queue.DBTX, schema string, attempts []Attempt, now time.Time) ([]int64, error) {
-	if len(attempts) == 0 {
-		return nil, nil
-	}
-	ids, nums := make([]int64, len(attempts)), make([]int32, len(attempts))
-	for i, a := range attempts {
-		ids[i], nums[i] = a.ID, int32(a.Attempt)
-	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, completeRunningSQL), customPlan, ids, nums, now)
-	if err != nil {
-		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
 	}
 	return out, nil
 }
@@ -279,7 +216,7 @@ ORDER BY p.updated_at, p.workflow_id, p.name`
 // before quietBefore, after the cursor (nil: from the start), and returns
 // those whose job is finalized, pending or missing, and the cursor to
 // continue from (nil once the scan reached the end).
-func ScanActiveTasks(ctx context.Context, db Beginner, schema string, quietBefore time.Time, after *ScanCursor, limit int) ([]Settled, *ScanCursor, error) {
+func ScanActiveTasks(ctx context.Context, db DBTX, schema string, quietBefore time.Time, after *ScanCursor, limit int) ([]Settled, *ScanCursor, error) {
 	c := ScanCursor{WorkflowID: "00000000-0000-0000-0000-000000000000"}
 	if after != nil {
 		c = *after
@@ -290,7 +227,7 @@ func ScanActiveTasks(ctx context.Context, db Beginner, schema string, quietBefor
 		if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off"); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, queue.Qualify(schema, scanActiveTasksSQL), customPlan, quietBefore, c.UpdatedAt, c.WorkflowID, c.Task, limit)
+		rows, err := tx.Query(ctx, q(schema, scanActiveTasksSQL), customPlan, quietBefore, c.UpdatedAt, c.WorkflowID, c.Task, limit)
 		if err != nil {
 			return err
 		}
@@ -304,12 +241,6 @@ func ScanActiveTasks(ctx context.Context, db Beginner, schema string, quietBefor
 		return out, nil, nil
 	}
 	return out, &c, nil
-}
-
-// Beginner starts transactions: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
-// (a savepoint).
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 func scanSettled(rows pgx.Rows, c *ScanCursor) ([]Settled, int, error) {
@@ -341,27 +272,4 @@ func scanSettled(rows pgx.Rows, c *ScanCursor) ([]Settled, int, error) {
 		out = append(out, s)
 	}
 	return out, n, rows.Err()
-}
-
-// Wake tells the producers of the given queues, in every process, that jobs
-// became available, on River's insert notification channel (what River's
-// own insert sends), so they fetch now rather than at their next poll. Send
-// it after the commit that made the jobs available: a NOTIFY inside a
-// writing transaction serialises commits (docs/ARCHITECTURE.md, events).
-func Wake(ctx context.Context, db queue.DBTX, schema string, queues []string) error {
-	if len(queues) == 0 {
-		return nil
-	}
-	payloads := make([]string, len(queues))
-	for i, q := range queues {
-		b, err := json.Marshal(map[string]string{"queue": q})
-		if err != nil {
-			return err
-		}
-		payloads[i] = string(b)
-	}
-	if _, err := db.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p", schema+".river_insert", payloads); err != nil {
-		return fmt.Errorf("error waking River's producers: %w", err)
-	}
-	return nil
 }

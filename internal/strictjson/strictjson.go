@@ -5,8 +5,8 @@
 // decoders keep the first key, refuse it, or match case exactly, so a
 // producer and a consumer could read different values from the same bytes.
 //
-// Used by the event payload decoder (jobs/events.DecodeStrict) and the AMQP
-// bridge's JSONHandler.
+// Used by the events package's payload decoding and the AMQP bridge's
+// JSONHandler.
 package strictjson
 
 import (

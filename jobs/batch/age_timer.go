@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -111,13 +112,9 @@ func (t *AgeTimer) Tick(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("error listing batch streams: %w", err)
 	}
-	rows, err = pool.Query(ctx, queue.Qualify(schema, orphanedClaimsSQL))
+	orphaned, err := orphanedStreams(ctx, pool, schema)
 	if err != nil {
-		return 0, fmt.Errorf("error listing orphaned batches: %w", err)
-	}
-	orphaned, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return 0, fmt.Errorf("error listing orphaned batches: %w", err)
+		return 0, err
 	}
 
 	due := map[string]bool{}
@@ -146,4 +143,21 @@ func (t *AgeTimer) Tick(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return len(list), nil
+}
+
+// orphanedStreams lists the streams whose claimed batch lost its job
+// (discarded after its attempts, cancelled, deleted): a new flush job must
+// adopt the batch.
+func orphanedStreams(ctx context.Context, db queue.DBTX, schema string) ([]string, error) {
+	claims, err := riverjob.KeyedJobStates(ctx, db, schema, queue.Qualify(schema, claimedSQL))
+	if err != nil {
+		return nil, fmt.Errorf("error listing orphaned batches: %w", err)
+	}
+	var out []string
+	for _, c := range claims {
+		if c.State == "" || riverjob.Finalized(c.State) {
+			out = append(out, c.Key)
+		}
+	}
+	return out, nil
 }

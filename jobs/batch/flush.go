@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -334,8 +335,8 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 func (w *FlushWorker) completeIfIdle(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig) (bool, error) {
 	completed := false
 	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, w.q(lockJobSQL), job.ID); err != nil {
-			return fmt.Errorf("error locking flush job %d: %w", job.ID, err)
+		if err := riverjob.LockJob(ctx, tx, w.client.Schema(), job.ID); err != nil {
+			return fmt.Errorf("error locking flush job: %w", err)
 		}
 		h, err := measureHeadFor(ctx, tx, w.client.Schema(), stream, sc, w.avgSize(stream))
 		if err != nil {
@@ -361,19 +362,11 @@ func (w *FlushWorker) avgSize(stream string) float64 {
 
 // jobLive reports whether a flush job may still finish its batch.
 func (w *FlushWorker) jobLive(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	var state string
-	err := tx.QueryRow(ctx, w.q(jobStateSQL), id).Scan(&state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
+	state, err := riverjob.JobState(ctx, tx, w.client.Schema(), id)
 	if err != nil {
-		return false, fmt.Errorf("error reading flush job %d: %w", id, err)
+		return false, fmt.Errorf("error reading flush job: %w", err)
 	}
-	switch state {
-	case "completed", "discarded", "cancelled":
-		return false, nil
-	}
-	return true, nil
+	return state != "" && !riverjob.Finalized(state), nil
 }
 
 // ObjectKey is the key of a batch object:
@@ -513,8 +506,8 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 		// waiting for it here makes its items visible to the measurement.
 		// A stager that comes later waits for this commit and then enqueues
 		// a new job.
-		if _, err := tx.Exec(ctx, w.q(lockJobSQL), job.ID); err != nil {
-			return fmt.Errorf("error locking flush job %d: %w", job.ID, err)
+		if err := riverjob.LockJob(ctx, tx, w.client.Schema(), job.ID); err != nil {
+			return fmt.Errorf("error locking flush job: %w", err)
 		}
 		h, err := measureHeadFor(ctx, tx, w.client.Schema(), stream, sc, w.avgSize(stream))
 		if err != nil {

@@ -33,25 +33,16 @@ WITH RECURSIVE s AS (
 )
 SELECT stream FROM s WHERE stream IS NOT NULL`
 
-	// orphanedClaimsSQL finds claimed batches whose job is finished or gone
-	// (discarded after its attempts, cancelled, deleted): a new flush job
-	// must adopt them.
-	orphanedClaimsSQL = `
-SELECT o.stream
-FROM /*schema*/tributary_batch_object o
-LEFT JOIN /*schema*/river_job j ON j.id = o.claimed_by_job
-WHERE o.status = 'claimed'
-  AND (j.id IS NULL OR j.state IN ('completed', 'discarded', 'cancelled'))`
+	// claimedSQL lists the claimed batches (one per stream at most) and the
+	// jobs that claimed them, for the age timer's search for orphans.
+	claimedSQL = `
+SELECT stream, claimed_by_job FROM /*schema*/tributary_batch_object WHERE status = 'claimed'`
 
 	selectClaimSQL = `
 SELECT id, batch_id, key, first_item_id, last_item_id, claimed_by_job
 FROM /*schema*/tributary_batch_object
 WHERE stream = $1 AND status = 'claimed'
 FOR UPDATE`
-
-	jobStateSQL = `SELECT state FROM /*schema*/river_job WHERE id = $1`
-
-	lockJobSQL = `SELECT id FROM /*schema*/river_job WHERE id = $1 FOR UPDATE`
 
 	adoptClaimSQL = `
 UPDATE /*schema*/tributary_batch_object

@@ -10,7 +10,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // Ordering is what a consumer does with the events of an aggregate queued
@@ -64,9 +64,9 @@ type ConsumerConfig struct {
 	SourceService string
 
 	// SkipOwnEventKinds are the kinds of its own service's events the
-	// consumer does not want (e.g. KindIntegration: it published them for
+	// consumer does not want (e.g. EventKindIntegration: it published them for
 	// others). Defaults to none.
-	SkipOwnEventKinds []Kind
+	SkipOwnEventKinds []EventKind
 
 	// OnProcessedFunc, when set, is called after every dispatch attempt with
 	// its outcome. It must not block for long.
@@ -146,15 +146,15 @@ type Processed struct {
 
 // Message is what a handler receives: the event with its payload decoded.
 type Message[T any] struct {
-	ID            string              `json:"id"`
-	Type          string              `json:"type"`
-	Version       int                 `json:"version"`
-	Kind          Kind                `json:"kind"`
-	AggregateID   string              `json:"aggregate_id,omitempty"`
-	Payload       T                   `json:"payload"`
-	Metadata      queue.EventMetadata `json:"metadata"`
-	SourceService string              `json:"source_service,omitempty"`
-	CreatedAt     time.Time           `json:"created_at"`
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	Version       int             `json:"version"`
+	EventKind     EventKind       `json:"kind"`
+	AggregateID   string          `json:"aggregate_id,omitempty"`
+	Payload       T               `json:"payload"`
+	Metadata      outbox.Metadata `json:"metadata"`
+	SourceService string          `json:"source_service,omitempty"`
+	CreatedAt     time.Time       `json:"created_at"`
 	// Consumer is the consumer the handler runs for.
 	Consumer string `json:"consumer"`
 	// Attempt is 1 on the first delivery to this consumer.
@@ -171,7 +171,7 @@ type HandlerFunc[T any] func(ctx context.Context, msg Message[T]) error
 type Subscription struct {
 	pattern string
 	def     Definition // nil for raw handlers
-	call    func(ctx context.Context, ev *queue.OutboxEvent, payload any, consumer string, attempt int) error
+	call    func(ctx context.Context, ev *outbox.Event, payload any, consumer string, attempt int) error
 	err     error
 }
 
@@ -181,7 +181,7 @@ func Handle[T any](def Event[T], fn HandlerFunc[T]) Subscription {
 	return Subscription{
 		pattern: def.Name(),
 		def:     def,
-		call: func(ctx context.Context, ev *queue.OutboxEvent, payload any, consumer string, attempt int) error {
+		call: func(ctx context.Context, ev *outbox.Event, payload any, consumer string, attempt int) error {
 			return fn(ctx, message(ev, payload.(T), consumer, attempt))
 		},
 	}
@@ -193,16 +193,16 @@ func Handle[T any](def Event[T], fn HandlerFunc[T]) Subscription {
 func HandleRaw(pattern string, fn HandlerFunc[json.RawMessage]) Subscription {
 	return Subscription{
 		pattern: pattern,
-		call: func(ctx context.Context, ev *queue.OutboxEvent, _ any, consumer string, attempt int) error {
+		call: func(ctx context.Context, ev *outbox.Event, _ any, consumer string, attempt int) error {
 			return fn(ctx, message(ev, ev.Payload, consumer, attempt))
 		},
-		err: ValidatePattern(pattern),
+		err: validatePattern(pattern),
 	}
 }
 
-func message[T any](ev *queue.OutboxEvent, payload T, consumer string, attempt int) Message[T] {
+func message[T any](ev *outbox.Event, payload T, consumer string, attempt int) Message[T] {
 	return Message[T]{
-		ID: ev.ID, Type: ev.EventType, Version: ev.EventVersion, Kind: Kind(ev.EventKind), AggregateID: ev.AggregateID,
+		ID: ev.ID, Type: ev.EventType, Version: ev.EventVersion, EventKind: EventKind(ev.EventKind), AggregateID: ev.AggregateID,
 		Payload: payload, Metadata: ev.Metadata, SourceService: ev.SourceService, CreatedAt: ev.CreatedAt,
 		Consumer: consumer, Attempt: attempt,
 	}
@@ -242,7 +242,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("consumer %s: invalid ordering %q: want block or skip", cfg.Name, cfg.Ordering)
 	}
 	for _, k := range cfg.SkipOwnEventKinds {
-		if k != KindDomain && k != KindIntegration {
+		if k != EventKindDomain && k != EventKindIntegration {
 			return nil, fmt.Errorf("consumer %s: invalid event kind %q in SkipOwnEventKinds", cfg.Name, k)
 		}
 	}
@@ -322,7 +322,7 @@ func (c *Consumer) handlersFor(eventType string) []Subscription {
 	defer c.mu.RUnlock()
 	var out []Subscription
 	for _, s := range c.subs {
-		if MatchPattern(s.pattern, eventType) {
+		if matchPattern(s.pattern, eventType) {
 			out = append(out, s)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -48,7 +49,7 @@ func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]Consume
 		var ordering string
 		var inactiveMS int64
 		err := r.Scan(&c.Name, &c.Patterns, &c.Queue, &ordering, &c.SourceService, &c.RegisteredAt, &c.SeenAt,
-			&inactiveMS, &c.Active, &c.Pending, &c.BlockedLanes)
+			&inactiveMS, &c.Active)
 		c.Ordering = Ordering(ordering)
 		c.InactiveAfter = "never"
 		if inactiveMS >= 0 {
@@ -58,6 +59,17 @@ func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]Consume
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	pending, err := riverjob.CountUnfinishedDispatches(ctx, db, schema)
+	if err != nil {
+		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	blocked, err := newLanes(schema).blockedCounts(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	for i := range out {
+		out[i].Pending, out[i].BlockedLanes = pending[out[i].Name], blocked[out[i].Name]
 	}
 	return out, nil
 }
@@ -123,24 +135,19 @@ func RemoveConsumer(ctx context.Context, pool *pgxpool.Pool, schema, name string
 	if err != nil {
 		return nil, err
 	}
-	for _, step := range []struct {
-		sql string
-		n   *int64
-	}{{deleteConsumerJobsSQL, &res.Jobs}, {deleteConsumerLanesSQL, &res.Lanes}} {
-		sql := queue.Qualify(schema, step.sql)
-		for {
-			tag, err := pool.Exec(ctx, sql, name, consumerRemoveBatch)
-			if err != nil {
-				return nil, fmt.Errorf("error removing the work of consumer %q: %w", name, err)
-			}
-			*step.n += tag.RowsAffected()
-			if tag.RowsAffected() < consumerRemoveBatch {
-				break
-			}
-		}
+	ls := newLanes(schema)
+	if res.Jobs, err = inBatches(func() (int64, error) {
+		return riverjob.DeleteWaitingDispatches(ctx, pool, schema, name, consumerRemoveBatch)
+	}); err != nil {
+		return nil, err
 	}
-	if err := pool.QueryRow(ctx, queue.Qualify(schema, countRunningConsumerJobsSQL), name).Scan(&res.Running); err != nil {
-		return nil, fmt.Errorf("error counting the running jobs of consumer %q: %w", name, err)
+	if res.Lanes, err = inBatches(func() (int64, error) {
+		return ls.deleteConsumer(ctx, pool, name, consumerRemoveBatch)
+	}); err != nil {
+		return nil, err
+	}
+	if res.Running, err = riverjob.CountRunningDispatches(ctx, pool, schema, name); err != nil {
+		return nil, err
 	}
 	if !found && res.Jobs == 0 && res.Lanes == 0 && res.Running == 0 {
 		return nil, fmt.Errorf("%w %q", ErrUnknownConsumer, name)
@@ -148,48 +155,27 @@ func RemoveConsumer(ctx context.Context, pool *pgxpool.Pool, schema, name string
 	return res, nil
 }
 
-// listConsumersSQL: both counts read only what they count, unfinished jobs
-// through River's state-first index and blocked lanes through their partial
-// index.
+// inBatches runs remove, which deletes at most consumerRemoveBatch rows,
+// until it deletes fewer, and returns the total.
+func inBatches(remove func() (int64, error)) (int64, error) {
+	var total int64
+	for {
+		n, err := remove()
+		total += n
+		if err != nil || n < consumerRemoveBatch {
+			return total, err
+		}
+	}
+}
+
 const listConsumersSQL = `
-SELECT c.name, c.patterns, c.queue, c.ordering, c.source_service, c.updated_at, c.seen_at, c.inactive_after_ms,
-       c.inactive_after_ms < 0 OR c.seen_at >= $1::timestamptz - c.inactive_after_ms * interval '1 millisecond',
-       coalesce(p.n, 0), coalesce(b.n, 0)
-FROM /*schema*/tributary_event_consumer c
-LEFT JOIN (
-    SELECT args ->> 'consumer' AS consumer, count(*) AS n FROM /*schema*/river_job
-    WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-      AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
-    GROUP BY 1
-) p ON p.consumer = c.name
-LEFT JOIN (
-    SELECT l.consumer, count(*) AS n FROM /*schema*/tributary_event_lane l
-    LEFT JOIN /*schema*/river_job j ON j.id = l.blocked_job_id
-    WHERE l.blocked_job_id IS NOT NULL AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded'))
-    GROUP BY 1
-) b ON b.consumer = c.name
-ORDER BY c.name`
+SELECT name, patterns, queue, ordering, source_service, updated_at, seen_at, inactive_after_ms,
+       inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
+FROM /*schema*/tributary_event_consumer
+ORDER BY name`
 
 const lockConsumerSQL = `
 SELECT seen_at FROM /*schema*/tributary_event_consumer WHERE name = $1 FOR UPDATE`
 
 const deleteConsumerSQL = `
 DELETE FROM /*schema*/tributary_event_consumer WHERE name = $1`
-
-const deleteConsumerJobsSQL = `
-DELETE FROM /*schema*/river_job WHERE id IN (
-    SELECT id FROM /*schema*/river_job
-    WHERE state IN ('available', 'pending', 'retryable', 'scheduled')
-      AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
-      AND args ->> 'consumer' = $1
-    LIMIT $2 FOR UPDATE)`
-
-const deleteConsumerLanesSQL = `
-DELETE FROM /*schema*/tributary_event_lane WHERE (consumer, aggregate_id) IN (
-    SELECT consumer, aggregate_id FROM /*schema*/tributary_event_lane WHERE consumer = $1
-    LIMIT $2 FOR UPDATE)`
-
-const countRunningConsumerJobsSQL = `
-SELECT count(*) FROM /*schema*/river_job
-WHERE state = 'running' AND kind IN ('tributary.event.dispatch', 'tributary.event.dispatch_batch')
-  AND args ->> 'consumer' = $1`

@@ -43,7 +43,7 @@ func (d *Dispatcher) runBackground(ctx context.Context) {
 		case <-heartbeat.C:
 			d.heartbeat(ctx)
 		case <-repair:
-			d.RepairLanes(ctx)
+			d.repairLanes(ctx)
 		}
 	}
 }
@@ -54,7 +54,7 @@ func (d *Dispatcher) runBackground(ctx context.Context) {
 // next start.
 func (d *Dispatcher) heartbeat(ctx context.Context) {
 	names := d.consumerNames()
-	tag, err := d.pool.Exec(ctx, d.heartbeatSQL, names, time.Now().UTC())
+	tag, err := d.pool.Exec(ctx, d.q(consumerHeartbeatSQL), names, time.Now().UTC())
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -76,7 +76,7 @@ func (d *Dispatcher) heartbeat(ctx context.Context) {
 // cancelled, with the reason.
 func (d *Dispatcher) notRunHere(ctx context.Context, consumer string, job *rivertype.JobRow) error {
 	var exists bool
-	if err := d.pool.QueryRow(ctx, d.consumerExistsSQL, consumer).Scan(&exists); err == nil && !exists {
+	if err := d.pool.QueryRow(ctx, d.q(consumerExistsSQL), consumer).Scan(&exists); err == nil && !exists {
 		d.logger.InfoContext(ctx, "dispatch for a removed consumer cancelled", "consumer", consumer, "job_id", job.ID)
 		return river.JobCancel(fmt.Errorf("consumer %q was removed (tributary consumers remove)", consumer))
 	}

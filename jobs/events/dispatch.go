@@ -17,27 +17,29 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
 // DispatchKind is the River job kind of a dispatch: one event for one
 // consumer.
-const DispatchKind = "tributary.event.dispatch"
+const DispatchKind = riverjob.DispatchKind
 
-// DispatchArgs are a dispatch job's arguments. The event travels whole, so
+// dispatchArgs are a dispatch job's arguments. The event travels whole, so
 // a dispatch can be retried or replayed after its outbox row was cleaned up.
-type DispatchArgs struct {
+type dispatchArgs struct {
 	Consumer string `json:"consumer"`
 	// AggregateID and Seq place the dispatch in its (consumer, aggregate)
 	// lane; empty and 0 for events without an aggregate.
-	AggregateID string            `json:"aggregate_id,omitempty"`
-	Seq         int64             `json:"seq,omitempty"`
-	Event       queue.OutboxEvent `json:"event"`
+	AggregateID string       `json:"aggregate_id,omitempty"`
+	Seq         int64        `json:"seq,omitempty"`
+	Event       outbox.Event `json:"event"`
 }
 
 // Kind implements river.JobArgs.
-func (DispatchArgs) Kind() string { return DispatchKind }
+func (dispatchArgs) Kind() string { return DispatchKind }
 
 // DispatcherConfig configures a Dispatcher.
 type DispatcherConfig struct {
@@ -55,7 +57,7 @@ type DispatcherConfig struct {
 
 	// LaneRepairInterval is how often the dispatcher's repair sweep looks
 	// at lanes that have been quiet with work behind their head, and moves
-	// on those whose head was given up outside tributary (see RepairLanes).
+	// on those whose head was given up outside tributary (see repairLanes).
 	// -1 turns it off.
 	//
 	// Defaults to 30 seconds.
@@ -71,28 +73,20 @@ type DispatcherStats struct {
 	GivenUp            int64 `json:"given_up"`
 }
 
-// Dispatcher is the River worker of dispatch jobs, running each consumer's
-// handlers, and the service that records the consumers in the database so
-// every forwarder fans events out to them. Register it with Register.
+// Dispatcher runs its consumers' handlers for their dispatch jobs (its River
+// workers), and is the service that records the consumers in the database
+// so every forwarder fans events out to them. Register it with Register.
 type Dispatcher struct {
-	river.WorkerDefaults[DispatchArgs]
-
 	pool      *pgxpool.Pool
 	cfg       DispatcherConfig
 	logger    *slog.Logger
 	consumers map[string]*Consumer
-
-	lanes                                                         *laneStatements
-	upsertConsumerSQL, consumerSeenSQL, heartbeatSQL              string
-	consumerExistsSQL                                             string
-	lockLanesSQL, advanceManySQL, promoteManySQL, completeManySQL string
-	insertRemaindersSQL, cancelRequestedSQL                       string
+	lanes     *lanes
+	completer *laneCompleter
 
 	handled, failed, panics, validation, givenUp atomic.Int64
 
-	completer                   *laneCompleter
-	repairSQL, repairPromoteSQL string
-	life                        queue.Lifecycle
+	life queue.Lifecycle
 }
 
 // NewDispatcher returns a dispatcher for cfg's consumers.
@@ -103,25 +97,13 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	d := &Dispatcher{
-		pool:                pool,
-		cfg:                 cfg,
-		logger:              cfg.Logger.With("component", "dispatcher"),
-		consumers:           map[string]*Consumer{},
-		lanes:               newLaneStatements(cfg.Schema),
-		upsertConsumerSQL:   queue.Qualify(cfg.Schema, upsertConsumerSQL),
-		consumerSeenSQL:     queue.Qualify(cfg.Schema, consumerSeenSQL),
-		heartbeatSQL:        queue.Qualify(cfg.Schema, consumerHeartbeatSQL),
-		consumerExistsSQL:   queue.Qualify(cfg.Schema, consumerExistsSQL),
-		cancelRequestedSQL:  queue.Qualify(cfg.Schema, cancelRequestedSQL),
-		lockLanesSQL:        queue.Qualify(cfg.Schema, lockLanesSQL),
-		advanceManySQL:      queue.Qualify(cfg.Schema, laneAdvanceManySQL),
-		promoteManySQL:      queue.Qualify(cfg.Schema, lanePromoteManySQL),
-		completeManySQL:     queue.Qualify(cfg.Schema, completeManySQL),
-		insertRemaindersSQL: queue.Qualify(cfg.Schema, insertRemaindersSQL),
+		pool:      pool,
+		cfg:       cfg,
+		logger:    cfg.Logger.With("component", "dispatcher"),
+		consumers: map[string]*Consumer{},
+		lanes:     newLanes(cfg.Schema),
 	}
 	d.completer = &laneCompleter{d: d}
-	d.repairSQL = queue.Qualify(cfg.Schema, laneRepairSQL)
-	d.repairPromoteSQL = queue.Qualify(cfg.Schema, laneRepairPromoteSQL)
 	if d.cfg.LaneRepairInterval == 0 {
 		d.cfg.LaneRepairInterval = LaneRepairIntervalDefault
 	}
@@ -137,8 +119,8 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 // Register adds the dispatch workers to rt and the dispatcher as a
 // service.
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
-	queue.AddWorker(rt, d)
-	queue.AddWorker[DispatchBatchArgs](rt, &batchWorker{d: d})
+	queue.AddWorker[dispatchArgs](rt, &dispatchWorker[dispatchArgs]{d: d, work: d.work})
+	queue.AddWorker[dispatchBatchArgs](rt, &dispatchWorker[dispatchBatchArgs]{d: d, work: d.workBatch})
 	return rt.AddService(d)
 }
 
@@ -190,11 +172,11 @@ func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 		types := c.RegisteredEventTypes()
 		var seenAt *time.Time
 		var inactiveMS int64
-		err := d.pool.QueryRow(ctx, d.consumerSeenSQL, c.Name()).Scan(&seenAt, &inactiveMS)
+		err := d.pool.QueryRow(ctx, d.q(consumerSeenSQL), c.Name()).Scan(&seenAt, &inactiveMS)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("error reading consumer %s: %w", c.Name(), err)
 		}
-		if _, err := d.pool.Exec(ctx, d.upsertConsumerSQL, c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
+		if _, err := d.pool.Exec(ctx, d.q(upsertConsumerSQL), c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
 			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS()); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
 		}
@@ -215,9 +197,32 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	return err
 }
 
-// NextRetry follows the consumer's retry delays.
-func (d *Dispatcher) NextRetry(job *river.Job[DispatchArgs]) time.Time {
-	return d.nextRetry(job.Args.Consumer, job.Attempt)
+// consumerArgs are the args of both kinds of dispatch job: they name the
+// consumer they are for.
+type consumerArgs interface {
+	river.JobArgs
+	consumer() string
+}
+
+func (a dispatchArgs) consumer() string      { return a.Consumer }
+func (a dispatchBatchArgs) consumer() string { return a.Consumer }
+
+// dispatchWorker is the River worker of one kind of dispatch job for its
+// Dispatcher.
+type dispatchWorker[A consumerArgs] struct {
+	river.WorkerDefaults[A]
+	d    *Dispatcher
+	work func(ctx context.Context, job *river.Job[A]) error
+}
+
+func (w *dispatchWorker[A]) Work(ctx context.Context, job *river.Job[A]) error {
+	return w.work(ctx, job)
+}
+
+// NextRetry follows the consumer's retry delays (a batched dispatch fails as
+// a whole only when its outcome cannot be recorded).
+func (w *dispatchWorker[A]) NextRetry(job *river.Job[A]) time.Time {
+	return w.d.nextRetry(job.Args.consumer(), job.Attempt)
 }
 
 // nextRetry is when a dispatch of consumer that failed attempt runs again.
@@ -228,19 +233,21 @@ func (d *Dispatcher) nextRetry(consumer string, attempt int) time.Time {
 	return time.Now().Add(5 * time.Second)
 }
 
-// Work runs the consumer's handlers for the event, in registration order.
-func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
+// work runs the consumer's handlers for the event, in registration order.
+func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) error {
 	args := job.Args
 	c := d.consumers[args.Consumer]
 	if c == nil {
 		return d.notRunHere(ctx, args.Consumer, job.JobRow)
 	}
 	if args.AggregateID != "" && !hadLaneTurn(job.Metadata) {
-		turn, err := d.laneTurn(ctx, job)
+		early, head, err := d.lanes.turn(ctx, d.pool, job.ID, args)
 		if err != nil {
 			return err
 		}
-		if !turn {
+		if early {
+			d.logger.WarnContext(ctx, "dispatch started ahead of its lane's head (made available outside tributary): back to pending, attempt not counted",
+				"consumer", args.Consumer, "aggregate_id", args.AggregateID, "seq", args.Seq, "head_seq", head, "job_id", job.ID)
 			// Back to pending already; River's own update finds the job no
 			// longer running and leaves it there.
 			return river.JobSnooze(0)
@@ -278,47 +285,6 @@ func (d *Dispatcher) Work(ctx context.Context, job *river.Job[DispatchArgs]) err
 	}
 }
 
-// laneTurn reports whether a lane job that was never marked as its lane's
-// head (laneTurnKey) may run now: it is its lane's head, or behind it. A
-// job ahead of its head was made available from outside tributary (River's
-// client or UI, SQL): it goes back to pending with its attempt given back,
-// and runs when its turn comes. It costs one primary-key read; the lane is
-// locked only for a job that looks early, so that a head completing at that
-// moment either sees it pending (and promotes it) or has already moved the
-// head to it.
-func (d *Dispatcher) laneTurn(ctx context.Context, job *river.Job[DispatchArgs]) (bool, error) {
-	args := job.Args
-	var head int64
-	err := d.pool.QueryRow(ctx, d.lanes.head, args.Consumer, args.AggregateID).Scan(&head)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && args.Seq <= head) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("error reading the lane of dispatch %d: %w", job.ID, err)
-	}
-	early := false
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		l, ok, err := d.lanes.lockLane(ctx, tx, args.Consumer, args.AggregateID)
-		if err != nil || !ok || args.Seq <= l.headSeq {
-			return err
-		}
-		early = true
-		head = l.headSeq
-		if _, err := tx.Exec(ctx, d.lanes.requeue, job.ID, time.Now().UTC()); err != nil {
-			return fmt.Errorf("error putting dispatch %d back in its lane: %w", job.ID, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return false, err
-	}
-	if early {
-		d.logger.WarnContext(ctx, "dispatch started ahead of its lane's head (made available outside tributary): back to pending, attempt not counted",
-			"consumer", args.Consumer, "aggregate_id", args.AggregateID, "seq", args.Seq, "head_seq", head, "job_id", job.ID)
-	}
-	return !early, nil
-}
-
 // cancelRequested reports whether an operator asked River to cancel the
 // running job: its context says so when the request reached this process,
 // the job's metadata when the handler returned first. Only failed lane jobs
@@ -327,8 +293,7 @@ func (d *Dispatcher) cancelRequested(ctx context.Context, jobID int64) bool {
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		return true
 	}
-	var requested bool
-	err := d.pool.QueryRow(context.WithoutCancel(ctx), d.cancelRequestedSQL, jobID).Scan(&requested)
+	requested, err := riverjob.CancelRequested(context.WithoutCancel(ctx), d.pool, d.cfg.Schema, jobID)
 	return err == nil && requested
 }
 
@@ -343,7 +308,7 @@ type deliveryResult struct {
 // deliver runs c's handlers for ev as the given attempt, calls the
 // consumer's OnProcessedFunc, counts and logs the outcome. Dispatch jobs and
 // batched dispatch jobs both deliver through it.
-func (d *Dispatcher) deliver(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, jobID int64, attempt, maxAttempts int, seq int64) deliveryResult {
+func (d *Dispatcher) deliver(ctx context.Context, c *Consumer, ev *outbox.Event, jobID int64, attempt, maxAttempts int, seq int64) deliveryResult {
 	attrs := []any{"consumer", c.Name(), "event_id", ev.ID, "event_type", ev.EventType,
 		"correlation_id", ev.Metadata.CorrelationID, "job_id", jobID, "attempt", attempt}
 	if ev.AggregateID != "" {
@@ -388,7 +353,7 @@ func (d *Dispatcher) consumerNames() []string {
 // any handler runs (so a payload that fails one handler's validation runs
 // none of them), then runs every matching handler in registration order; a
 // panic is recovered into a PanicError.
-func (d *Dispatcher) runHandlers(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, attempt int) error {
+func (d *Dispatcher) runHandlers(ctx context.Context, c *Consumer, ev *outbox.Event, attempt int) error {
 	subs := c.handlersFor(ev.EventType)
 	payloads := make([]any, len(subs))
 	for i, s := range subs {
@@ -413,7 +378,7 @@ func (d *Dispatcher) runHandlers(ctx context.Context, c *Consumer, ev *queue.Out
 	return nil
 }
 
-func (d *Dispatcher) call(ctx context.Context, s Subscription, ev *queue.OutboxEvent, payload any, consumer string, attempt int) (err error) {
+func (d *Dispatcher) call(ctx context.Context, s Subscription, ev *outbox.Event, payload any, consumer string, attempt int) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			d.panics.Add(1)
@@ -425,7 +390,7 @@ func (d *Dispatcher) call(ctx context.Context, s Subscription, ev *queue.OutboxE
 	return s.call(ctx, ev, payload, consumer, attempt)
 }
 
-func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *queue.OutboxEvent, attempt int, dur time.Duration, err error, terminal bool) {
+func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *outbox.Event, attempt int, dur time.Duration, err error, terminal bool) {
 	if c.cfg.OnProcessedFunc == nil {
 		return
 	}
@@ -442,21 +407,24 @@ func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *queue.Outbo
 // one transaction (shared with other completions, see laneCompleter), so
 // the next event cannot start before this one is done and cannot be
 // forgotten if this process dies.
-func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[DispatchArgs]) error {
+func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[dispatchArgs]) error {
 	return d.completer.complete(ctx, job)
 }
 
 // wakeRiver tells River's producers that dispatch jobs became available
-// in the queues (see laneStatements.wakeRiver).
+// in the queues (see lanes.wake).
 func (d *Dispatcher) wakeRiver(ctx context.Context, queueNames ...string) {
-	d.lanes.wakeRiver(ctx, d.pool, d.logger, queueNames...)
+	d.lanes.wake(ctx, d.pool, d.logger, queueNames...)
 }
+
+// q qualifies a statement on the consumer table.
+func (d *Dispatcher) q(sql string) string { return queue.Qualify(d.cfg.Schema, sql) }
 
 // onGiveUp applies the consumer's ordering policy to a lane dispatch that
 // will not be retried: with OrderingSkip the lane moves on to the next
 // event; with OrderingBlock the lane records that this job holds it, and
 // why, until an operator retries or skips it.
-func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[DispatchArgs], r deliveryResult) error {
+func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[dispatchArgs], r deliveryResult) error {
 	args := job.Args
 	if args.AggregateID == "" {
 		return nil
@@ -467,7 +435,7 @@ func (d *Dispatcher) onGiveUp(ctx context.Context, c *Consumer, job *river.Job[D
 		return nil
 	}
 	reason := blockReason(r, job.Attempt)
-	ok, err := d.lanes.blockLane(context.WithoutCancel(ctx), d.pool, args.Consumer, args.AggregateID, args.Seq, job.ID, reason, job.EncodedArgs)
+	ok, err := d.lanes.block(context.WithoutCancel(ctx), d.pool, args.Consumer, args.AggregateID, args.Seq, job.ID, reason, job.EncodedArgs)
 	if err != nil {
 		return err
 	}
@@ -494,16 +462,11 @@ func blockReason(r deliveryResult, attempt int) string {
 // the next one. A failure is logged: the job stays at the lane's head,
 // where a retry moves the lane on, and the repair sweep releases a head an
 // operator cancelled.
-func (d *Dispatcher) releaseLane(ctx context.Context, args DispatchArgs, logger *slog.Logger, why string) {
+func (d *Dispatcher) releaseLane(ctx context.Context, args dispatchArgs, logger *slog.Logger, why string) {
 	// The job's context may be cancelled (that is often why we are here).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	var promotedQueue string
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		var err error
-		promotedQueue, err = d.lanes.advanceLane(ctx, tx, args.Consumer, args.AggregateID, args.Seq)
-		return err
-	})
+	promotedQueue, err := d.lanes.release(ctx, d.pool, args.Consumer, args.AggregateID, args.Seq)
 	if err != nil {
 		logger.ErrorContext(ctx, "error moving the lane past a given-up dispatch", "error", err)
 		return
@@ -525,8 +488,3 @@ ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.
 
 const consumerSeenSQL = `
 SELECT seen_at, inactive_after_ms FROM /*schema*/tributary_event_consumer WHERE name = $1`
-
-// cancelRequestedSQL: River's JobCancel marks a running job's metadata
-// before the job's client hears of it.
-const cancelRequestedSQL = `
-SELECT metadata ? 'cancel_attempted_at' FROM /*schema*/river_job WHERE id = $1`

@@ -12,38 +12,23 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // DispatchBatchKind is the River job kind of a batched dispatch: several
 // events without an aggregate for one consumer (ConsumerConfig.DispatchBatch).
-const DispatchBatchKind = "tributary.event.dispatch_batch"
+const DispatchBatchKind = riverjob.DispatchBatchKind
 
-// DispatchBatchArgs are a batched dispatch job's arguments: the events, in
-// emit order, whole (as in DispatchArgs).
-type DispatchBatchArgs struct {
-	Consumer string              `json:"consumer"`
-	Events   []queue.OutboxEvent `json:"events"`
+// dispatchBatchArgs are a batched dispatch job's arguments: the events, in
+// emit order, whole (as in dispatchArgs).
+type dispatchBatchArgs struct {
+	Consumer string         `json:"consumer"`
+	Events   []outbox.Event `json:"events"`
 }
 
 // Kind implements river.JobArgs.
-func (DispatchBatchArgs) Kind() string { return DispatchBatchKind }
-
-// batchWorker works batched dispatch jobs for its Dispatcher.
-type batchWorker struct {
-	river.WorkerDefaults[DispatchBatchArgs]
-	d *Dispatcher
-}
-
-func (w *batchWorker) Work(ctx context.Context, job *river.Job[DispatchBatchArgs]) error {
-	return w.d.workBatch(ctx, job)
-}
-
-// NextRetry follows the consumer's retry delays, as for its dispatch jobs
-// (a batch job fails as a whole only when its outcome cannot be recorded).
-func (w *batchWorker) NextRetry(job *river.Job[DispatchBatchArgs]) time.Time {
-	return w.d.nextRetry(job.Args.Consumer, job.Attempt)
-}
+func (dispatchBatchArgs) Kind() string { return DispatchBatchKind }
 
 // batchRemainder is a dispatch job that a batch leaves behind: an event that
 // failed (as a single dispatch job that has made its attempt), or the events
@@ -54,7 +39,7 @@ type batchRemainder struct {
 	maxAttempts int
 	scheduledAt time.Time
 	args        river.JobArgs
-	err         string // the attempt's error as River records it; "" for none
+	err         *rivertype.AttemptError // the attempt's error; nil for none
 }
 
 // workBatch delivers the job's events one after another, exactly as a
@@ -69,7 +54,7 @@ type batchRemainder struct {
 //   - a shutdown that interrupts the batch moves the events not yet
 //     delivered to a new batch job, so a restart does not deliver the
 //     finished ones again.
-func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatchArgs]) error {
+func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[dispatchBatchArgs]) error {
 	c := d.consumers[job.Args.Consumer]
 	if c == nil {
 		return d.notRunHere(ctx, job.Args.Consumer, job.JobRow)
@@ -106,7 +91,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 		rem := batchRemainder{
 			state: rivertype.JobStateRetryable, attempt: job.Attempt, maxAttempts: maxAttempts,
 			scheduledAt: now.Add(c.retryDelay(job.Attempt)),
-			args:        DispatchArgs{Consumer: c.Name(), Event: *ev},
+			args:        dispatchArgs{Consumer: c.Name(), Event: *ev},
 			err:         attemptError(job.Attempt, r.err),
 		}
 		switch {
@@ -136,61 +121,57 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[DispatchBatch
 
 // restOfBatch is the remainder holding the events a shutdown kept from
 // running.
-func restOfBatch(job *river.Job[DispatchBatchArgs], rest []queue.OutboxEvent) batchRemainder {
+func restOfBatch(job *river.Job[dispatchBatchArgs], rest []outbox.Event) batchRemainder {
 	return batchRemainder{
 		state: rivertype.JobStateAvailable, maxAttempts: job.MaxAttempts, scheduledAt: time.Now().UTC(),
-		args: DispatchBatchArgs{Consumer: job.Args.Consumer, Events: rest},
+		args: dispatchBatchArgs{Consumer: job.Args.Consumer, Events: rest},
 	}
 }
 
 // splitBatch makes each of events a dispatch job of its own, available at
 // once and not yet attempted.
-func splitBatch(c *Consumer, events []queue.OutboxEvent) []batchRemainder {
+func splitBatch(c *Consumer, events []outbox.Event) []batchRemainder {
 	now := time.Now().UTC()
 	rems := make([]batchRemainder, len(events))
 	for i, ev := range events {
 		rems[i] = batchRemainder{
 			state: rivertype.JobStateAvailable, maxAttempts: c.maxAttempts(), scheduledAt: now,
-			args: DispatchArgs{Consumer: c.Name(), Event: ev},
+			args: dispatchArgs{Consumer: c.Name(), Event: ev},
 		}
 	}
 	return rems
 }
 
-// attemptError renders err as River records a failed attempt.
-func attemptError(attempt int, err error) string {
-	ae := rivertype.AttemptError{At: time.Now().UTC(), Attempt: attempt, Error: err.Error()}
+// attemptError is err as River records a failed attempt (a panic's stack as
+// its trace).
+func attemptError(attempt int, err error) *rivertype.AttemptError {
+	ae := &rivertype.AttemptError{At: time.Now().UTC(), Attempt: attempt, Error: err.Error()}
 	var pe *PanicError
 	if errors.As(err, &pe) {
 		ae.Trace = pe.Stack
 	}
-	b, _ := json.Marshal(ae)
-	return string(b)
+	return ae
 }
 
 // finishBatch inserts the remainders and completes the batch job in one
 // transaction.
-func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[DispatchBatchArgs], rems []batchRemainder) error {
-	n := len(rems)
-	states, kinds, args, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attempts, maxAttempts := make([]int32, n), make([]int32, n)
-	scheduled := make([]time.Time, n)
+func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[dispatchBatchArgs], rems []batchRemainder) error {
+	jobs := make([]riverjob.AttemptedJob, len(rems))
 	for i, rem := range rems {
 		b, err := json.Marshal(rem.args)
 		if err != nil {
 			return fmt.Errorf("error encoding a dispatch job: %w", err)
 		}
-		states[i], args[i], errs[i] = string(rem.state), string(b), rem.err
-		kinds[i] = rem.args.Kind()
-		attempts[i], maxAttempts[i], scheduled[i] = int32(rem.attempt), int32(rem.maxAttempts), rem.scheduledAt
+		jobs[i] = riverjob.AttemptedJob{Kind: rem.args.Kind(), Args: b, State: rem.state, Attempt: rem.attempt,
+			MaxAttempts: rem.maxAttempts, ScheduledAt: rem.scheduledAt, Error: rem.err}
 	}
 	// The job's context without its cancellation: River finds its client
 	// there, and a shutdown must not keep the outcome from being recorded.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, d.insertRemaindersSQL, time.Now().UTC(), job.Queue, states, attempts, maxAttempts, scheduled, args, errs, kinds); err != nil {
-			return fmt.Errorf("error inserting dispatch jobs: %w", err)
+		if err := riverjob.InsertAttempted(ctx, tx, d.cfg.Schema, job.Queue, jobs, time.Now().UTC()); err != nil {
+			return err
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("error completing job %d: %w", job.ID, err)
@@ -198,19 +179,3 @@ func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[DispatchBat
 		return nil
 	})
 }
-
-// insertRemaindersSQL inserts dispatch jobs in the states River itself
-// would leave them in after the recorded attempt (River's job scheduler
-// makes a retryable job available when its time comes).
-const insertRemaindersSQL = `
-INSERT INTO /*schema*/river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at,
-                                 priority, args, errors, kind, metadata, queue, tags)
-SELECT u.state::/*schema*/river_job_state, u.attempt, u.max_attempts,
-       CASE WHEN u.attempt > 0 THEN $1::timestamptz END,
-       $1::timestamptz,
-       CASE WHEN u.state IN ('cancelled', 'discarded') THEN $1::timestamptz END,
-       u.scheduled_at, 1, u.args::jsonb,
-       CASE WHEN u.err = '' THEN NULL ELSE ARRAY[u.err::jsonb] END,
-       u.kind, '{}'::jsonb, $2, '{}'::varchar[]
-FROM unnest($3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
-     AS u(state, attempt, max_attempts, scheduled_at, args, err, kind)`

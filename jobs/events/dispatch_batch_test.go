@@ -79,7 +79,7 @@ func TestDispatchBatch(t *testing.T) {
 		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "always", Amount: 1}},
 		events.Emission{Def: looseOrderEvent, Payload: looseOrder{OrderID: "invalid", Amount: -1}},
 	)
-	ids, err := loose.EmitManyTx(ctx, db.Pool, items)
+	ids, err := loose.EmitMany(ctx, db.Pool, items)
 	require.NoError(t, err)
 	flaky, boom, always, invalid := ids[20], ids[21], ids[22], ids[23]
 
@@ -164,7 +164,7 @@ func TestDispatchBatchShutdown(t *testing.T) {
 	for i := range 8 {
 		items = append(items, events.Emission{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: fmt.Sprintf("o-%d", i), Amount: 1}})
 	}
-	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	ids, err := em.EmitMany(ctx, db.Pool, items)
 	require.NoError(t, err)
 	select {
 	case <-started:
@@ -229,7 +229,7 @@ func TestDispatchBatchSplitsForSlowHandlers(t *testing.T) {
 	for i := range 10 {
 		items = append(items, events.Emission{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: fmt.Sprintf("o-%d", i), Amount: 1}})
 	}
-	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	ids, err := em.EmitMany(ctx, db.Pool, items)
 	require.NoError(t, err)
 	pgtest.WaitFor(t, 15*time.Second, "every event handled", func() (bool, error) {
 		return rec.count(nil) == len(ids), nil
@@ -247,7 +247,7 @@ func TestDispatchBatchSplitsForSlowHandlers(t *testing.T) {
 }
 
 // TestDispatchBatchBoundedByBytes forwards four events of 400 KiB in one
-// batch: a batched job takes at most DispatchBatchMaxBytes of them, so they
+// batch: a batched job takes at most dispatchBatchMaxBytes of them, so they
 // travel two by two.
 func TestDispatchBatchBoundedByBytes(t *testing.T) {
 	t.Parallel()
@@ -266,7 +266,7 @@ func TestDispatchBatchBoundedByBytes(t *testing.T) {
 	for i := range items {
 		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: text}}
 	}
-	ids, err := em.EmitManyTx(ctx, db.Pool, items)
+	ids, err := em.EmitMany(ctx, db.Pool, items)
 	require.NoError(t, err)
 	pgtest.WaitFor(t, 15*time.Second, "every event handled", func() (bool, error) {
 		return rec.count(nil) == len(ids), nil

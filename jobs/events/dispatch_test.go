@@ -12,7 +12,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // dispatchJob finds the dispatch job of an event for a consumer.
@@ -50,7 +50,7 @@ func TestDispatchValidationFailure(t *testing.T) {
 	}
 	emit := func(t *testing.T, b *testBundle, agg string, p looseOrder) string {
 		t.Helper()
-		id, err := b.loose.EmitTx(context.Background(), b.db.Pool, looseOrderEvent, p, events.Meta{AggregateID: agg})
+		id, err := b.loose.Emit(context.Background(), b.db.Pool, looseOrderEvent, p, events.Meta{AggregateID: agg})
 		require.NoError(t, err)
 		return id
 	}
@@ -112,12 +112,8 @@ func TestDispatchFailures(t *testing.T) {
 			return nil
 		})
 		_, inst := startEvents(t, db, events.ForwarderConfig{}, c)
-		em := newEmitter(t, db)
-		ctx := context.Background()
-		boom, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "boom"}, events.Meta{AggregateID: "n"})
-		require.NoError(t, err)
-		after, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "after"}, events.Meta{AggregateID: "n"})
-		require.NoError(t, err)
+		ids := emitLane(t, db, "n", "boom", "after")
+		boom, after := ids[0], ids[1]
 
 		pgtest.WaitFor(t, 15*time.Second, "both events handled", func() (bool, error) {
 			_, s1, _ := dispatchJob(t, db, "panicky", boom)
@@ -150,12 +146,8 @@ func TestDispatchFailures(t *testing.T) {
 			return nil
 		})
 		rt, _ := startEvents(t, db, events.ForwarderConfig{}, c)
-		em := newEmitter(t, db)
-		ctx := context.Background()
-		first, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "first"}, events.Meta{AggregateID: "x"})
-		require.NoError(t, err)
-		second, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "second"}, events.Meta{AggregateID: "x"})
-		require.NoError(t, err)
+		ids := emitLane(t, db, "x", "first", "second")
+		first, second := ids[0], ids[1]
 
 		var jobID int64
 		pgtest.WaitFor(t, 15*time.Second, "the failing dispatch to be discarded", func() (bool, error) {
@@ -170,7 +162,7 @@ func TestDispatchFailures(t *testing.T) {
 		require.Equal(t, "pending", state)
 
 		healthy.Store(true)
-		_, err = rt.River().JobRetry(ctx, jobID)
+		_, err := rt.River().JobRetry(context.Background(), jobID)
 		require.NoError(t, err)
 		pgtest.WaitFor(t, 15*time.Second, "the replayed and the held event", func() (bool, error) {
 			return rec.count(nil) == 2, nil
@@ -186,7 +178,7 @@ func TestDispatchFailures(t *testing.T) {
 		rec := &recorder{}
 		own := fastConsumer(t, "own", func(cfg *events.ConsumerConfig) {
 			cfg.SourceService = "test"
-			cfg.SkipOwnEventKinds = []events.Kind{events.KindIntegration}
+			cfg.SkipOwnEventKinds = []events.EventKind{events.EventKindIntegration}
 		})
 		other := fastConsumer(t, "other", nil)
 		for _, c := range []*events.Consumer{own, other} {
@@ -209,9 +201,9 @@ func TestDispatchFailures(t *testing.T) {
 		startEvents(t, db, events.ForwarderConfig{}, own, other)
 		em := newEmitter(t, db)
 		ctx := context.Background()
-		_, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "integration from test"}, events.Meta{})
+		_, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "integration from test"}, events.Meta{})
 		require.NoError(t, err)
-		_, err = em.EmitTx(ctx, db.Pool, orderPlacedEvent, orderPlaced{OrderID: "domain"}, events.Meta{})
+		_, err = em.Emit(ctx, db.Pool, orderPlacedEvent, orderPlaced{OrderID: "domain"}, events.Meta{})
 		require.NoError(t, err)
 
 		pgtest.WaitFor(t, 15*time.Second, "deliveries", func() (bool, error) {
@@ -235,7 +227,7 @@ func TestDispatchFailures(t *testing.T) {
 	})
 }
 
-var _ = queue.OutboxEvent{}
+var _ = outbox.Event{}
 
 func TestLaneRepair(t *testing.T) {
 	t.Parallel()
@@ -246,14 +238,14 @@ func TestLaneRepair(t *testing.T) {
 	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Consumers: []*events.Consumer{c}, LaneRepairInterval: -1})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
-	bus, err := events.NewBus(db.Client(t), events.BusConfig{})
+	bus, err := events.NewBus(db.Client(t))
 	require.NoError(t, err)
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{bus}})
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{bus}})
 	require.NoError(t, err)
 	em := newEmitter(t, db)
-	first, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
+	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
 	require.NoError(t, err)
-	second, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: "z"})
+	second, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: "z"})
 	require.NoError(t, err)
 	_, err = f.ForwardOnce(ctx)
 	require.NoError(t, err)

@@ -8,7 +8,7 @@
 // runs a consumer in a worker, ExampleDefine defines event types.
 //
 // The event API lives here rather than in package queue because it is a
-// feature built on the hub (River jobs, the runtime's services), and queue
-// imports no tributary package but migrations; queue only holds the types
-// shared with the AMQP bridge (queue.OutboxEvent, queue.OutboxPublisher).
+// feature built on the hub (River jobs, the runtime's services). The roles
+// it shares with the AMQP bridge (the event a publisher gets, the
+// publishers' interfaces) are in the leaf package outbox.
 package events

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -137,21 +138,44 @@ func NewEmitter(cfg EmitterConfig) (*Emitter, error) {
 	if cfg.NoNotify {
 		insertSQL = outboxInsertNoNotifySQL
 	}
-	return &Emitter{cfg: cfg, insertSQL: queue.Qualify(cfg.Schema, insertSQL), channel: NotifyChannel(cfg.Schema)}, nil
+	return &Emitter{cfg: cfg, insertSQL: queue.Qualify(cfg.Schema, insertSQL), channel: notifyChannel(cfg.Schema)}, nil
 }
 
 // Registry returns the emitter's registry.
 func (e *Emitter) Registry() *Registry { return e.cfg.Registry }
 
-// EmitTx writes one event in tx (any queue.DBTX: on a pool it commits at
-// once) and returns its id. The forwarder is woken when tx commits; if tx
-// rolls back, the event never existed.
-func (e *Emitter) EmitTx(ctx context.Context, tx queue.DBTX, def Definition, payload any, meta Meta) (string, error) {
+// EmitTx writes one event in the caller's transaction and returns its id.
+// The forwarder is woken when tx commits; if tx rolls back, the event never
+// existed.
+func (e *Emitter) EmitTx(ctx context.Context, tx pgx.Tx, def Definition, payload any, meta Meta) (string, error) {
 	ids, err := e.EmitManyTx(ctx, tx, []Emission{{Def: def, Payload: payload, Meta: meta}})
 	if err != nil {
 		return "", err
 	}
 	return ids[0], nil
+}
+
+// Emit is EmitTx in a transaction of its own on db (a savepoint when db is
+// a pgx.Tx), committed before it returns.
+func (e *Emitter) Emit(ctx context.Context, db queue.DBTX, def Definition, payload any, meta Meta) (string, error) {
+	ids, err := e.EmitMany(ctx, db, []Emission{{Def: def, Payload: payload, Meta: meta}})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// insertOwnTx inserts rows, checked and encoded already (so bad input
+// opens no transaction), in a transaction of its own on db: the aggregate
+// locks the insert takes last until the rows commit.
+func (e *Emitter) insertOwnTx(ctx context.Context, db queue.DBTX, rows []outboxRow) ([]string, error) {
+	var ids []string
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		ids, err = e.insert(ctx, tx, rows)
+		return err
+	})
+	return ids, err
 }
 
 // ValidateJSON checks, without writing anything, what EmitJSONTx checks:
@@ -182,25 +206,12 @@ func (e *Emitter) ValidateJSON(eventType string, payload json.RawMessage) error 
 	return nil
 }
 
-// EmitJSONTx writes one event whose payload is raw JSON, for callers that
-// only know the event type by name (the CLI, bridges). The JSON must decode
-// strictly into the registered payload type and pass its Validate.
-func (e *Emitter) EmitJSONTx(ctx context.Context, tx queue.DBTX, eventType string, payload json.RawMessage, meta Meta) (string, error) {
-	def, err := e.cfg.Registry.Lookup(eventType)
-	if err != nil {
-		return "", err
-	}
-	if !json.Valid(payload) {
-		return "", fmt.Errorf("payload of event %s is not valid JSON", eventType)
-	}
-	if _, err := def.decode(payload); err != nil {
-		return "", err
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, payload); err != nil {
-		return "", fmt.Errorf("payload of event %s: %w", eventType, err)
-	}
-	row, err := e.row(def, buf.Bytes(), meta)
+// EmitJSONTx writes one event whose payload is raw JSON in the caller's
+// transaction, for callers that only know the event type by name (the CLI,
+// bridges). The JSON must decode strictly into the registered payload type
+// and pass its Validate.
+func (e *Emitter) EmitJSONTx(ctx context.Context, tx pgx.Tx, eventType string, payload json.RawMessage, meta Meta) (string, error) {
+	row, err := e.jsonRow(eventType, payload, meta)
 	if err != nil {
 		return "", err
 	}
@@ -211,12 +222,59 @@ func (e *Emitter) EmitJSONTx(ctx context.Context, tx queue.DBTX, eventType strin
 	return ids[0], nil
 }
 
-// EmitManyTx writes several events in tx with one statement, in order, and
-// returns their ids. Either all are written or none.
-func (e *Emitter) EmitManyTx(ctx context.Context, tx queue.DBTX, items []Emission) ([]string, error) {
-	if len(items) == 0 {
-		return nil, nil
+// EmitJSON is EmitJSONTx in a transaction of its own on db.
+func (e *Emitter) EmitJSON(ctx context.Context, db queue.DBTX, eventType string, payload json.RawMessage, meta Meta) (string, error) {
+	row, err := e.jsonRow(eventType, payload, meta)
+	if err != nil {
+		return "", err
 	}
+	ids, err := e.insertOwnTx(ctx, db, []outboxRow{row})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+func (e *Emitter) jsonRow(eventType string, payload json.RawMessage, meta Meta) (outboxRow, error) {
+	def, err := e.cfg.Registry.Lookup(eventType)
+	if err != nil {
+		return outboxRow{}, err
+	}
+	if !json.Valid(payload) {
+		return outboxRow{}, fmt.Errorf("payload of event %s is not valid JSON", eventType)
+	}
+	if _, err := def.decode(payload); err != nil {
+		return outboxRow{}, err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, payload); err != nil {
+		return outboxRow{}, fmt.Errorf("payload of event %s: %w", eventType, err)
+	}
+	return e.row(def, buf.Bytes(), meta)
+}
+
+// EmitManyTx writes several events in the caller's transaction with one
+// statement, in order, and returns their ids. Either all are written or
+// none.
+func (e *Emitter) EmitManyTx(ctx context.Context, tx pgx.Tx, items []Emission) ([]string, error) {
+	rows, err := e.rows(items)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return e.insert(ctx, tx, rows)
+}
+
+// EmitMany is EmitManyTx in a transaction of its own on db.
+func (e *Emitter) EmitMany(ctx context.Context, db queue.DBTX, items []Emission) ([]string, error) {
+	rows, err := e.rows(items)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return e.insertOwnTx(ctx, db, rows)
+}
+
+// rows checks and encodes items, before anything is written.
+func (e *Emitter) rows(items []Emission) ([]outboxRow, error) {
 	rows := make([]outboxRow, len(items))
 	for i, it := range items {
 		raw, err := e.encode(it.Def, it.Payload)
@@ -230,7 +288,7 @@ func (e *Emitter) EmitManyTx(ctx context.Context, tx queue.DBTX, items []Emissio
 			return nil, err
 		}
 	}
-	return e.insert(ctx, tx, rows)
+	return rows, nil
 }
 
 // encode checks def against the registry and payload against def, then
@@ -280,7 +338,7 @@ func (e *Emitter) row(def Definition, raw []byte, meta Meta) (outboxRow, error) 
 	if err := queue.CheckText(meta.AggregateID); err != nil {
 		return outboxRow{}, &NotStorableError{EventType: def.Name(), Part: "aggregate id", Err: err}
 	}
-	md, err := json.Marshal(queue.EventMetadata{
+	md, err := json.Marshal(outbox.Metadata{
 		CorrelationID: meta.CorrelationID,
 		CausationID:   meta.CausationID,
 		Actor:         meta.Actor,
@@ -300,7 +358,7 @@ func (e *Emitter) row(def Definition, raw []byte, meta Meta) (outboxRow, error) 
 		id:        id.String(),
 		eventType: def.Name(),
 		version:   int32(def.Version()),
-		kind:      string(def.Kind()),
+		kind:      string(def.EventKind()),
 		payload:   string(raw),
 		metadata:  string(md),
 	}
@@ -321,22 +379,7 @@ type outboxRow struct {
 	metadata    string
 }
 
-func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) ([]string, error) {
-	// On a pool or connection, run the aggregate locks and the insert in one
-	// transaction of our own: the locks must be held until the rows commit.
-	if _, isTx := tx.(pgx.Tx); !isTx {
-		if db, ok := tx.(interface {
-			Begin(ctx context.Context) (pgx.Tx, error)
-		}); ok {
-			var ids []string
-			err := pgx.BeginFunc(ctx, db, func(t pgx.Tx) error {
-				var err error
-				ids, err = e.insert(ctx, t, rows)
-				return err
-			})
-			return ids, err
-		}
-	}
+func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) ([]string, error) {
 	n := len(rows)
 	ids := make([]string, n)
 	types := make([]string, n)
@@ -375,7 +418,7 @@ func (e *Emitter) insert(ctx context.Context, tx queue.DBTX, rows []outboxRow) (
 // serialise this way; the lock makes it hold for all.) A transaction that
 // emits for aggregates A then B in two calls while another emits for B then
 // A can deadlock; Postgres aborts one of them with a deadlock error.
-func lockAggregates(ctx context.Context, tx queue.DBTX, aggs []*string) error {
+func lockAggregates(ctx context.Context, tx pgx.Tx, aggs []*string) error {
 	set := map[string]struct{}{}
 	for _, a := range aggs {
 		if a != nil {

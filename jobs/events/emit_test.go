@@ -98,10 +98,10 @@ func TestEmitBadInput(t *testing.T) {
 	t.Run("UnknownEventType", func(t *testing.T) {
 		t.Parallel()
 		em, db := setup(t)
-		_, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+		_, err := em.Emit(context.Background(), db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 		require.ErrorIs(t, err, events.ErrUnknownEventType)
 		require.Contains(t, err.Error(), `"test.note"`)
-		_, err = em.EmitJSONTx(context.Background(), db.Pool, "no.such", json.RawMessage(`{}`), events.Meta{})
+		_, err = em.EmitJSON(context.Background(), db.Pool, "no.such", json.RawMessage(`{}`), events.Meta{})
 		require.ErrorIs(t, err, events.ErrUnknownEventType)
 		require.Contains(t, err.Error(), `"no.such"`)
 		require.Zero(t, countOutbox(t, db))
@@ -110,7 +110,7 @@ func TestEmitBadInput(t *testing.T) {
 	t.Run("PayloadOverLimit", func(t *testing.T) {
 		t.Parallel()
 		em, db := setup(t)
-		_, err := em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{OrderID: strings.Repeat("x", 200)}, events.Meta{})
+		_, err := em.Emit(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{OrderID: strings.Repeat("x", 200)}, events.Meta{})
 		var tooLarge *events.PayloadTooLargeError
 		require.True(t, errors.As(err, &tooLarge), "got %v", err)
 		require.Equal(t, 100, tooLarge.Limit)
@@ -122,7 +122,7 @@ func TestEmitBadInput(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		em := newEmitter(t, db)
-		_, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: strings.Repeat("y", 1<<20)}, events.Meta{})
+		_, err := em.Emit(context.Background(), db.Pool, noteEvent, noteV1{Text: strings.Repeat("y", 1<<20)}, events.Meta{})
 		var tooLarge *events.PayloadTooLargeError
 		require.ErrorAs(t, err, &tooLarge)
 		require.Equal(t, 1<<20, tooLarge.Limit)
@@ -132,15 +132,15 @@ func TestEmitBadInput(t *testing.T) {
 	t.Run("WrongPayloadTypeAndInvalidPayload", func(t *testing.T) {
 		t.Parallel()
 		em, db := setup(t)
-		_, err := em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, noteV1{}, events.Meta{})
+		_, err := em.Emit(context.Background(), db.Pool, orderPlacedEvent, noteV1{}, events.Meta{})
 		require.ErrorContains(t, err, "has type events_test.noteV1")
-		_, err = em.EmitTx(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{Amount: -1}, events.Meta{})
+		_, err = em.Emit(context.Background(), db.Pool, orderPlacedEvent, orderPlaced{Amount: -1}, events.Meta{})
 		require.ErrorContains(t, err, "amount must not be negative")
-		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": 5}`), events.Meta{})
+		_, err = em.EmitJSON(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": 5}`), events.Meta{})
 		require.ErrorContains(t, err, "does not fit")
-		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": "a", "bogus": 1}`), events.Meta{})
+		_, err = em.EmitJSON(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{"order_id": "a", "bogus": 1}`), events.Meta{})
 		require.ErrorContains(t, err, `unknown field "bogus"`)
-		_, err = em.EmitJSONTx(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{not json`), events.Meta{})
+		_, err = em.EmitJSON(context.Background(), db.Pool, "test.order_placed", json.RawMessage(`{not json`), events.Meta{})
 		require.ErrorContains(t, err, "not valid JSON")
 		require.Zero(t, countOutbox(t, db))
 	})
@@ -202,7 +202,7 @@ func TestEmitBadInput(t *testing.T) {
 	t.Run("ManyIsAllOrNothing", func(t *testing.T) {
 		t.Parallel()
 		em, db := setup(t)
-		_, err := em.EmitManyTx(context.Background(), db.Pool, []events.Emission{
+		_, err := em.EmitMany(context.Background(), db.Pool, []events.Emission{
 			{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: "a"}},
 			{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: strings.Repeat("x", 200)}},
 		})
@@ -225,7 +225,7 @@ func TestEmitWithoutNotify(t *testing.T) {
 	require.NoError(t, err)
 	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg, NoNotify: true})
 	require.NoError(t, err)
-	id, err := em.EmitTx(context.Background(), db.Pool, noteEvent, noteV1{Text: "polled"}, events.Meta{})
+	id, err := em.Emit(context.Background(), db.Pool, noteEvent, noteV1{Text: "polled"}, events.Meta{})
 	require.NoError(t, err)
 	pgtest.WaitFor(t, 15*time.Second, "the event to be found by polling", func() (bool, error) {
 		return rec.count(func(c call) bool { return c.eventID == id }) == 1, nil

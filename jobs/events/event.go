@@ -14,14 +14,15 @@ import (
 	"github.com/tributary-run/tributary/internal/strictjson"
 )
 
-// Kind says whom an event is for: domain events stay inside the service
-// that emitted them, integration events are meant for other services.
-type Kind string
+// EventKind says whom an event is for: domain events stay inside the
+// service that emitted them, integration events are meant for other
+// services. (Not to be confused with a River job's kind, its type name.)
+type EventKind string
 
 // Event kinds.
 const (
-	KindDomain      Kind = "domain"
-	KindIntegration Kind = "integration"
+	EventKindDomain      EventKind = "domain"
+	EventKindIntegration EventKind = "integration"
 )
 
 // Validator is implemented by payload types that check their own values.
@@ -38,8 +39,8 @@ type Definition interface {
 	Name() string
 	// Version is the payload schema version. Defaults to 1.
 	Version() int
-	// Kind is KindDomain (the default) or KindIntegration.
-	Kind() Kind
+	// EventKind is EventKindDomain (the default) or EventKindIntegration.
+	EventKind() EventKind
 
 	payloadType() reflect.Type
 	decode(raw []byte) (any, error)
@@ -51,15 +52,15 @@ type Definition interface {
 type Event[T any] struct {
 	name    string
 	version int
-	kind    Kind
+	kind    EventKind
 }
 
 // EventOpts are the optional parts of an event definition.
 type EventOpts struct {
 	// Version of the payload schema. Defaults to 1.
 	Version int
-	// Kind of the event. Defaults to KindDomain.
-	Kind Kind
+	// EventKind of the event. Defaults to EventKindDomain.
+	EventKind EventKind
 }
 
 var eventNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$`)
@@ -71,16 +72,16 @@ func Define[T any](name string, opts *EventOpts) Event[T] {
 	if err := ValidateEventName(name); err != nil {
 		panic(err)
 	}
-	ev := Event[T]{name: name, version: 1, kind: KindDomain}
+	ev := Event[T]{name: name, version: 1, kind: EventKindDomain}
 	if opts != nil {
 		if opts.Version > 0 {
 			ev.version = opts.Version
 		}
-		if opts.Kind != "" {
-			if opts.Kind != KindDomain && opts.Kind != KindIntegration {
-				panic(fmt.Sprintf("events: invalid kind %q for event %q: want domain or integration", opts.Kind, name))
+		if opts.EventKind != "" {
+			if opts.EventKind != EventKindDomain && opts.EventKind != EventKindIntegration {
+				panic(fmt.Sprintf("events: invalid kind %q for event %q: want domain or integration", opts.EventKind, name))
 			}
-			ev.kind = opts.Kind
+			ev.kind = opts.EventKind
 		}
 	}
 	return ev
@@ -101,14 +102,14 @@ func (e Event[T]) Name() string { return e.name }
 // Version returns the payload schema version.
 func (e Event[T]) Version() int { return e.version }
 
-// Kind returns the event kind.
-func (e Event[T]) Kind() Kind { return e.kind }
+// EventKind returns the event kind.
+func (e Event[T]) EventKind() EventKind { return e.kind }
 
 func (e Event[T]) payloadType() reflect.Type { return reflect.TypeFor[T]() }
 
 func (e Event[T]) decode(raw []byte) (any, error) {
 	var v T
-	if err := DecodeStrict(raw, &v); err != nil {
+	if err := decodeStrict(raw, &v); err != nil {
 		return nil, fmt.Errorf("payload of %s does not fit %s: %w", e.name, reflect.TypeFor[T](), err)
 	}
 	if err := validate(&v); err != nil {
@@ -128,7 +129,7 @@ func validate(ptr any) error {
 	return nil
 }
 
-// DecodeStrict decodes one JSON value into dst, rejecting unknown object
+// decodeStrict decodes one JSON value into dst, rejecting unknown object
 // fields, values of the wrong type, trailing data, a key repeated in any
 // object, and a key that matches a struct field only when case is ignored
 // ("Order_ID" for `json:"order_id"`). encoding/json accepts the last two,
@@ -136,7 +137,7 @@ func validate(ptr any) error {
 // the first key, refuse, or match case exactly, so the same payload could
 // read differently in another consumer. Map keys are free; types with
 // their own UnmarshalJSON name their own fields.
-func DecodeStrict(raw []byte, dst any) error {
+func decodeStrict(raw []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -185,10 +186,10 @@ func (r *Registry) Names() []string {
 	return slices.Sorted(maps.Keys(r.defs))
 }
 
-// MatchPattern reports whether an event type matches a subscription
+// matchPattern reports whether an event type matches a subscription
 // pattern: the exact name, "prefix.*" for every type starting with
 // "prefix.", or "*" for every type.
-func MatchPattern(pattern, eventType string) bool {
+func matchPattern(pattern, eventType string) bool {
 	switch {
 	case pattern == "*":
 		return true
@@ -199,8 +200,8 @@ func MatchPattern(pattern, eventType string) bool {
 	}
 }
 
-// ValidatePattern checks a subscription pattern.
-func ValidatePattern(p string) error {
+// validatePattern checks a subscription pattern.
+func validatePattern(p string) error {
 	if p == "*" {
 		return nil
 	}

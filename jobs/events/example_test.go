@@ -41,11 +41,11 @@ func ExampleDefine() {
 		panic(err)
 	}
 	fmt.Println(reg.Names())
-	fmt.Println(events.MatchPattern("order.*", OrderCancelled.Name()), OrderCancelled.Version())
+	fmt.Println(OrderCancelled.Name(), OrderCancelled.Version())
 	fmt.Println(events.ValidateEventName("order placed"))
 	// Output:
 	// [order.cancelled order.placed]
-	// true 2
+	// order.cancelled 2
 	// invalid event type "order placed": use letters, digits and . _ : - (at most 200 characters)
 }
 

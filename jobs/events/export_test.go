@@ -5,9 +5,34 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
 )
 
-// SelectClaim exposes the forwarder's claim query to the tests.
+// The package's internals the external tests drive directly.
+
+// SelectClaim runs the forwarder's claim query.
 func (f *Forwarder) SelectClaim(ctx context.Context, tx pgx.Tx) (ids []string, candidates int, err error) {
 	return f.selectClaim(ctx, tx, time.Now(), nil)
 }
+
+// ForwardOnce claims one batch, publishes it and records the outcome, as
+// one round of a forward loop. more reports that rows were sent out of a
+// full batch, so another may be waiting.
+func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
+	res, err := f.forwardOnce(ctx, ctx, nil)
+	return res.more(), err
+}
+
+// ResetStale runs the stale-claim reset once.
+func (f *Forwarder) ResetStale(ctx context.Context) { f.resetStale(ctx) }
+
+// RepairLanes runs the lane repair sweep once and returns how many lanes it
+// moved on.
+func (d *Dispatcher) RepairLanes(ctx context.Context) int { return d.repairLanes(ctx) }
+
+// NewBus returns a bus on client, as Install makes one.
+func NewBus(client *queue.Client) (*Bus, error) { return newBus(client) }
+
+// DecodeStrict decodes a payload as dispatch and the emitter do.
+func DecodeStrict(raw []byte, dst any) error { return decodeStrict(raw, dst) }

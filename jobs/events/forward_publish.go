@@ -7,24 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
-
-// EventPublisher is a plain (non-transactional) OutboxPublisher that
-// reports an outcome per event, so one event it refuses (an AMQP message
-// the broker returns as unroutable, one too large) fails alone instead of
-// with its batch-mates. amqpbridge.Outbound is one.
-//
-// PublishOutboxEvents returns one error per event, in order: nil when the
-// destination accepted that event durably (for a broker: confirmed). The
-// forwarder calls it with at most one event per aggregate: the next event
-// of an aggregate goes in a later call, and only once the destination
-// accepted the one before, so a destination never gets an aggregate's
-// events out of order.
-type EventPublisher interface {
-	queue.OutboxPublisher
-	PublishOutboxEvents(ctx context.Context, events []queue.OutboxEvent) []error
-}
 
 // errHeld marks an event not handed to a destination because an earlier
 // event of its aggregate failed there in the same batch.
@@ -47,11 +31,11 @@ func (f *Forwarder) publishPlain(ctx context.Context, events []claimedEvent) []e
 	for _, p := range f.plainPubs {
 		name := p.Name()
 		var idx []int
-		var evs []queue.OutboxEvent
+		var evs []outbox.Event
 		for i, e := range events {
 			if !slices.Contains(e.delivered, name) {
 				idx = append(idx, i)
-				evs = append(evs, e.OutboxEvent)
+				evs = append(evs, e.Event)
 			}
 		}
 		if len(evs) == 0 {
@@ -59,7 +43,7 @@ func (f *Forwarder) publishPlain(ctx context.Context, events []claimedEvent) []e
 		}
 		pctx, cancel := context.WithTimeout(ctx, f.cfg.PublishTimeout)
 		var errs []error
-		if ep, ok := p.(EventPublisher); ok {
+		if ep, ok := p.(outbox.EventPublisher); ok {
 			errs = publishInOrder(pctx, ep, evs)
 		} else {
 			err := callPlain(pctx, p, evs)
@@ -90,7 +74,7 @@ func (f *Forwarder) publishPlain(ctx context.Context, events []claimedEvent) []e
 // works on all events at once (an AMQP publisher keeps them in flight
 // together); an aggregate's events go one round apart, and those behind an
 // event that failed are held back (errHeld).
-func publishInOrder(ctx context.Context, p EventPublisher, evs []queue.OutboxEvent) []error {
+func publishInOrder(ctx context.Context, p outbox.EventPublisher, evs []outbox.Event) []error {
 	out := make([]error, len(evs))
 	var rounds [][]int
 	seen := map[string]int{}
@@ -118,7 +102,7 @@ func publishInOrder(ctx context.Context, p EventPublisher, evs []queue.OutboxEve
 		if len(idx) == 0 {
 			continue
 		}
-		batch := make([]queue.OutboxEvent, len(idx))
+		batch := make([]outbox.Event, len(idx))
 		for k, i := range idx {
 			batch[k] = evs[i]
 		}
@@ -134,7 +118,7 @@ func publishInOrder(ctx context.Context, p EventPublisher, evs []queue.OutboxEve
 }
 
 // callPlain calls a plain publisher, turning a panic into an error.
-func callPlain(ctx context.Context, p queue.OutboxPublisher, evs []queue.OutboxEvent) (err error) {
+func callPlain(ctx context.Context, p outbox.Publisher, evs []outbox.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("publisher panicked: %v", r)
@@ -143,9 +127,9 @@ func callPlain(ctx context.Context, p queue.OutboxPublisher, evs []queue.OutboxE
 	return p.PublishOutbox(ctx, evs)
 }
 
-// callEach calls an EventPublisher, turning a panic or a result of the
+// callEach calls an outbox.EventPublisher, turning a panic or a result of the
 // wrong length into an error for every event.
-func callEach(ctx context.Context, p EventPublisher, evs []queue.OutboxEvent) (errs []error) {
+func callEach(ctx context.Context, p outbox.EventPublisher, evs []outbox.Event) (errs []error) {
 	all := func(err error) []error {
 		out := make([]error, len(evs))
 		for i := range out {

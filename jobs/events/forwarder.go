@@ -20,12 +20,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
 // Forwarder defaults.
 const (
-	ForwardBatchSizeDefault       = 500
+	ForwardClaimSizeDefault       = 500
 	ForwardSweepIntervalDefault   = time.Second
 	ForwardPollIntervalDefault    = 10 * time.Millisecond
 	ForwardConcurrencyDefault     = 2
@@ -39,32 +40,6 @@ const (
 // releaseTimeout bounds the statement that returns a stopping forwarder's
 // claims to PENDING once Stop's own deadline has passed.
 const releaseTimeout = 2 * time.Second
-
-// TxPublisher is an OutboxPublisher that accepts events inside a
-// transaction of the forwarder's: the one that claims them. What the
-// publisher writes commits together with the claim (and, when every
-// destination is transactional, with the SENT mark), so forwarding to it is
-// exactly-once (the in-database Bus is one). It never waits for the plain
-// publishers.
-type TxPublisher interface {
-	queue.OutboxPublisher
-	PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []queue.OutboxEvent) error
-}
-
-// AfterCommitter is implemented by a TxPublisher with work to do once the
-// transaction that published committed (the Bus wakes River's producers).
-type AfterCommitter interface {
-	AfterCommit(ctx context.Context)
-}
-
-// afterCommit runs the transactional publishers' after-commit hooks.
-func (f *Forwarder) afterCommit(ctx context.Context) {
-	for _, p := range f.txPubs {
-		if ac, ok := p.(AfterCommitter); ok {
-			ac.AfterCommit(ctx)
-		}
-	}
-}
 
 // ForwarderConfig configures a Forwarder.
 type ForwarderConfig struct {
@@ -80,10 +55,10 @@ type ForwarderConfig struct {
 	// already have it, so a retry goes only to the others. Publishers that
 	// implement TxPublisher get each row in the transaction that claims it;
 	// the others (plain publishers) afterwards, each under PublishTimeout.
-	// A plain publisher that implements EventPublisher has an outcome per
+	// A plain publisher that implements outbox.EventPublisher has an outcome per
 	// event; any other plain publisher's error counts for all the events of
 	// its call.
-	Publishers []queue.OutboxPublisher
+	Publishers []outbox.Publisher
 
 	// ID names this forwarder in claimed_by. It should be the id of the
 	// worker process's tributary_process row (the River client id, which
@@ -92,8 +67,9 @@ type ForwarderConfig struct {
 	// StaleClaimAfter. Defaults to host-pid-random.
 	ID string
 
-	// BatchSize is the most rows one claim takes. Defaults to 500.
-	BatchSize int
+	// ClaimSize is the most rows one claim takes (the rows the forwarder
+	// publishes together). Defaults to 500.
+	ClaimSize int
 
 	// SweepInterval is how often the forwarder looks for rows without being
 	// notified, and how often it resets stale claims (on a timer of its
@@ -162,7 +138,7 @@ type ForwarderConfig struct {
 	// AfterClaimFunc, when set, runs after each claim commits and before
 	// the batch is published. Tests use it to stop a forwarder between the
 	// two, as a crash would.
-	AfterClaimFunc func(ctx context.Context, events []queue.OutboxEvent) error
+	AfterClaimFunc func(ctx context.Context, events []outbox.Event) error
 }
 
 // ForwarderStats are a forwarder's counters since it was created.
@@ -193,8 +169,8 @@ type Forwarder struct {
 	lockNS string
 
 	oneTx     bool
-	txPubs    []TxPublisher
-	plainPubs []queue.OutboxPublisher
+	txPubs    []outbox.TxPublisher
+	plainPubs []outbox.Publisher
 	names     []string // every publisher's name
 
 	claimSelectSQL, claimUpdateSQL, claimSentSQL, deliveredSQL string
@@ -226,7 +202,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.ID = cmp.Or(cfg.ID, defaultForwarderID())
-	cfg.BatchSize = cmp.Or(cfg.BatchSize, ForwardBatchSizeDefault)
+	cfg.ClaimSize = cmp.Or(cfg.ClaimSize, ForwardClaimSizeDefault)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, ForwardSweepIntervalDefault)
 	cfg.StaleClaimAfter = cmp.Or(cfg.StaleClaimAfter, StaleClaimAfterDefault)
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, queue.LivenessTimeoutDefault)
@@ -244,15 +220,15 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 			return nil, fmt.Errorf("events: forwarder %s %s must not be negative", name, v)
 		}
 	}
-	if cfg.BatchSize < 1 || cfg.MaxRetries < 1 {
-		return nil, fmt.Errorf("events: forwarder BatchSize %d and MaxRetries %d must be at least 1", cfg.BatchSize, cfg.MaxRetries)
+	if cfg.ClaimSize < 1 || cfg.MaxRetries < 1 {
+		return nil, fmt.Errorf("events: forwarder ClaimSize %d and MaxRetries %d must be at least 1", cfg.ClaimSize, cfg.MaxRetries)
 	}
 	f := &Forwarder{
 		pool:     pool,
 		cfg:      cfg,
 		logger:   cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
 		lockNS:   "tributary.outbox." + cfg.Schema + ":",
-		channel:  NotifyChannel(cfg.Schema),
+		channel:  notifyChannel(cfg.Schema),
 		inflight: map[*claim][]eventOutcome{},
 	}
 	seen := map[string]bool{}
@@ -266,7 +242,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 		}
 		seen[name] = true
 		f.names = append(f.names, name)
-		if tp, ok := p.(TxPublisher); ok {
+		if tp, ok := p.(outbox.TxPublisher); ok {
 			f.txPubs = append(f.txPubs, tp)
 		} else {
 			f.plainPubs = append(f.plainPubs, p)
@@ -319,7 +295,7 @@ func (f *Forwarder) Start(ctx context.Context) error {
 		}
 		run.Go(func() { f.listenLoop(loopCtx, conn, wakes) })
 		run.Go(func() { f.sweepLoop(loopCtx) })
-		f.logger.InfoContext(ctx, "forwarder started", "batch_size", f.cfg.BatchSize, "publishers", len(f.cfg.Publishers))
+		f.logger.InfoContext(ctx, "forwarder started", "claim_size", f.cfg.ClaimSize, "publishers", len(f.cfg.Publishers))
 		return nil
 	})
 }
@@ -518,7 +494,7 @@ func (f *Forwarder) sweepLoop(ctx context.Context) {
 	defer ticker.Stop()
 	for {
 		f.recordAgain(ctx)
-		f.ResetStale(ctx)
+		f.resetStale(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -566,13 +542,13 @@ func (f *Forwarder) forwardLoop(ctx, work context.Context, wake <-chan struct{})
 	}
 }
 
-// ResetStale returns CLAIMED rows to PENDING whose forwarder is taken for
+// resetStale returns CLAIMED rows to PENDING whose forwarder is taken for
 // dead (claimed_by names a tributary_process row whose heartbeat is older
 // than LivenessTimeout), whose claim is older than StaleClaimAfter, or
 // that this forwarder claimed in a transaction it saw fail (so it is not
 // working on them) though the commit went through. The forwarder runs it
 // every SweepInterval.
-func (f *Forwarder) ResetStale(ctx context.Context) {
+func (f *Forwarder) resetStale(ctx context.Context) {
 	known, lostBefore := f.ownClaims()
 	staleBefore := time.Now().Add(-f.cfg.StaleClaimAfter)
 	dead, err := queue.StaleProcesses(ctx, f.pool, f.cfg.Schema, f.cfg.LivenessTimeout)
@@ -605,7 +581,7 @@ type claim struct {
 // claimedEvent is a claimed row: the event and what the forwarder needs to
 // know about its delivery so far.
 type claimedEvent struct {
-	queue.OutboxEvent
+	outbox.Event
 	position  int64
 	retries   int
 	delivered []string // destinations that have it
@@ -627,15 +603,6 @@ func (r *batchResult) add(o batchResult) {
 	r.selected += o.selected
 	r.claimed += o.claimed
 	r.sent += o.sent
-}
-
-// ForwardOnce claims one batch, publishes it and records the outcome. more
-// reports that rows were sent out of a full batch, so another may be
-// waiting; err reports what failed (failed events are recorded on their
-// rows and retried after their backoff).
-func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
-	res, err := f.forwardOnce(ctx, ctx, nil)
-	return res.more(), err
 }
 
 // txPublishError is a transactional publisher's error for a claim: the
@@ -662,7 +629,7 @@ func (f *Forwarder) forwardOnce(ctx, work context.Context, only []string) (batch
 	} else {
 		res, err = f.forwardClaimed(ctx, work, only)
 	}
-	res.batchSize = f.cfg.BatchSize
+	res.batchSize = f.cfg.ClaimSize
 	var pe *txPublishError
 	if !errors.As(err, &pe) || ctx.Err() != nil {
 		return res, err
@@ -714,6 +681,7 @@ func (f *Forwarder) failPending(ctx context.Context, id string, retries int, cau
 func (f *Forwarder) forwardInOneTx(ctx context.Context, only []string) (batchResult, error) {
 	var res batchResult
 	var wakeOthers bool
+	var hooks []func(context.Context)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		ids, candidates, err := f.selectClaim(ctx, tx, now, only)
@@ -733,7 +701,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, only []string) (batchRes
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
 		sortByPosition(claimed)
-		if err := f.publishTx(ctx, tx, claimed, false); err != nil {
+		if hooks, err = f.publishTx(ctx, tx, claimed, false); err != nil {
 			return err
 		}
 		res.claimed, res.sent = len(claimed), len(claimed)
@@ -748,7 +716,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, only []string) (batchRes
 		return batchResult{selected: res.selected}, err
 	}
 	if res.sent > 0 {
-		f.afterCommit(ctx)
+		afterCommit(ctx, hooks)
 		f.batches.Add(1)
 		f.forwarded.Add(int64(res.sent))
 		f.logger.DebugContext(ctx, "forwarded events", "count", res.sent)
@@ -767,58 +735,72 @@ func (f *Forwarder) countClaim(tookRows bool) {
 }
 
 // publishTx hands the events to every transactional publisher that does
-// not have them yet, in tx; with record it also notes on each row that
-// the publisher has it (for the retries of the plain publishers).
-func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool) error {
+// not have them yet, in tx, and returns what the publishers want done once
+// tx has committed; with record it also notes on each row that the
+// publisher has it (for the retries of the plain publishers).
+func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool) ([]func(context.Context), error) {
+	var hooks []func(context.Context)
 	for _, p := range f.txPubs {
 		name := p.Name()
-		var evs []queue.OutboxEvent
+		var evs []outbox.Event
 		var idx []int
 		for i := range events {
 			if !events[i].deliveredTo(name) {
-				evs = append(evs, events[i].OutboxEvent)
+				evs = append(evs, events[i].Event)
 				idx = append(idx, i)
 			}
 		}
 		if len(evs) == 0 {
 			continue
 		}
-		if err := callTx(ctx, p, tx, evs); err != nil {
+		hook, err := callTx(ctx, p, tx, evs)
+		if err != nil {
 			pe := &txPublishError{publisher: name, err: err}
 			for _, e := range events {
 				pe.ids = append(pe.ids, e.ID)
 				pe.retries = append(pe.retries, e.retries)
 			}
-			return pe
+			return nil, pe
+		}
+		if hook != nil {
+			hooks = append(hooks, hook)
 		}
 		if !record {
 			continue
 		}
 		if _, err := tx.Exec(ctx, f.deliveredSQL, customPlan, eventIDs(evs), name); err != nil {
-			return fmt.Errorf("error recording the delivery to %s: %w", name, err)
+			return nil, fmt.Errorf("error recording the delivery to %s: %w", name, err)
 		}
 		for _, i := range idx {
 			events[i].delivered = append(events[i].delivered, name)
 		}
 	}
-	return nil
+	return hooks, nil
 }
 
 // callTx calls a transactional publisher, turning a panic into an error.
-func callTx(ctx context.Context, p TxPublisher, tx pgx.Tx, evs []queue.OutboxEvent) (err error) {
+func callTx(ctx context.Context, p outbox.TxPublisher, tx pgx.Tx, evs []outbox.Event) (hook func(context.Context), err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("publisher panicked: %v", r)
+			hook, err = nil, fmt.Errorf("publisher panicked: %v", r)
 		}
 	}()
 	return p.PublishOutboxTx(ctx, tx, evs)
+}
+
+// afterCommit runs the transactional publishers' after-commit work, once
+// their transaction committed.
+func afterCommit(ctx context.Context, hooks []func(context.Context)) {
+	for _, h := range hooks {
+		h(ctx)
+	}
 }
 
 // selectClaim locks the next PENDING rows that may be tried now and returns
 // the ids of those this transaction may claim (see claimSelectSQL), and how
 // many rows it looked at. only, when not nil, restricts it to those rows.
 func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, only []string) (ids []string, candidates int, err error) {
-	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.BatchSize, f.lockNS, now, only)
+	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.ClaimSize, f.lockNS, now, only)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -848,9 +830,9 @@ func (f *Forwarder) forwardClaimed(ctx, work context.Context, only []string) (ba
 	}
 	f.batches.Add(1)
 	if f.cfg.AfterClaimFunc != nil {
-		evs := make([]queue.OutboxEvent, len(c.events))
+		evs := make([]outbox.Event, len(c.events))
 		for i, e := range c.events {
-			evs[i] = e.OutboxEvent
+			evs[i] = e.Event
 		}
 		if err := f.cfg.AfterClaimFunc(ctx, evs); err != nil {
 			f.untrack(c)
@@ -873,7 +855,7 @@ func (f *Forwarder) forwardClaimed(ctx, work context.Context, only []string) (ba
 
 func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
 	c := f.newClaim()
-	var published bool
+	var hooks []func(context.Context)
 	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
 		ids, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, only)
 		if err != nil {
@@ -894,8 +876,8 @@ func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		sortByPosition(c.events)
-		published = len(c.events) > 0
-		return f.publishTx(ctx, tx, c.events, true)
+		hooks, err = f.publishTx(ctx, tx, c.events, true)
+		return err
 	})
 	f.countClaim(err == nil && len(c.events) > 0)
 	if err != nil || len(c.events) == 0 {
@@ -907,9 +889,7 @@ func (f *Forwarder) claim(ctx context.Context, only []string) (*claim, error) {
 	if err != nil {
 		return &claim{selected: c.selected}, err
 	}
-	if published && len(f.txPubs) > 0 {
-		f.afterCommit(ctx)
-	}
+	afterCommit(ctx, hooks)
 	return c, nil
 }
 
@@ -1051,7 +1031,7 @@ func (f *Forwarder) wakeForwarders(ctx context.Context) {
 	}
 }
 
-func eventIDs(events []queue.OutboxEvent) []string {
+func eventIDs(events []outbox.Event) []string {
 	ids := make([]string, len(events))
 	for i, e := range events {
 		ids[i] = e.ID

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // terminatingPublisher accepts every batch; on its first call it first
@@ -26,7 +26,7 @@ type terminatingPublisher struct {
 	done    atomic.Bool
 }
 
-func (p *terminatingPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *terminatingPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	if p.done.CompareAndSwap(false, true) {
 		if _, err := p.admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, p.appName); err != nil {
 			return err
@@ -56,12 +56,12 @@ func TestForwarderOutcomeLostToTheDatabase(t *testing.T) {
 	em := newEmitter(t, db)
 	var ids []string
 	for i := range 5 {
-		id, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: fmt.Sprint(i)}, events.Meta{AggregateID: "a"})
+		id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: fmt.Sprint(i)}, events.Meta{AggregateID: "a"})
 		require.NoError(t, err)
 		ids = append(ids, id)
 	}
 	f, err := events.NewForwarder(pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
-		Publishers: []queue.OutboxPublisher{pub}, SweepInterval: 100 * time.Millisecond})
+		Publishers: []outbox.Publisher{pub}, SweepInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, f.Start(ctx))
 	t.Cleanup(func() { _ = f.Stop(context.Background()) })
@@ -91,14 +91,14 @@ func TestForwarderResetsItsOwnLostClaims(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	em := newEmitter(t, db)
-	id, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "lost"}, events.Meta{AggregateID: "a"})
+	id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "lost"}, events.Meta{AggregateID: "a"})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_outbox SET status = 'CLAIMED', claimed_by = 'me', claimed_at = $2 WHERE id = $1`),
 		id, time.Now().Add(-time.Minute))
 	require.NoError(t, err)
 	pub := newWatchPublisher()
 	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), ID: "me",
-		Publishers: []queue.OutboxPublisher{pub}, SweepInterval: 100 * time.Millisecond})
+		Publishers: []outbox.Publisher{pub}, SweepInterval: 100 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, f.Start(ctx))
 	t.Cleanup(func() { _ = f.Stop(context.Background()) })

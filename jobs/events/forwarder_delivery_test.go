@@ -13,7 +13,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // eachPublisher is a plain destination with an outcome per event: it
@@ -21,7 +21,7 @@ import (
 // order, and what it accepted.
 type eachPublisher struct {
 	name   string
-	refuse func(e queue.OutboxEvent, attempt int) bool
+	refuse func(e outbox.Event, attempt int) bool
 
 	mu       sync.Mutex
 	handed   []string // event ids in the order they were handed over
@@ -29,17 +29,17 @@ type eachPublisher struct {
 	accepted map[string]int
 }
 
-func newEachPublisher(name string, refuse func(e queue.OutboxEvent, attempt int) bool) *eachPublisher {
+func newEachPublisher(name string, refuse func(e outbox.Event, attempt int) bool) *eachPublisher {
 	return &eachPublisher{name: name, refuse: refuse, attempts: map[string]int{}, accepted: map[string]int{}}
 }
 
 func (p *eachPublisher) Name() string { return p.name }
 
-func (p *eachPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *eachPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	return errors.Join(p.PublishOutboxEvents(ctx, evs)...)
 }
 
-func (p *eachPublisher) PublishOutboxEvents(ctx context.Context, evs []queue.OutboxEvent) []error {
+func (p *eachPublisher) PublishOutboxEvents(ctx context.Context, evs []outbox.Event) []error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := make([]error, len(evs))
@@ -109,7 +109,7 @@ func TestForwarderPerDestination(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	em := newEmitter(t, db)
-	ids, err := em.EmitManyTx(ctx, db.Pool, []events.Emission{
+	ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
 		{Def: noteEvent, Payload: noteV1{Text: "flaky"}},
 		{Def: noteEvent, Payload: noteV1{Text: "fine"}},
 		{Def: orderPlacedEvent, Payload: orderPlaced{OrderID: "a1"}, Meta: events.Meta{AggregateID: "A"}},
@@ -119,12 +119,12 @@ func TestForwarderPerDestination(t *testing.T) {
 	flaky, fine, a1, a2 := ids[0], ids[1], ids[2], ids[3]
 
 	left := newEachPublisher("left", nil)
-	right := newEachPublisher("right", func(e queue.OutboxEvent, attempt int) bool {
+	right := newEachPublisher("right", func(e outbox.Event, attempt int) bool {
 		return (e.ID == flaky && attempt <= 2) || e.EventType == "test.order_placed"
 	})
 	const maxRetries = 3
 	f := startForwarder(t, db, events.ForwarderConfig{
-		Publishers: []queue.OutboxPublisher{left, right}, MaxRetries: maxRetries, SweepInterval: 50 * time.Millisecond,
+		Publishers: []outbox.Publisher{left, right}, MaxRetries: maxRetries, SweepInterval: 50 * time.Millisecond,
 		RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
 	})
 	pgtest.WaitFor(t, 20*time.Second, "every row settled", func() (bool, error) {
@@ -169,12 +169,12 @@ func TestForwarderBackoff(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	em := newEmitter(t, db)
-	id, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 	require.NoError(t, err)
 	pub := newWatchPublisher()
 	pub.failures.Store(100)
 	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
-		Schema: db.Schema, Publishers: []queue.OutboxPublisher{pub}, MaxRetries: 5,
+		Schema: db.Schema, Publishers: []outbox.Publisher{pub}, MaxRetries: 5,
 		RetryBackoffMin: time.Hour, RetryBackoffMax: 3 * time.Hour,
 	})
 	require.NoError(t, err)
@@ -209,18 +209,20 @@ type refusingTx struct {
 
 func (p *refusingTx) Name() string { return "picky-tx" }
 
-func (p *refusingTx) PublishOutbox(context.Context, []queue.OutboxEvent) error {
+func (p *refusingTx) PublishOutbox(context.Context, []outbox.Event) error {
 	return errors.New("not used")
 }
 
-func (p *refusingTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []queue.OutboxEvent) error {
+func (p *refusingTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []outbox.Event) (func(context.Context), error) {
 	for _, e := range evs {
 		if e.ID == p.bad {
-			return fmt.Errorf("cannot take event %s", e.ID)
+			return nil, fmt.Errorf("cannot take event %s", e.ID)
 		}
 	}
-	return nil
+	return nil, nil
 }
+
+var _ outbox.TxPublisher = (*refusingTx)(nil)
 
 // TestForwarderTxPublisherRefusesOneEvent: a transactional publisher's
 // error for one event fails that event alone; its batch-mates are sent.
@@ -232,7 +234,7 @@ func TestForwarderTxPublisherRefusesOneEvent(t *testing.T) {
 			db := pgtest.New(t)
 			ctx := context.Background()
 			em := newEmitter(t, db)
-			ids, err := em.EmitManyTx(ctx, db.Pool, []events.Emission{
+			ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
 				{Def: noteEvent, Payload: noteV1{Text: "1"}},
 				{Def: noteEvent, Payload: noteV1{Text: "2"}, Meta: events.Meta{AggregateID: "A"}},
 				{Def: noteEvent, Payload: noteV1{Text: "3"}},
@@ -241,7 +243,7 @@ func TestForwarderTxPublisherRefusesOneEvent(t *testing.T) {
 			})
 			require.NoError(t, err)
 			bad := ids[1]
-			pubs := []queue.OutboxPublisher{&refusingTx{bad: bad}}
+			pubs := []outbox.Publisher{&refusingTx{bad: bad}}
 			if withPlain {
 				pubs = append(pubs, newEachPublisher("plain", nil))
 			}
@@ -278,7 +280,7 @@ type panickyPublisher struct{}
 
 func (panickyPublisher) Name() string { return "panicky" }
 
-func (panickyPublisher) PublishOutbox(context.Context, []queue.OutboxEvent) error { panic("boom") }
+func (panickyPublisher) PublishOutbox(context.Context, []outbox.Event) error { panic("boom") }
 
 // TestForwarderPublisherPanic: a panicking plain publisher is a failed
 // attempt, recorded with the panic's value.
@@ -286,9 +288,9 @@ func TestForwarderPublisherPanic(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	id, err := newEmitter(t, db).EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	id, err := newEmitter(t, db).Emit(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 	require.NoError(t, err)
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{panickyPublisher{}}})
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{panickyPublisher{}}})
 	require.NoError(t, err)
 	_, err = f.ForwardOnce(ctx)
 	require.ErrorContains(t, err, "panicked: boom")
@@ -303,10 +305,10 @@ func TestForwarderConfigErrors(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	_, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema,
-		Publishers: []queue.OutboxPublisher{newEachPublisher("x", nil), newEachPublisher("x", nil)}})
+		Publishers: []outbox.Publisher{newEachPublisher("x", nil), newEachPublisher("x", nil)}})
 	require.ErrorContains(t, err, `two forwarder publishers are named "x"`)
 	_, err = events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema,
-		Publishers: []queue.OutboxPublisher{newEachPublisher("x", nil)}, PublishTimeout: -time.Second})
+		Publishers: []outbox.Publisher{newEachPublisher("x", nil)}, PublishTimeout: -time.Second})
 	require.ErrorContains(t, err, "PublishTimeout -1s")
 }
 
@@ -317,10 +319,10 @@ func TestForwarderPublishTimeout(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	id, err := newEmitter(t, db).EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	id, err := newEmitter(t, db).Emit(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 	require.NoError(t, err)
 	pub := &ctxPublisher{entered: make(chan struct{}, 1)}
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{pub},
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{pub},
 		PublishTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	done := make(chan error, 1)

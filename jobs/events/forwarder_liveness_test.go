@@ -14,7 +14,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // TestForwarderStaleByLiveness: the stale-claim reset returns the claims of
@@ -49,13 +49,13 @@ func TestForwarderStaleByLiveness(t *testing.T) {
 	}
 	ids := make([]string, len(claims))
 	for i, c := range claims {
-		ids[i], err = em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: fmt.Sprint(i)}, events.Meta{})
+		ids[i], err = em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: fmt.Sprint(i)}, events.Meta{})
 		require.NoError(t, err)
 		_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_outbox SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3 WHERE id = $1`),
 			ids[i], c.by, now.Add(-c.age))
 		require.NoError(t, err)
 	}
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{newWatchPublisher()}})
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []outbox.Publisher{newWatchPublisher()}})
 	require.NoError(t, err)
 	f.ResetStale(ctx)
 	want := 0
@@ -125,7 +125,7 @@ type hangingPublisher struct {
 
 func (p *hangingPublisher) Name() string { return "hanging" }
 
-func (p *hangingPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *hangingPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	if p.calls.Add(1) == 1 {
 		close(p.entered)
 	}
@@ -138,7 +138,7 @@ type ctxPublisher struct{ entered chan struct{} }
 
 func (p *ctxPublisher) Name() string { return "ctx-bound" }
 
-func (p *ctxPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *ctxPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	select {
 	case p.entered <- struct{}{}:
 	default:
@@ -161,7 +161,7 @@ func TestForwarderStop(t *testing.T) {
 		pub := &hangingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
 		pool, watch := watchedPool(t, "AS u(id, kind, error, delivered, retry_at)") // the outcome statement
 		f, err := events.NewForwarder(pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
-			Publishers: []queue.OutboxPublisher{pub}, ID: "stopping", Concurrency: 1})
+			Publishers: []outbox.Publisher{pub}, ID: "stopping", Concurrency: 1})
 		require.NoError(t, err)
 		require.NoError(t, f.Start(ctx))
 		<-pub.entered
@@ -199,7 +199,7 @@ func TestForwarderStop(t *testing.T) {
 		ids := emitNotes(t, newEmitter(t, db), db, 5, 5, 5)
 		pub := &ctxPublisher{entered: make(chan struct{}, 1)}
 		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
-			Publishers: []queue.OutboxPublisher{pub}, Concurrency: 1})
+			Publishers: []outbox.Publisher{pub}, Concurrency: 1})
 		require.NoError(t, err)
 		require.NoError(t, f.Start(ctx))
 		<-pub.entered
@@ -226,7 +226,7 @@ func TestForwarderStop(t *testing.T) {
 		ids := emitNotes(t, newEmitter(t, db), db, 10, 5, 10)
 		pub := &hangingPublisher{entered: make(chan struct{}), release: make(chan struct{})}
 		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
-			Publishers: []queue.OutboxPublisher{pub}, Concurrency: 1})
+			Publishers: []outbox.Publisher{pub}, Concurrency: 1})
 		require.NoError(t, err)
 		require.NoError(t, f.Start(ctx))
 		<-pub.entered

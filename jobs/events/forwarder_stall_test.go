@@ -15,6 +15,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -54,7 +55,7 @@ type acceptPublisher struct{ calls atomic.Int64 }
 
 func (p *acceptPublisher) Name() string { return "accept" }
 
-func (p *acceptPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *acceptPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	p.calls.Add(1)
 	return nil
 }
@@ -78,12 +79,12 @@ func TestForwarderStuckAggregate(t *testing.T) {
 			ctx := context.Background()
 			em := newEmitter(t, db)
 
-			stuckID, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "head"}, events.Meta{AggregateID: "stuck"})
+			stuckID, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "head"}, events.Meta{AggregateID: "stuck"})
 			require.NoError(t, err)
 			errKilled := errors.New("killed")
 			dead, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
-				Schema: db.Schema, Publishers: []queue.OutboxPublisher{&acceptPublisher{}}, ID: "dead", BatchSize: 1,
-				AfterClaimFunc: func(context.Context, []queue.OutboxEvent) error { return errKilled },
+				Schema: db.Schema, Publishers: []outbox.Publisher{&acceptPublisher{}}, ID: "dead", ClaimSize: 1,
+				AfterClaimFunc: func(context.Context, []outbox.Event) error { return errKilled },
 			})
 			require.NoError(t, err)
 			_, err = dead.ForwardOnce(ctx)
@@ -96,12 +97,12 @@ func TestForwarderStuckAggregate(t *testing.T) {
 				for j := range batch {
 					batch[j] = events.Emission{Def: noteEvent, Payload: noteV1{Text: fmt.Sprint(i + j)}, Meta: events.Meta{AggregateID: "stuck"}}
 				}
-				_, err := em.EmitManyTx(ctx, db.Pool, batch)
+				_, err := em.EmitMany(ctx, db.Pool, batch)
 				require.NoError(t, err)
 			}
-			freeID, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "free"}, events.Meta{})
+			freeID, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "free"}, events.Meta{})
 			require.NoError(t, err)
-			otherID, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "other"}, events.Meta{AggregateID: "other"})
+			otherID, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "other"}, events.Meta{AggregateID: "other"})
 			require.NoError(t, err)
 
 			rec := &recorder{}
@@ -118,7 +119,7 @@ func TestForwarderStuckAggregate(t *testing.T) {
 			})
 
 			pool, counter := tracedPool(t)
-			pubs := []queue.OutboxPublisher{bus}
+			pubs := []outbox.Publisher{bus}
 			if withPlain {
 				pubs = append(pubs, &acceptPublisher{})
 			}

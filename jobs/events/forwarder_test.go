@@ -15,6 +15,7 @@ import (
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -35,7 +36,7 @@ func newWatchPublisher() *watchPublisher {
 
 func (p *watchPublisher) Name() string { return "watch" }
 
-func (p *watchPublisher) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error {
+func (p *watchPublisher) PublishOutbox(ctx context.Context, evs []outbox.Event) error {
 	if p.failures.Add(-1) >= 0 {
 		return errors.New("broker unavailable")
 	}
@@ -90,7 +91,7 @@ func emitNotes(t *testing.T, em *events.Emitter, db *pgtest.DB, n, aggregates, p
 			}
 			batch = append(batch, events.Emission{Def: noteEvent, Payload: noteV1{Text: fmt.Sprint(j)}, Meta: meta})
 		}
-		got, err := em.EmitManyTx(ctx, db.Pool, batch)
+		got, err := em.EmitMany(ctx, db.Pool, batch)
 		require.NoError(t, err)
 		ids = append(ids, got...)
 	}
@@ -108,8 +109,8 @@ func TestForwarderConcurrentClaims(t *testing.T) {
 	var forwarders []*events.Forwarder
 	for i := range 4 {
 		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
-			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{pub},
-			ID: fmt.Sprintf("fwd-%d", i), BatchSize: 25, SweepInterval: 50 * time.Millisecond,
+			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []outbox.Publisher{pub},
+			ID: fmt.Sprintf("fwd-%d", i), ClaimSize: 25, SweepInterval: 50 * time.Millisecond,
 		})
 		require.NoError(t, err)
 		forwarders = append(forwarders, f)
@@ -151,13 +152,13 @@ func TestForwarderFailures(t *testing.T) {
 		pub := newWatchPublisher()
 		pub.failures.Store(3)
 		f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
-			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{pub},
+			Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []outbox.Publisher{pub},
 			MaxRetries: 2, SweepInterval: 20 * time.Millisecond,
 			RetryBackoffMin: time.Microsecond, // retried at once: this test is about the counting, not the wait
 		})
 		require.NoError(t, err)
 		ctx := context.Background()
-		id, err := em.EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+		id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 		require.NoError(t, err)
 
 		_, err = f.ForwardOnce(ctx)
@@ -204,8 +205,8 @@ func TestForwarderFailures(t *testing.T) {
 		// publishes, never marks anything.
 		errKilled := errors.New("killed")
 		dead, err := events.NewForwarder(db.Pool, events.ForwarderConfig{
-			Schema: db.Schema, Publishers: []queue.OutboxPublisher{newWatchPublisher()}, ID: "dead",
-			AfterClaimFunc: func(ctx context.Context, evs []queue.OutboxEvent) error { return errKilled },
+			Schema: db.Schema, Publishers: []outbox.Publisher{newWatchPublisher()}, ID: "dead",
+			AfterClaimFunc: func(ctx context.Context, evs []outbox.Event) error { return errKilled },
 		})
 		require.NoError(t, err)
 		_, err = dead.ForwardOnce(ctx)
@@ -246,10 +247,10 @@ func TestClaimLocksOnlyItsCandidates(t *testing.T) {
 	for i := range items {
 		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: "x"}, Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%d", i)}}
 	}
-	_, err := em.EmitManyTx(ctx, db.Pool, items)
+	_, err := em.EmitMany(ctx, db.Pool, items)
 	require.NoError(t, err)
 
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, BatchSize: 10, Publishers: []queue.OutboxPublisher{&watchPublisher{}}})
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, ClaimSize: 10, Publishers: []outbox.Publisher{&watchPublisher{}}})
 	require.NoError(t, err)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -267,7 +268,7 @@ func TestServiceContract(t *testing.T) {
 	t.Parallel()
 	servicetest.Run(t, "events.Forwarder", func(t *testing.T) (queue.Service, error) {
 		db := pgtest.New(t)
-		return events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []queue.OutboxPublisher{newWatchPublisher()}})
+		return events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Publishers: []outbox.Publisher{newWatchPublisher()}})
 	})
 	servicetest.Run(t, "events.Dispatcher", func(t *testing.T) (queue.Service, error) {
 		c := fastConsumer(t, "contract", nil)

@@ -42,7 +42,7 @@ type noteV1 struct {
 	Text string `json:"text"`
 }
 
-var noteEvent = events.Define[noteV1]("test.note", &events.EventOpts{Kind: events.KindIntegration})
+var noteEvent = events.Define[noteV1]("test.note", &events.EventOpts{EventKind: events.EventKindIntegration})
 
 // recorder collects handler calls.
 type recorder struct {
@@ -79,6 +79,20 @@ func (r *recorder) count(pred func(call) bool) int {
 		}
 	}
 	return n
+}
+
+// emitLane emits one note event per text, in order, for aggregate agg, and
+// returns their ids.
+func emitLane(t *testing.T, db *pgtest.DB, agg string, texts ...string) []string {
+	t.Helper()
+	em := newEmitter(t, db)
+	ids := make([]string, len(texts))
+	for i, text := range texts {
+		var err error
+		ids[i], err = em.Emit(context.Background(), db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: agg})
+		require.NoError(t, err)
+	}
+	return ids
 }
 
 func newEmitter(t *testing.T, db *pgtest.DB, defs ...events.Definition) *events.Emitter {

@@ -3,6 +3,7 @@ package events
 import (
 	"cmp"
 
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -40,7 +41,7 @@ func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
 	if err := d.Register(rt); err != nil {
 		return nil, err
 	}
-	bus, err := NewBus(rt.Client, BusConfig{})
+	bus, err := newBus(rt.Client)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
 	fcfg.Logger = cmp.Or(fcfg.Logger, rt.Logger())
 	fcfg.ID = cmp.Or(fcfg.ID, rt.River().ID())
 	fcfg.LivenessTimeout = cmp.Or(fcfg.LivenessTimeout, rt.LivenessTimeout())
-	fcfg.Publishers = append([]queue.OutboxPublisher{bus}, fcfg.Publishers...)
+	fcfg.Publishers = append([]outbox.Publisher{bus}, fcfg.Publishers...)
 	f, err := NewForwarder(rt.Pool(), fcfg)
 	if err != nil {
 		return nil, err

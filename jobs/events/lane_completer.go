@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // laneCompleterMaxBatch bounds how many lane completions share one
@@ -24,7 +26,7 @@ const (
 // transaction.
 type laneCompletion struct {
 	ctx  context.Context
-	job  *river.Job[DispatchArgs]
+	job  *river.Job[dispatchArgs]
 	done chan error
 }
 
@@ -43,7 +45,7 @@ type laneCompleter struct {
 }
 
 // complete queues a completion and waits for its transaction.
-func (c *laneCompleter) complete(ctx context.Context, job *river.Job[DispatchArgs]) error {
+func (c *laneCompleter) complete(ctx context.Context, job *river.Job[dispatchArgs]) error {
 	req := &laneCompletion{ctx: ctx, job: job, done: make(chan error, 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
@@ -120,41 +122,28 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	if len(batch) == 1 {
 		return c.completeOneTx(ctx, batch[0])
 	}
-	n := len(batch)
-	consumers, aggs, seqs, ids := make([]string, n), make([]string, n), make([]int64, n), make([]int64, n)
+	places, attempts := make([]riverjob.LaneSeq, len(batch)), make([]riverjob.Attempt, len(batch))
 	for i, req := range batch {
 		a := req.job.Args
-		consumers[i], aggs[i], seqs[i], ids[i] = a.Consumer, a.AggregateID, a.Seq, req.job.ID
+		places[i] = riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq}
+		attempts[i] = riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt}
 	}
 	var queues []string
 	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
-		now := time.Now().UTC()
-		// Lock the lanes in the forwarder's order first, so the two never
-		// wait for each other in a cycle.
-		if _, err := tx.Exec(ctx, c.d.lockLanesSQL, customPlan, consumers, aggs); err != nil {
-			return fmt.Errorf("error locking lanes: %w", err)
+		// Set-based: one statement per step for the whole batch, lanes
+		// locked in the forwarder's order first.
+		var err error
+		if queues, err = c.d.lanes.advanceMany(ctx, tx, places); err != nil {
+			return err
 		}
-		// Set-based: one statement per step for the whole batch. The
-		// promotion is a statement of its own, for the fresh snapshot.
-		if _, err := tx.Exec(ctx, c.d.advanceManySQL, customPlan, consumers, aggs, seqs, now); err != nil {
-			return fmt.Errorf("error advancing lanes: %w", err)
-		}
-		rows, err := tx.Query(ctx, c.d.promoteManySQL, customPlan, consumers, aggs, seqs, now)
+		// The jobs complete as River's JobCompleteTx completes them; River's
+		// completer later finds them finalized and leaves them alone.
+		completed, err := riverjob.CompleteRunning(ctx, tx, c.d.cfg.Schema, attempts, time.Now().UTC())
 		if err != nil {
-			return fmt.Errorf("error promoting the next dispatches: %w", err)
+			return err
 		}
-		if queues, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-			return fmt.Errorf("error promoting the next dispatches: %w", err)
-		}
-		// Complete the jobs as River's JobCompleteTx does (running ->
-		// completed); River's completer later finds them finalized and
-		// leaves them alone.
-		var completed int
-		if err := tx.QueryRow(ctx, c.d.completeManySQL, customPlan, ids, now).Scan(&completed); err != nil {
-			return fmt.Errorf("error completing dispatch jobs: %w", err)
-		}
-		if completed != n {
-			return fmt.Errorf("only %d of %d dispatch jobs were still running", completed, n)
+		if len(completed) != len(attempts) {
+			return fmt.Errorf("only %d of %d dispatch jobs were still running", len(completed), len(attempts))
 		}
 		return nil
 	})
@@ -167,7 +156,7 @@ func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) 
 	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
 		var err error
 		a := req.job.Args
-		if q, err = c.d.lanes.advanceLane(ctx, tx, a.Consumer, a.AggregateID, a.Seq); err != nil {
+		if q, err = c.d.lanes.advance(ctx, tx, a.Consumer, a.AggregateID, a.Seq); err != nil {
 			return err
 		}
 		// The job's own context: River finds its client (and the worker's
@@ -182,45 +171,3 @@ func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) 
 	}
 	return []string{q}, err
 }
-
-const lockLanesSQL = `
-SELECT 1 FROM /*schema*/tributary_event_lane l
-JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a
-ORDER BY l.consumer, l.aggregate_id
-FOR UPDATE OF l`
-
-const laneAdvanceManySQL = `
-UPDATE /*schema*/tributary_event_lane l
-SET head_seq = l.head_seq + 1, updated_at = $4,
-    blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
-WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
-
-// lanePromoteManySQL promotes, for each lane this batch advanced past its
-// job, the dispatch now at the head. The pending job is looked up per lane
-// in a LATERAL subquery (LIMIT 1 keeps the planner from flattening it),
-// which always probes tributary_dispatch_lane_idx with the lane's key. As
-// a plain join, Postgres plans it, while river_job has no statistics yet,
-// as a walk of the whole partial index for each batch (docs/BENCHMARKS.md,
-// "Plans of the events statements").
-const lanePromoteManySQL = `
-UPDATE /*schema*/river_job j
-SET state = 'available', scheduled_at = $4, metadata = j.metadata || '{"tributary_lane_turn": true}'
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
-JOIN /*schema*/tributary_event_lane l ON l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s + 1
-CROSS JOIN LATERAL (
-    SELECT p.id FROM /*schema*/river_job p
-    WHERE p.state = 'pending' AND p.kind = 'tributary.event.dispatch'
-      AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a AND ((p.args ->> 'seq')::bigint) = u.s + 1
-    LIMIT 1
-) next
-WHERE j.id = next.id AND j.state = 'pending'
-RETURNING j.queue`
-
-const completeManySQL = `
-WITH done AS (
-    UPDATE /*schema*/river_job SET state = 'completed', finalized_at = $2
-    WHERE id = ANY($1::bigint[]) AND state = 'running'
-    RETURNING 1
-)
-SELECT count(*) FROM done`

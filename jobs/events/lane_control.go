@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -120,37 +121,29 @@ func DeleteJob(ctx context.Context, client *queue.Client, id int64) (*JobActionR
 	return laneJobAction(ctx, client, id, actionDelete)
 }
 
-// jobLaneKey is the lane of a dispatch job.
-type jobLaneKey struct {
-	kind, state         string
-	consumer, aggregate *string
-	seq                 *int64
-}
-
 func laneJobAction(ctx context.Context, client *queue.Client, id int64, action jobAction) (*JobActionResult, error) {
 	schema := client.Schema()
-	ls := newLaneStatements(schema)
+	ls := newLanes(schema)
 	rc := client.River()
 	res := &JobActionResult{JobID: id}
 	var promoted string
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
-		var k jobLaneKey
-		err := tx.QueryRow(ctx, queue.Qualify(schema, jobLaneKeySQL), id).Scan(&k.kind, &k.state, &k.consumer, &k.aggregate, &k.seq)
-		if errors.Is(err, pgx.ErrNoRows) {
+		p, found, err := riverjob.JobPlaceOf(ctx, tx, schema, id)
+		if err != nil {
+			return err
+		}
+		if !found {
 			return goneJobAction(ctx, tx, client, ls, id, action, res)
 		}
-		if err != nil {
-			return fmt.Errorf("error reading job %d: %w", id, err)
-		}
-		if k.kind != DispatchKind || k.aggregate == nil || *k.aggregate == "" || k.seq == nil {
+		if !p.InLane {
 			res.Job, err = riverAction(ctx, tx, rc, id, action)
 			return err
 		}
-		consumer, agg, seq := *k.consumer, *k.aggregate, *k.seq
+		consumer, agg, seq := p.Place.Consumer, p.Place.AggregateID, p.Place.Seq
 		res.Consumer, res.AggregateID = consumer, agg
 		// The lane first, then the job: the order every lane transaction
 		// takes its locks in.
-		l, ok, err := ls.lockLane(ctx, tx, consumer, agg)
+		l, ok, err := ls.lock(ctx, tx, consumer, agg)
 		if err != nil {
 			return err
 		}
@@ -160,7 +153,7 @@ func laneJobAction(ctx context.Context, client *queue.Client, id int64, action j
 			return err
 		}
 		if action == actionRetry && seq > l.headSeq {
-			return retryAhead(ctx, tx, rc, ls, schema, id, consumer, agg, seq, l, res)
+			return retryAhead(ctx, tx, rc, ls, id, consumer, agg, seq, l, res)
 		}
 		if res.Job, err = riverAction(ctx, tx, rc, id, action); err != nil {
 			return err
@@ -171,7 +164,7 @@ func laneJobAction(ctx context.Context, client *queue.Client, id int64, action j
 		switch {
 		case action == actionRetry:
 			if l.blockedJobID != nil {
-				_, err = tx.Exec(ctx, ls.clearBlock, consumer, agg, seq)
+				err = ls.clearBlock(ctx, tx, consumer, agg, seq)
 			}
 			return err
 		case action == actionCancel && res.Job.State == rivertype.JobStateRunning:
@@ -179,24 +172,15 @@ func laneJobAction(ctx context.Context, client *queue.Client, id int64, action j
 			// lane on when it returns.
 			return nil
 		}
-		promoted, err = ls.advanceLane(ctx, tx, consumer, agg, seq)
+		promoted, err = ls.advance(ctx, tx, consumer, agg, seq)
 		res.LaneReleased = err == nil
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	ls.wakeRiver(ctx, client.Pool(), client.Logger(), promoted, availableQueue(res.Job))
+	ls.wake(ctx, client.Pool(), client.Logger(), promoted, availableQueue(res.Job))
 	return res, nil
-}
-
-// availableQueue is the queue of a job an action made available, for
-// waking River's producers; "" otherwise.
-func availableQueue(job *rivertype.JobRow) string {
-	if job == nil || job.State != rivertype.JobStateAvailable {
-		return ""
-	}
-	return job.Queue
 }
 
 // riverAction is River's own action on a job, in tx.
@@ -214,20 +198,21 @@ func riverAction(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], id in
 // retryAhead handles a retry of a dispatch behind its lane's head: one
 // cancelled before its turn goes back to waiting in its place; one still
 // waiting (or made available outside tributary) is refused.
-func retryAhead(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], ls *laneStatements, schema string, id int64, consumer, agg string, seq int64, l laneRow, res *JobActionResult) error {
-	err := tx.QueryRow(ctx, queue.Qualify(schema, requeueFinalizedSQL), id, time.Now().UTC()).Scan(new(int64))
-	switch {
-	case err == nil:
-		res.Requeued = true
-		res.Job, err = rc.JobGetTx(ctx, tx, id)
-		return err
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("error putting job %d back in its lane: %w", id, err)
-	}
-	headID, headState, err := ls.headJob(ctx, tx, consumer, agg, l.headSeq)
+func retryAhead(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], ls *lanes, id int64, consumer, agg string, seq int64, l laneRow, res *JobActionResult) error {
+	requeued, err := riverjob.RequeueGivenUp(ctx, tx, ls.schema, id, time.Now().UTC())
 	if err != nil {
 		return err
 	}
+	if requeued {
+		res.Requeued = true
+		res.Job, err = rc.JobGetTx(ctx, tx, id)
+		return err
+	}
+	head, err := ls.headJob(ctx, tx, consumer, agg, l.headSeq)
+	if err != nil {
+		return err
+	}
+	headID, headState := head.ID, string(head.State)
 	if headID == 0 {
 		headState = "missing"
 		if l.blockedJobID != nil {
@@ -240,14 +225,13 @@ func retryAhead(ctx context.Context, tx pgx.Tx, rc *river.Client[pgx.Tx], ls *la
 // goneJobAction handles an action on a job that does not exist: a retry of
 // a blocked head that River's retention deleted puts the event back from
 // the lane's copy; a cancel or delete of one says how to give it up.
-func goneJobAction(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *laneStatements, id int64, action jobAction, res *JobActionResult) error {
-	var consumer, agg string
-	err := tx.QueryRow(ctx, queue.Qualify(client.Schema(), laneBlockedByJobSQL), id).Scan(&consumer, &agg)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return river.ErrNotFound
-	}
+func goneJobAction(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *lanes, id int64, action jobAction, res *JobActionResult) error {
+	consumer, agg, found, err := ls.blockedBy(ctx, tx, id)
 	if err != nil {
-		return fmt.Errorf("error looking for the lane job %d blocks: %w", id, err)
+		return err
+	}
+	if !found {
+		return river.ErrNotFound
 	}
 	if action != actionRetry {
 		return fmt.Errorf("job %d: %w (aggregate %q of consumer %q): give it up with `tributary lanes skip %s %s`, or put it back with `tributary jobs retry %d`",
@@ -265,7 +249,7 @@ func goneJobAction(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *lan
 // again in its place, and the lane moves on when it succeeds. A head River's
 // retention deleted is put back from the lane's copy as a new job.
 func RetryLane(ctx context.Context, client *queue.Client, consumer, aggregate string) (*JobActionResult, error) {
-	ls := newLaneStatements(client.Schema())
+	ls := newLanes(client.Schema())
 	var res *JobActionResult
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
 		var err error
@@ -275,11 +259,11 @@ func RetryLane(ctx context.Context, client *queue.Client, consumer, aggregate st
 	if err != nil {
 		return nil, err
 	}
-	ls.wakeRiver(ctx, client.Pool(), client.Logger(), availableQueue(res.Job))
+	ls.wake(ctx, client.Pool(), client.Logger(), availableQueue(res.Job))
 	return res, nil
 }
 
-func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *laneStatements, consumer, aggregate string) (*JobActionResult, error) {
+func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *lanes, consumer, aggregate string) (*JobActionResult, error) {
 	queueName, maxAttempts, err := consumerQueue(ctx, tx, client.Schema(), consumer)
 	if err != nil {
 		return nil, err
@@ -294,7 +278,7 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 	switch {
 	case errors.Is(err, river.ErrNotFound):
 		// River's retention deleted it; the lane kept its args.
-		var args DispatchArgs
+		var args dispatchArgs
 		if err := json.Unmarshal(l.blockedArgs, &args); err != nil || args.Seq != l.headSeq {
 			return nil, fmt.Errorf("the lane's copy of job %d does not hold its event (aggregate %q of consumer %q): skip the lane instead", blocked, aggregate, consumer)
 		}
@@ -306,8 +290,8 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 	case err != nil:
 		return nil, fmt.Errorf("error retrying job %d: %w", blocked, err)
 	}
-	if _, err := tx.Exec(ctx, ls.clearBlock, consumer, aggregate, l.headSeq); err != nil {
-		return nil, fmt.Errorf("error unblocking lane %s/%s: %w", consumer, aggregate, err)
+	if err := ls.clearBlock(ctx, tx, consumer, aggregate, l.headSeq); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -316,7 +300,7 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 // next event at once. The given-up job stays as it is (discarded or
 // cancelled, replayable with RetryJob, which then runs it out of order).
 func SkipLane(ctx context.Context, client *queue.Client, consumer, aggregate string) (*JobActionResult, error) {
-	ls := newLaneStatements(client.Schema())
+	ls := newLanes(client.Schema())
 	res := &JobActionResult{Consumer: consumer, AggregateID: aggregate}
 	var promoted string
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
@@ -334,20 +318,20 @@ func SkipLane(ctx context.Context, client *queue.Client, consumer, aggregate str
 		if err != nil {
 			return err
 		}
-		promoted, err = ls.advanceLane(ctx, tx, consumer, aggregate, l.headSeq)
+		promoted, err = ls.advance(ctx, tx, consumer, aggregate, l.headSeq)
 		res.LaneReleased = err == nil
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	ls.wakeRiver(ctx, client.Pool(), client.Logger(), promoted)
+	ls.wake(ctx, client.Pool(), client.Logger(), promoted)
 	return res, nil
 }
 
 // lockBlockedLane locks a lane and checks that a given-up head blocks it.
-func lockBlockedLane(ctx context.Context, tx pgx.Tx, ls *laneStatements, consumer, aggregate string) (laneRow, error) {
-	l, ok, err := ls.lockLane(ctx, tx, consumer, aggregate)
+func lockBlockedLane(ctx context.Context, tx pgx.Tx, ls *lanes, consumer, aggregate string) (laneRow, error) {
+	l, ok, err := ls.lock(ctx, tx, consumer, aggregate)
 	if err != nil {
 		return l, err
 	}
@@ -356,8 +340,8 @@ func lockBlockedLane(ctx context.Context, tx pgx.Tx, ls *laneStatements, consume
 	}
 	hint := ""
 	if ok && l.headSeq <= l.lastSeq {
-		if id, state, err := ls.headJob(ctx, tx, consumer, aggregate, l.headSeq); err == nil && id != 0 {
-			hint = fmt.Sprintf(" (its head, job %d, is %s; cancel it to give it up)", id, state)
+		if head, err := ls.headJob(ctx, tx, consumer, aggregate, l.headSeq); err == nil && head.ID != 0 {
+			hint = fmt.Sprintf(" (its head, job %d, is %s; cancel it to give it up)", head.ID, head.State)
 		}
 	}
 	return l, fmt.Errorf("aggregate %q of consumer %q is not blocked%s: %w", aggregate, consumer, hint, ErrLaneNotBlocked)
@@ -417,57 +401,8 @@ func ListBlockedLanes(ctx context.Context, db queue.DBTX, schema string, p LaneL
 	if p.Limit <= 0 {
 		p.Limit = 1000
 	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, listBlockedLanesSQL), p.Consumer, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("error listing blocked lanes: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BlockedLane, error) {
-		var b BlockedLane
-		var reason *string
-		var last int64
-		err := r.Scan(&b.Consumer, &b.AggregateID, &b.JobID, &b.JobState, &reason, &b.Since, &b.Seq, &last)
-		if reason != nil {
-			b.Reason = *reason
-		}
-		b.Waiting = last - b.Seq
-		return b, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error listing blocked lanes: %w", err)
-	}
-	return out, nil
+	return newLanes(schema).listBlocked(ctx, db, p.Consumer, p.Limit)
 }
-
-const jobLaneKeySQL = `
-SELECT kind, state::text, args ->> 'consumer', args ->> 'aggregate_id', (args ->> 'seq')::bigint
-FROM /*schema*/river_job WHERE id = $1`
-
-// requeueFinalizedSQL puts a dispatch that was given up before its turn
-// back to waiting in its lane, with an attempt left (as River's retry gives
-// one to a job that used them all).
-const requeueFinalizedSQL = `
-UPDATE /*schema*/river_job
-SET state = 'pending', finalized_at = NULL, scheduled_at = $2,
-    max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END
-WHERE id = $1 AND state IN ('cancelled', 'discarded')
-RETURNING id`
-
-const laneBlockedByJobSQL = `
-SELECT consumer, aggregate_id FROM /*schema*/tributary_event_lane
-WHERE blocked_job_id = $1 LIMIT 1`
 
 const consumerQueueSQL = `
 SELECT queue, max_attempts FROM /*schema*/tributary_event_consumer WHERE name = $1`
-
-// listBlockedLanesSQL: a lane whose recorded job runs again (retried
-// outside tributary) is not blocked any more; the repair sweep forgets its
-// record.
-const listBlockedLanesSQL = `
-SELECT l.consumer, l.aggregate_id, l.blocked_job_id, coalesce(j.state::text, 'gone'), l.blocked_reason, l.blocked_since,
-       l.head_seq, l.last_seq
-FROM /*schema*/tributary_event_lane l
-LEFT JOIN /*schema*/river_job j ON j.id = l.blocked_job_id
-WHERE l.blocked_job_id IS NOT NULL AND ($1 = '' OR l.consumer = $1)
-  AND (j.id IS NULL OR j.state IN ('cancelled', 'discarded'))
-ORDER BY l.blocked_since, l.consumer, l.aggregate_id
-LIMIT $2`

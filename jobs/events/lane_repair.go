@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // LaneRepairIntervalDefault is how often a dispatcher sweeps the lanes.
@@ -103,17 +105,17 @@ func planRepair(s laneSnapshot) repairAction {
 	}
 }
 
-// RepairLanes sweeps, once, every lane that has been quiet for 10 s with
+// repairLanes sweeps, once, every lane that has been quiet for 10 s with
 // work behind its head (see planRepair) and returns how many lanes it moved
 // on (promoted or released). Each change is made under the lane's lock
 // after checking that the lane and its head are still as read, and is
 // logged as a warning: it means something happened outside tributary.
-func (d *Dispatcher) RepairLanes(ctx context.Context) int {
+func (d *Dispatcher) repairLanes(ctx context.Context) int {
 	cutoff := time.Now().UTC().Add(-laneRepairQuietFor)
 	moved := 0
 	var after laneSnapshot
 	for {
-		page, err := d.readQuietLanes(ctx, cutoff, after)
+		page, err := d.lanes.quiet(ctx, d.pool, cutoff, after, laneRepairPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)
@@ -140,30 +142,6 @@ func (d *Dispatcher) RepairLanes(ctx context.Context) int {
 	}
 }
 
-func (d *Dispatcher) readQuietLanes(ctx context.Context, cutoff time.Time, after laneSnapshot) ([]laneSnapshot, error) {
-	rows, err := d.pool.Query(ctx, d.repairSQL, customPlan, cutoff, after.updatedAt, after.consumer, after.aggregate, laneRepairPage)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (laneSnapshot, error) {
-		var s laneSnapshot
-		var ordering string
-		var jobID *int64
-		var state, lastError *string
-		var cancelRequested *bool
-		err := r.Scan(&s.consumer, &s.aggregate, &s.headSeq, &s.updatedAt, &s.blockedJobID, &ordering,
-			&jobID, &state, &cancelRequested, &s.jobArgs, &lastError)
-		s.ordering = Ordering(ordering)
-		if jobID != nil {
-			s.jobID, s.jobState, s.cancelRequested = *jobID, *state, *cancelRequested
-		}
-		if lastError != nil {
-			s.lastError = *lastError
-		}
-		return s, err
-	})
-}
-
 // errLaneChanged: the lane or its head changed since the sweep read them.
 var errLaneChanged = errors.New("lane changed since it was read")
 
@@ -173,40 +151,39 @@ var errLaneChanged = errors.New("lane changed since it was read")
 func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repairAction) (done bool, err error) {
 	var promotedQueue string
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		l, ok, err := d.lanes.lockLane(ctx, tx, s.consumer, s.aggregate)
+		l, ok, err := d.lanes.lock(ctx, tx, s.consumer, s.aggregate)
 		if err != nil {
 			return err
 		}
 		if !ok || l.headSeq != s.headSeq {
 			return errLaneChanged
 		}
-		id, state, err := d.lanes.headJob(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+		head, err := d.lanes.headJob(ctx, tx, s.consumer, s.aggregate, s.headSeq)
 		if err != nil {
 			return err
 		}
-		if id != s.jobID || state != s.jobState {
+		if head.ID != s.jobID || string(head.State) != s.jobState {
 			return errLaneChanged
 		}
 		switch action {
 		case repairPromote:
-			err := tx.QueryRow(ctx, d.repairPromoteSQL, s.jobID, time.Now().UTC()).Scan(&promotedQueue)
-			if errors.Is(err, pgx.ErrNoRows) {
+			promotedQueue, err = riverjob.PromoteHead(ctx, tx, d.cfg.Schema, s.jobID, time.Now().UTC())
+			if err == nil && promotedQueue == "" {
 				return errLaneChanged
 			}
 			return err
 		case repairRelease:
-			promotedQueue, err = d.lanes.advanceLane(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+			promotedQueue, err = d.lanes.advance(ctx, tx, s.consumer, s.aggregate, s.headSeq)
 			return err
 		case repairBlock:
 			reason := "retries used up"
 			if s.lastError != "" {
 				reason += ": " + s.lastError
 			}
-			_, err := d.lanes.blockLane(ctx, tx, s.consumer, s.aggregate, s.headSeq, s.jobID, reason, s.jobArgs)
+			_, err := d.lanes.block(ctx, tx, s.consumer, s.aggregate, s.headSeq, s.jobID, reason, s.jobArgs)
 			return err
 		case repairUnblock:
-			_, err := tx.Exec(ctx, d.lanes.clearBlock, s.consumer, s.aggregate, s.headSeq)
-			return err
+			return d.lanes.clearBlock(ctx, tx, s.consumer, s.aggregate, s.headSeq)
 		}
 		return fmt.Errorf("unknown lane repair action %d", action)
 	})
@@ -230,41 +207,3 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 	d.wakeRiver(ctx, promotedQueue)
 	return true, nil
 }
-
-// laneRepairSQL reads one page of the lanes with work behind their head
-// that were untouched since $1, in (updated_at, consumer, aggregate_id)
-// order after the last one read ($2..$4): with statistics through
-// tributary_event_lane_waiting_idx, without them by a walk of
-// tributary_event_lane_idle_idx that filters. The page is picked first,
-// MATERIALIZED, so each lane's head job (any state, one probe of
-// tributary_dispatch_lane_idx) is looked up for the page's lanes only: with
-// the lookup in the same query, a plan that sorts after the join (what
-// Postgres picks while every lane has the same updated_at) looks up the
-// heads of every lane with work for each page (figures: docs/BENCHMARKS.md,
-// "The lane repair sweep's page").
-const laneRepairSQL = `
-WITH quiet AS MATERIALIZED (
-    SELECT consumer, aggregate_id, head_seq, updated_at, blocked_job_id FROM /*schema*/tributary_event_lane
-    WHERE head_seq <= last_seq AND updated_at < $1
-      AND (updated_at, consumer, aggregate_id) > ($2, $3, $4)
-    ORDER BY updated_at, consumer, aggregate_id
-    LIMIT $5
-)
-SELECT l.consumer, l.aggregate_id, l.head_seq, l.updated_at, l.blocked_job_id, coalesce(c.ordering, 'block'),
-       h.id, h.state::text, h.metadata ? 'cancel_attempted_at', h.args,
-       h.errors[array_upper(h.errors, 1)] ->> 'error'
-FROM quiet l
-LEFT JOIN /*schema*/tributary_event_consumer c ON c.name = l.consumer
-LEFT JOIN LATERAL (
-    SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
-    WHERE p.kind = 'tributary.event.dispatch'
-      AND (p.args ->> 'consumer') = l.consumer AND (p.args ->> 'aggregate_id') = l.aggregate_id
-      AND ((p.args ->> 'seq')::bigint) = l.head_seq
-    ORDER BY p.id DESC LIMIT 1
-) h ON true
-ORDER BY l.updated_at, l.consumer, l.aggregate_id`
-
-const laneRepairPromoteSQL = `
-UPDATE /*schema*/river_job SET state = 'available', scheduled_at = $2, metadata = metadata || '{"tributary_lane_turn": true}'
-WHERE id = $1 AND state = 'pending'
-RETURNING queue`

@@ -72,7 +72,7 @@ func setupLanes(t *testing.T, ordering events.Ordering, delays ...time.Duration)
 
 func (b *laneBundle) emit(t *testing.T, agg, text string) string {
 	t.Helper()
-	id, err := b.em.EmitTx(context.Background(), b.db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: agg})
+	id, err := b.em.Emit(context.Background(), b.db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: agg})
 	require.NoError(t, err)
 	return id
 }
@@ -80,7 +80,7 @@ func (b *laneBundle) emit(t *testing.T, agg, text string) string {
 // emitInvalid emits an order the consumer's validation rejects.
 func (b *laneBundle) emitInvalid(t *testing.T, agg string) string {
 	t.Helper()
-	id, err := b.loose.EmitTx(context.Background(), b.db.Pool, looseOrderEvent, looseOrder{OrderID: "o", Amount: -1}, events.Meta{AggregateID: agg})
+	id, err := b.loose.Emit(context.Background(), b.db.Pool, looseOrderEvent, looseOrder{OrderID: "o", Amount: -1}, events.Meta{AggregateID: agg})
 	require.NoError(t, err)
 	return id
 }

@@ -42,22 +42,22 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v int64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	type counter struct {
+		desc  *prometheus.Desc
+		value int64
 	}
+	var counters []counter
 	if c.forwarder != nil {
 		s := c.forwarder.Stats()
-		counter(c.forwarded, s.Forwarded)
-		counter(c.batches, s.Batches)
-		counter(c.forwardFailures, s.Failures)
-		counter(c.staleResets, s.StaleResets)
+		counters = append(counters, counter{c.forwarded, s.Forwarded}, counter{c.batches, s.Batches},
+			counter{c.forwardFailures, s.Failures}, counter{c.staleResets, s.StaleResets})
 	}
 	if c.dispatcher != nil {
 		s := c.dispatcher.Stats()
-		counter(c.handled, s.Handled)
-		counter(c.failed, s.Failed)
-		counter(c.panics, s.Panics)
-		counter(c.validation, s.ValidationFailures)
-		counter(c.givenUp, s.GivenUp)
+		counters = append(counters, counter{c.handled, s.Handled}, counter{c.failed, s.Failed}, counter{c.panics, s.Panics},
+			counter{c.validation, s.ValidationFailures}, counter{c.givenUp, s.GivenUp})
+	}
+	for _, m := range counters {
+		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.value))
 	}
 }

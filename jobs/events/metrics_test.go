@@ -8,13 +8,13 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 func TestCollector(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{newWatchPublisher()}})
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{newWatchPublisher()}})
 	require.NoError(t, err)
 	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema})
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -28,7 +29,7 @@ func Statuses() []string { return []string{StatusPending, StatusClaimed, StatusS
 
 // OutboxRow is one tributary_outbox row, for listings.
 type OutboxRow struct {
-	queue.OutboxEvent
+	outbox.Event
 	Position   int64      `json:"position"`
 	Status     string     `json:"status"`
 	RetryCount int        `json:"retry_count"`
@@ -184,7 +185,7 @@ func ReplayOutbox(ctx context.Context, db queue.DBTX, schema string, ids []strin
 		}
 		// The count comes from the statement's result, not its tag: the
 		// tag counts the one row of the SELECT around the UPDATE.
-		if err := tx.QueryRow(ctx, queue.Qualify(schema, replaySQL), ids, NotifyChannel(schema)).Scan(&n, nil); err != nil {
+		if err := tx.QueryRow(ctx, queue.Qualify(schema, replaySQL), ids, notifyChannel(schema)).Scan(&n, nil); err != nil {
 			return fmt.Errorf("error replaying outbox rows: %w", err)
 		}
 		return nil
@@ -231,7 +232,7 @@ func ReplayFailedBatches(ctx context.Context, db queue.DBTX, schema string, p Re
 		var n int
 		var last *int64
 		err := inTx(ctx, db, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, sql, after, p.BatchSize, NotifyChannel(schema)).Scan(&n, &last, nil); err != nil {
+			if err := tx.QueryRow(ctx, sql, after, p.BatchSize, notifyChannel(schema)).Scan(&n, &last, nil); err != nil {
 				return fmt.Errorf("error replaying failed outbox rows: %w", err)
 			}
 			return nil
@@ -292,12 +293,5 @@ FROM upd`
 // inTx runs fn in a transaction on db: a new one on a pool or connection, a
 // nested one (savepoint) when db already is a transaction.
 func inTx(ctx context.Context, db queue.DBTX, fn func(tx pgx.Tx) error) error {
-	type beginner interface {
-		Begin(ctx context.Context) (pgx.Tx, error)
-	}
-	b, ok := db.(beginner)
-	if !ok {
-		return errors.New("events: the database handle cannot begin a transaction")
-	}
-	return pgx.BeginFunc(ctx, b, fn)
+	return pgx.BeginFunc(ctx, db, fn)
 }

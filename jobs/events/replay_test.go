@@ -13,7 +13,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // insertFailedRows writes n FAILED outbox rows directly, as a long broker
@@ -82,18 +82,20 @@ type countingTx struct {
 
 func (p *countingTx) Name() string { return "counting-tx" }
 
-func (p *countingTx) PublishOutbox(context.Context, []queue.OutboxEvent) error {
+func (p *countingTx) PublishOutbox(context.Context, []outbox.Event) error {
 	return errors.New("not used")
 }
 
-func (p *countingTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []queue.OutboxEvent) error {
+func (p *countingTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []outbox.Event) (func(context.Context), error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range evs {
 		p.counts[e.ID]++
 	}
-	return nil
+	return nil, nil
 }
+
+var _ outbox.TxPublisher = (*countingTx)(nil)
 
 func (p *countingTx) count(id string) int {
 	p.mu.Lock()
@@ -107,13 +109,13 @@ func TestReplayDestinations(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	id, err := newEmitter(t, db).EmitTx(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
+	id, err := newEmitter(t, db).Emit(ctx, db.Pool, noteEvent, noteV1{Text: "x"}, events.Meta{})
 	require.NoError(t, err)
 	var refusing atomic.Bool
 	refusing.Store(true)
 	txPub := &countingTx{counts: map[string]int{}}
-	plain := newEachPublisher("plain", func(queue.OutboxEvent, int) bool { return refusing.Load() })
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []queue.OutboxPublisher{txPub, plain}, MaxRetries: 1})
+	plain := newEachPublisher("plain", func(outbox.Event, int) bool { return refusing.Load() })
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{txPub, plain}, MaxRetries: 1})
 	require.NoError(t, err)
 	plainAttempts := func() int { _, a, _ := plain.snapshot(); return a[id] }
 

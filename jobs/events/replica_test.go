@@ -19,7 +19,7 @@ import (
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/events/internal/replica"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // replicaEvents is the size of the replica runs: EVENTS_REPLICA_N, else
@@ -55,7 +55,7 @@ func emitReplicaEvents(t *testing.T, db *pgtest.DB, n, aggregates int) {
 					}
 					batch = append(batch, events.Emission{Def: replica.Event, Payload: replica.Payload{N: j}, Meta: meta})
 				}
-				if _, err := em.EmitManyTx(context.Background(), db.Pool, batch); err != nil {
+				if _, err := em.EmitMany(context.Background(), db.Pool, batch); err != nil {
 					errs <- err
 					return
 				}
@@ -141,7 +141,7 @@ func TestReplicasInProcess(t *testing.T) {
 		consumers, err := replica.Consumers(db.Pool, replica.Config{Schema: db.Schema, Replica: fmt.Sprint("r", i),
 			FailRate: 0.05, MaxLatency: 2 * time.Millisecond, RetryDelay: 10 * time.Millisecond})
 		require.NoError(t, err)
-		_, inst := startEvents(t, db, events.ForwarderConfig{ID: fmt.Sprint("fwd-", i), BatchSize: 100}, consumers...)
+		_, inst := startEvents(t, db, events.ForwarderConfig{ID: fmt.Sprint("fwd-", i), ClaimSize: 100}, consumers...)
 		forwarders = append(forwarders, inst.Forwarder)
 	}
 	emitReplicaEvents(t, db, n, 200)
@@ -200,7 +200,7 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE state <> 'completed'`)).Scan(&notCompleted)
 		return notCompleted == 0, err
 	})
-	_ = queue.OutboxEvent{}
+	_ = outbox.Event{}
 }
 
 // buildReplicaWorker builds the replica worker binary into a temporary

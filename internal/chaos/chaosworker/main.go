@@ -20,6 +20,7 @@ import (
 	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -90,7 +91,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fcfg.Publishers = []queue.OutboxPublisher{out}
+		fcfg.Publishers = []outbox.Publisher{out}
 	}
 	consumers, err := w.Consumers()
 	if err != nil {

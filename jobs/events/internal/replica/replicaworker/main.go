@@ -21,6 +21,7 @@ import (
 	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/events/internal/replica"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -59,17 +60,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fcfg := events.ForwarderConfig{ID: name, SweepInterval: 200 * time.Millisecond, BatchSize: 200}
+	fcfg := events.ForwarderConfig{ID: name, SweepInterval: 200 * time.Millisecond, ClaimSize: 200}
 	if d, err := time.ParseDuration(os.Getenv("REPLICA_STALE_AFTER")); err == nil {
 		fcfg.StaleClaimAfter = d
 	}
 	if os.Getenv("REPLICA_BROKER") != "" {
 		// A plain (non-transactional) publisher beside the bus, as the AMQP
 		// bridge is: forwarding then claims rows (CLAIMED) before publishing.
-		fcfg.Publishers = []queue.OutboxPublisher{acceptAll{}}
+		fcfg.Publishers = []outbox.Publisher{acceptAll{}}
 	}
 	if os.Getenv("REPLICA_DIE_AFTER_CLAIM") != "" {
-		fcfg.AfterClaimFunc = func(ctx context.Context, evs []queue.OutboxEvent) error {
+		fcfg.AfterClaimFunc = func(ctx context.Context, evs []outbox.Event) error {
 			fmt.Fprintf(os.Stderr, "claimed %d rows, dying\n", len(evs))
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
@@ -86,4 +87,4 @@ type acceptAll struct{}
 
 func (acceptAll) Name() string { return "accept-all" }
 
-func (acceptAll) PublishOutbox(ctx context.Context, evs []queue.OutboxEvent) error { return nil }
+func (acceptAll) PublishOutbox(ctx context.Context, evs []outbox.Event) error { return nil }

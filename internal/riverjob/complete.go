@@ -1,0 +1,49 @@
+package riverjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Attempt is one running attempt of a job.
+type Attempt struct {
+	ID      int64
+	Attempt int
+}
+
+// CompleteRunning completes the given running attempts in one statement, as
+// River's completer does for JobSetStateCompleted (state completed,
+// finalized_at), and returns the ids of the jobs it completed; a job no
+// longer running at that attempt (rescued and handed on, finalized by
+// someone else) is left out. The attempt's metadata updates are not lost:
+// River's completer, told of the job's success after the commit, merges
+// them into the row even when it is no longer running. One JobCompleteTx per
+// job would cost a statement each.
+func CompleteRunning(ctx context.Context, db DBTX, schema string, attempts []Attempt, now time.Time) ([]int64, error) {
+	if len(attempts) == 0 {
+		return nil, nil
+	}
+	ids, nums := make([]int64, len(attempts)), make([]int32, len(attempts))
+	for i, a := range attempts {
+		ids[i], nums[i] = a.ID, int32(a.Attempt)
+	}
+	rows, err := db.Query(ctx, q(schema, completeRunningSQL), customPlan, ids, nums, now)
+	if err != nil {
+		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
+	}
+	return out, nil
+}
+
+const completeRunningSQL = `
+UPDATE /*schema*/river_job j
+SET state = 'completed', finalized_at = $3
+FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
+WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt
+RETURNING j.id`

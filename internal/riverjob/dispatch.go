@@ -1,0 +1,134 @@
+package riverjob
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// AttemptedJob is a job to insert as River itself would have left it after
+// an attempt that ran elsewhere (one event of a batched dispatch): retryable
+// (River's scheduler makes it available at ScheduledAt), discarded or
+// cancelled with the attempt's error, or available and not attempted yet
+// (Attempt 0, no Error).
+type AttemptedJob struct {
+	Kind        string
+	Args        []byte
+	State       rivertype.JobState
+	Attempt     int
+	MaxAttempts int
+	ScheduledAt time.Time
+	// Error is the attempt's error, recorded as River's executor records
+	// one; nil for none.
+	Error *rivertype.AttemptError
+}
+
+// InsertAttempted inserts jobs into queue in tx, each in its state with its
+// attempt: attempted_at set when it made one, finalized_at when it is
+// cancelled or discarded, its error in errors. now is their created_at (and
+// attempted_at and finalized_at). There is no River API for this: River's
+// inserts make new jobs only.
+func InsertAttempted(ctx context.Context, tx pgx.Tx, schema, queue string, jobs []AttemptedJob, now time.Time) error {
+	n := len(jobs)
+	states, kinds, args, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attempts, maxAttempts := make([]int32, n), make([]int32, n)
+	scheduled := make([]time.Time, n)
+	for i, j := range jobs {
+		if j.Error != nil {
+			b, err := json.Marshal(j.Error)
+			if err != nil {
+				return fmt.Errorf("error encoding the attempt error of a %s job: %w", j.Kind, err)
+			}
+			errs[i] = string(b)
+		}
+		states[i], kinds[i], args[i] = string(j.State), j.Kind, string(j.Args)
+		attempts[i], maxAttempts[i], scheduled[i] = int32(j.Attempt), int32(j.MaxAttempts), j.ScheduledAt
+	}
+	if _, err := tx.Exec(ctx, q(schema, insertAttemptedSQL), now, queue, states, attempts, maxAttempts, scheduled, args, errs, kinds); err != nil {
+		return fmt.Errorf("error inserting %d jobs: %w", n, err)
+	}
+	return nil
+}
+
+// CountUnfinishedDispatches counts each consumer's unfinished dispatch jobs
+// (both kinds; waiting, running or retrying) through River's state-first
+// index: it reads the unfinished jobs, not the whole table.
+func CountUnfinishedDispatches(ctx context.Context, db DBTX, schema string) (map[string]int64, error) {
+	rows, err := db.Query(ctx, q(schema, countUnfinishedDispatchesSQL))
+	if err != nil {
+		return nil, fmt.Errorf("error counting dispatch jobs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var consumer string
+		var n int64
+		if err := rows.Scan(&consumer, &n); err != nil {
+			return nil, fmt.Errorf("error counting dispatch jobs: %w", err)
+		}
+		out[consumer] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error counting dispatch jobs: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteWaitingDispatches deletes up to limit of consumer's unfinished
+// dispatch jobs that are not running (River does not delete a running job)
+// and returns how many.
+func DeleteWaitingDispatches(ctx context.Context, db DBTX, schema, consumer string, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, q(schema, deleteWaitingDispatchesSQL), consumer, limit)
+	if err != nil {
+		return 0, fmt.Errorf("error deleting the dispatch jobs of consumer %q: %w", consumer, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// CountRunningDispatches counts consumer's running dispatch jobs.
+func CountRunningDispatches(ctx context.Context, db DBTX, schema, consumer string) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, q(schema, countRunningDispatchesSQL), consumer).Scan(&n); err != nil {
+		return 0, fmt.Errorf("error counting the running dispatch jobs of consumer %q: %w", consumer, err)
+	}
+	return n, nil
+}
+
+const insertAttemptedSQL = `
+INSERT INTO /*schema*/river_job (state, attempt, max_attempts, attempted_at, created_at, finalized_at, scheduled_at,
+                                 priority, args, errors, kind, metadata, queue, tags)
+SELECT u.state::/*schema*/river_job_state, u.attempt, u.max_attempts,
+       CASE WHEN u.attempt > 0 THEN $1::timestamptz END,
+       $1::timestamptz,
+       CASE WHEN u.state IN ('cancelled', 'discarded') THEN $1::timestamptz END,
+       u.scheduled_at, 1, u.args::jsonb,
+       CASE WHEN u.err = '' THEN NULL ELSE ARRAY[u.err::jsonb] END,
+       u.kind, '{}'::jsonb, $2, '{}'::varchar[]
+FROM unnest($3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
+     AS u(state, attempt, max_attempts, scheduled_at, args, err, kind)`
+
+// dispatchKinds are both kinds of dispatch job, as a SQL list.
+const dispatchKinds = `('` + DispatchKind + `', '` + DispatchBatchKind + `')`
+
+const countUnfinishedDispatchesSQL = `
+SELECT args ->> 'consumer', count(*) FROM /*schema*/river_job
+WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+  AND kind IN ` + dispatchKinds + `
+GROUP BY 1`
+
+const deleteWaitingDispatchesSQL = `
+DELETE FROM /*schema*/river_job WHERE id IN (
+    SELECT id FROM /*schema*/river_job
+    WHERE state IN ('available', 'pending', 'retryable', 'scheduled')
+      AND kind IN ` + dispatchKinds + `
+      AND args ->> 'consumer' = $1
+    LIMIT $2 FOR UPDATE)`
+
+const countRunningDispatchesSQL = `
+SELECT count(*) FROM /*schema*/river_job
+WHERE state = 'running' AND kind IN ` + dispatchKinds + `
+  AND args ->> 'consumer' = $1`

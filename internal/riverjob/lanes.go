@@ -1,0 +1,263 @@
+package riverjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// The River job kinds of the events package's dispatch jobs
+// (events.DispatchKind, events.DispatchBatchKind), and the metadata key of a
+// lane's turn. They are named here because the statements below select on
+// them as literals: migration 0008's index tributary_dispatch_lane_idx is
+// partial on the kind, and Postgres uses a partial index only for a query
+// whose condition names the same literal.
+const (
+	DispatchKind      = "tributary.event.dispatch"
+	DispatchBatchKind = "tributary.event.dispatch_batch"
+
+	// LaneTurnKey marks, in a dispatch job's metadata, that the job has been
+	// its lane's head: set on a job inserted as the head and by every
+	// promotion. A lane's head only moves forward, so a marked job is the
+	// head or behind it and may run.
+	LaneTurnKey = "tributary_lane_turn"
+)
+
+// LaneSeq is a place in an ordering lane: the dispatch of the consumer's
+// event number Seq of the aggregate.
+type LaneSeq struct {
+	Consumer    string
+	AggregateID string
+	Seq         int64
+}
+
+func laneArrays(places []LaneSeq) (consumers, aggs []string, seqs []int64) {
+	consumers, aggs, seqs = make([]string, len(places)), make([]string, len(places)), make([]int64, len(places))
+	for i, p := range places {
+		consumers[i], aggs[i], seqs[i] = p.Consumer, p.AggregateID, p.Seq
+	}
+	return consumers, aggs, seqs
+}
+
+// PromoteNext makes the pending dispatch at each place available, marked
+// with LaneTurnKey, in tx, and returns the queues of the jobs it promoted
+// (with repeats). A place with no pending dispatch is left alone: the lane
+// is idle, or its job is not pending any more. The caller has just moved
+// each place's lane to it, in a statement of its own: this one needs a
+// snapshot taken after the lane's row lock was granted, so that it sees a
+// dispatch a forwarder inserted while the caller waited for the lock.
+func PromoteNext(ctx context.Context, tx pgx.Tx, schema string, places []LaneSeq, now time.Time) ([]string, error) {
+	if len(places) == 0 {
+		return nil, nil
+	}
+	consumers, aggs, seqs := laneArrays(places)
+	var queues []string
+	rows, err := tx.Query(ctx, q(schema, promoteNextSQL), customPlan, consumers, aggs, seqs, now)
+	if err == nil {
+		queues, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error promoting the next dispatches: %w", err)
+	}
+	return queues, nil
+}
+
+// PromoteHead makes dispatch id, its lane's head, available if it is still
+// pending, marked with LaneTurnKey, and returns its queue; "" when it was not
+// pending.
+func PromoteHead(ctx context.Context, tx pgx.Tx, schema string, id int64, now time.Time) (string, error) {
+	var queue string
+	err := tx.QueryRow(ctx, q(schema, promoteHeadSQL), id, now).Scan(&queue)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("error promoting dispatch %d: %w", id, err)
+	}
+	return queue, nil
+}
+
+// ReturnToPending puts running dispatch id back to pending, giving back the
+// attempt its start counted, as River's snooze does: a lane job that started
+// ahead of its lane's head waits for its turn. River's own update of the
+// attempt then finds the job no longer running and leaves it.
+func ReturnToPending(ctx context.Context, tx pgx.Tx, schema string, id int64, now time.Time) error {
+	if _, err := tx.Exec(ctx, q(schema, returnToPendingSQL), id, now); err != nil {
+		return fmt.Errorf("error putting dispatch %d back to pending: %w", id, err)
+	}
+	return nil
+}
+
+// RequeueGivenUp puts dispatch id, cancelled or discarded before its turn,
+// back to pending with an attempt left (as River's retry gives one to a job
+// that used them all); ok is false when the job is in another state.
+func RequeueGivenUp(ctx context.Context, tx pgx.Tx, schema string, id int64, now time.Time) (ok bool, err error) {
+	err = tx.QueryRow(ctx, q(schema, requeueGivenUpSQL), id, now).Scan(new(int64))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("error putting dispatch %d back in its lane: %w", id, err)
+	}
+	return true, nil
+}
+
+// LaneJob is the dispatch job at a place of a lane, as the lane's repair and
+// the operator's actions look at it. ID is 0 when there is none (deleted by
+// hand or by River's retention).
+type LaneJob struct {
+	ID    int64
+	State rivertype.JobState
+	// CancelRequested: River's JobCancel asked for its cancellation.
+	CancelRequested bool
+	// Args are its encoded args; LastError its latest attempt's error.
+	Args      []byte
+	LastError string
+}
+
+// LaneJobsAt returns the dispatch at each place, in any state, in the
+// places' order: the newest one when there are several (a retry that put
+// back a blocked job River had deleted is the same event again). Each is
+// one probe of tributary_dispatch_lane_idx.
+func LaneJobsAt(ctx context.Context, db DBTX, schema string, places []LaneSeq) ([]LaneJob, error) {
+	out := make([]LaneJob, len(places))
+	if len(places) == 0 {
+		return out, nil
+	}
+	consumers, aggs, seqs := laneArrays(places)
+	rows, err := db.Query(ctx, q(schema, laneJobsAtSQL), customPlan, consumers, aggs, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord int
+		var j LaneJob
+		var state string
+		var lastError *string
+		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError); err != nil {
+			return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
+		}
+		j.State = rivertype.JobState(state)
+		if lastError != nil {
+			j.LastError = *lastError
+		}
+		out[ord-1] = j
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
+	}
+	return out, nil
+}
+
+// LaneJobAt is LaneJobsAt for one place.
+func LaneJobAt(ctx context.Context, db DBTX, schema string, place LaneSeq) (LaneJob, error) {
+	jobs, err := LaneJobsAt(ctx, db, schema, []LaneSeq{place})
+	if err != nil {
+		return LaneJob{}, err
+	}
+	return jobs[0], nil
+}
+
+// JobPlace is a job as an operator's action on it first reads it: its kind,
+// its state and, for a dispatch in a lane, its place (InLane).
+type JobPlace struct {
+	Kind   string
+	State  rivertype.JobState
+	InLane bool
+	Place  LaneSeq
+}
+
+// JobPlaceOf reads job id's kind, state and lane place; found is false when
+// there is no such job.
+func JobPlaceOf(ctx context.Context, db DBTX, schema string, id int64) (p JobPlace, found bool, err error) {
+	var state string
+	var consumer, agg *string
+	var seq *int64
+	err = db.QueryRow(ctx, q(schema, jobPlaceSQL), id).Scan(&p.Kind, &state, &consumer, &agg, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, false, nil
+	}
+	if err != nil {
+		return p, false, fmt.Errorf("error reading job %d: %w", id, err)
+	}
+	p.State = rivertype.JobState(state)
+	if p.Kind == DispatchKind && agg != nil && *agg != "" && seq != nil {
+		p.InLane = true
+		p.Place = LaneSeq{Consumer: *consumer, AggregateID: *agg, Seq: *seq}
+	}
+	return p, true, nil
+}
+
+// CancelRequested reports whether River's JobCancel asked for the
+// cancellation of job id (CancelAttemptedKey in its metadata), which it
+// records on a running job before the job's process hears of it.
+func CancelRequested(ctx context.Context, db DBTX, schema string, id int64) (bool, error) {
+	var requested bool
+	if err := db.QueryRow(ctx, q(schema, cancelRequestedSQL), id).Scan(&requested); err != nil {
+		return false, fmt.Errorf("error reading job %d: %w", id, err)
+	}
+	return requested, nil
+}
+
+// laneTurnJSON is the metadata a promotion merges into a job.
+const laneTurnJSON = `'{"` + LaneTurnKey + `": true}'`
+
+// dispatchAt is the condition on a dispatch job p at lane place (c, a, s),
+// in the words of tributary_dispatch_lane_idx's expressions.
+const dispatchAt = `p.kind = '` + DispatchKind + `'
+      AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a AND ((p.args ->> 'seq')::bigint) = u.s`
+
+// promoteNextSQL looks up each place's pending dispatch in a LATERAL
+// subquery (LIMIT 1 keeps the planner from flattening it), which always
+// probes tributary_dispatch_lane_idx with the place's key. As a plain join,
+// the plan Postgres picked while river_job had no statistics yet walked the
+// whole partial index for each batch (docs/ARCHITECTURE.md, "Plans").
+const promoteNextSQL = `
+UPDATE /*schema*/river_job j
+SET state = 'available', scheduled_at = $4, metadata = j.metadata || ` + laneTurnJSON + `
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
+CROSS JOIN LATERAL (
+    SELECT p.id FROM /*schema*/river_job p
+    WHERE p.state = 'pending' AND ` + dispatchAt + `
+    LIMIT 1
+) next
+WHERE j.id = next.id AND j.state = 'pending'
+RETURNING j.queue`
+
+const promoteHeadSQL = `
+UPDATE /*schema*/river_job SET state = 'available', scheduled_at = $2, metadata = metadata || ` + laneTurnJSON + `
+WHERE id = $1 AND state = 'pending'
+RETURNING queue`
+
+const returnToPendingSQL = `
+UPDATE /*schema*/river_job
+SET state = 'pending', attempt = greatest(attempt - 1, 0), scheduled_at = $2
+WHERE id = $1 AND state = 'running'`
+
+const requeueGivenUpSQL = `
+UPDATE /*schema*/river_job
+SET state = 'pending', finalized_at = NULL, scheduled_at = $2,
+    max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END
+WHERE id = $1 AND state IN ('cancelled', 'discarded')
+RETURNING id`
+
+const laneJobsAtSQL = `
+SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error'
+FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
+CROSS JOIN LATERAL (
+    SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
+    WHERE ` + dispatchAt + `
+    ORDER BY p.id DESC LIMIT 1
+) h`
+
+const jobPlaceSQL = `
+SELECT kind, state::text, args ->> 'consumer', args ->> 'aggregate_id', (args ->> 'seq')::bigint
+FROM /*schema*/river_job WHERE id = $1`
+
+const cancelRequestedSQL = `
+SELECT metadata ? '` + CancelAttemptedKey + `' FROM /*schema*/river_job WHERE id = $1`

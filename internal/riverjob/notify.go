@@ -1,0 +1,45 @@
+package riverjob
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// InsertChannel is the notification channel River's producers of schema
+// listen on for newly available jobs; a payload {"queue": "name"} makes the
+// producers of that queue fetch at once instead of at their next poll.
+func InsertChannel(schema string) string { return schema + ".river_insert" }
+
+// Wake tells the producers of the given queues, in every process, that
+// jobs became available, as River's own insert does. Empty names and
+// repeats are left out. Send it after the commit that made the jobs
+// available, as a statement of its own: a NOTIFY inside a writing
+// transaction holds Postgres' global notify lock through that
+// transaction's WAL flush, serialising the commits of every worker, while a
+// read-only NOTIFY commits without a flush. Callers usually only log an
+// error: the jobs are available, and River's poll finds them without it.
+func Wake(ctx context.Context, db DBTX, schema string, queues []string) error {
+	seen := make(map[string]bool, len(queues))
+	payloads := make([]string, 0, len(queues))
+	for _, name := range queues {
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		b, err := json.Marshal(map[string]string{"queue": name})
+		if err != nil {
+			return err
+		}
+		payloads = append(payloads, string(b))
+	}
+	if len(payloads) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, wakeSQL, InsertChannel(schema), payloads); err != nil {
+		return fmt.Errorf("error waking River's producers: %w", err)
+	}
+	return nil
+}
+
+const wakeSQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`

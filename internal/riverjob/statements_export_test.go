@@ -1,0 +1,51 @@
+package riverjob
+
+// Statements returns every SQL statement of the package by the name of its
+// constant, unqualified, for the tests that prepare each one against River's
+// tables, and the statements callers compose from the exported fragments
+// (named in parentheses). TestStatementsListed fails when a constant is
+// missing here.
+func Statements() map[string]string {
+	return map[string]string{
+		"(StateCountsSQL capped)":  StateCountsSQL([]string{"completed", "discarded", "cancelled"}, true),
+		"(StateCountsSQL exact)":   StateCountsSQL([]string{"completed", "discarded", "cancelled"}, false),
+		"(QueueCountsSQL capped)":  QueueCountsSQL(true),
+		"(QueueCountsSQL exact)":   QueueCountsSQL(false),
+		"(JobListSQL filtered)":    JobListSQL + "\nWHERE state = $1::" + StateType + " AND kind = $2 AND queue = $3 AND id < $4\nORDER BY id DESC LIMIT $5",
+		"JobStateEstimateSQL":      JobStateEstimateSQL,
+		"JobStateQueueEstimateSQL": JobStateQueueEstimateSQL,
+
+		"QueuesPausedSQL":  QueuesPausedSQL,
+		"ThroughputSQL":    ThroughputSQL,
+		"JobListSQL":       JobListSQL,
+		"JobKindsSQL":      JobKindsSQL,
+		"vacuumAnalyzeSQL": vacuumAnalyzeSQL,
+
+		"wakeSQL":              wakeSQL,
+		"jobStateSQL":          jobStateSQL,
+		"jobStatesSQL":         jobStatesSQL,
+		"lockJobSQL":           lockJobSQL,
+		"countJobsSQL":         countJobsSQL,
+		"countJobsInStatesSQL": countJobsInStatesSQL,
+		"fireJobSQL":           fireJobSQL,
+		"rescueRunningSQL":     rescueRunningSQL,
+		"countByQueueStateSQL": countByQueueStateSQL,
+		"promoteSQL":           promoteSQL,
+		"cancelUnstartedSQL":   cancelUnstartedSQL,
+		"finalizeRunningSQL":   finalizeRunningSQL,
+		"scanActiveTasksSQL":   scanActiveTasksSQL,
+
+		"promoteNextSQL":               promoteNextSQL,
+		"promoteHeadSQL":               promoteHeadSQL,
+		"returnToPendingSQL":           returnToPendingSQL,
+		"requeueGivenUpSQL":            requeueGivenUpSQL,
+		"laneJobsAtSQL":                laneJobsAtSQL,
+		"jobPlaceSQL":                  jobPlaceSQL,
+		"cancelRequestedSQL":           cancelRequestedSQL,
+		"completeRunningSQL":           completeRunningSQL,
+		"insertAttemptedSQL":           insertAttemptedSQL,
+		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
+		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
+		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
+	}
+}
