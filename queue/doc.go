@@ -5,7 +5,7 @@
 // process's River client and the lifecycle of its Services (started in the
 // order they were added, stopped in reverse), the process's liveness
 // (heartbeat and sweep), the job read model (ReadJobStats), and the small
-// types the features share (DBTX, Qualify, OutboxEvent, OutboxPublisher).
+// types the features share (DBTX, Qualify, Lifecycle, CleanupTarget).
 // It imports no tributary package but migrations.
 //
 // Example_worker shows a worker process; ExampleClient_EnqueueTx an insert

@@ -32,8 +32,12 @@ while :; do
 	kill -0 "$pid" 2>/dev/null || fail "make run exited early"
 	sleep 0.5
 done
-"$bin" jobs list --state completed --kind demo.noop,demo.sleep,demo.fail | grep -q 'demo\.' || fail "jobs list shows no completed demo job"
-"$bin" stats | grep -q '^  completed' || fail "stats shows no completed jobs"
+# Each output is read whole before grep looks at it: grep -q stops at the
+# first match, and under pipefail the writer's SIGPIPE would fail the check.
+listed=$("$bin" jobs list --state completed --kind demo.noop,demo.sleep,demo.fail) || fail "jobs list failed"
+grep -q 'demo\.' <<<"$listed" || fail "jobs list shows no completed demo job: $listed"
+stats=$("$bin" stats) || fail "stats failed"
+grep -q '^  completed' <<<"$stats" || fail "stats shows no completed jobs: $stats"
 kill -TERM "$pid"
 code=0
 wait "$pid" || code=$?
