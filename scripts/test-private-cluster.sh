@@ -42,6 +42,9 @@ done
 kill -TERM "$worker_pid"
 wait "$worker_pid" || fail "worker exited with $? after SIGTERM"
 worker_pid=""
-"$bin" jobs list --state completed | grep -q demo.fail || fail "jobs list does not show the completed demo.fail job"
-"$bin" stats | grep -q "completed  4" || fail "stats does not show 4 completed jobs"
+# Outputs read whole first: grep -q's early exit would SIGPIPE the writer.
+listed=$("$bin" jobs list --state completed) || fail "jobs list failed"
+grep -q demo.fail <<<"$listed" || fail "jobs list does not show the completed demo.fail job: $listed"
+stats=$("$bin" stats) || fail "stats failed"
+grep -q "completed  4" <<<"$stats" || fail "stats does not show 4 completed jobs: $stats"
 echo "private-cluster test: ok (cluster on 127.0.0.1:$port worked 4 demo jobs)"
