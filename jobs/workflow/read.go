@@ -147,23 +147,32 @@ func (c *Client) Get(ctx context.Context, ref string) (*Details, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One snapshot for the workflow row, its tasks and their jobs: read one
+	// after another, a completion committing in between shows a task done
+	// beside counts that still say active.
 	var d Details
-	var input []byte
-	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, &NotFoundError{Ref: ref}
+	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var input []byte
+		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return &NotFoundError{Ref: ref}
+			}
+			return fmt.Errorf("error reading workflow %s: %w", id, err)
 		}
-		return nil, fmt.Errorf("error reading workflow %s: %w", id, err)
-	}
-	d.Input = input
-	tasks, err := c.readTasks(ctx, c.qc.Pool(), id)
+		d.Input = input
+		tasks, err := c.readTasks(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := c.addJobs(ctx, tx, tasks); err != nil {
+			return err
+		}
+		d.Tasks = tasks
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if err := c.addJobs(ctx, tasks); err != nil {
-		return nil, err
-	}
-	d.Tasks = tasks
 	return &d, nil
 }
 
@@ -232,7 +241,7 @@ func (c *Client) readTasks(ctx context.Context, db queue.DBTX, id string) ([]Tas
 
 // addJobs adds River's live detail from the tasks' jobs that still exist,
 // read with River's JobList.
-func (c *Client) addJobs(ctx context.Context, tasks []TaskInfo) error {
+func (c *Client) addJobs(ctx context.Context, tx pgx.Tx, tasks []TaskInfo) error {
 	byJob := make(map[int64]*TaskInfo, len(tasks))
 	ids := make([]int64, 0, len(tasks))
 	for i := range tasks {
@@ -242,7 +251,7 @@ func (c *Client) addJobs(ctx context.Context, tasks []TaskInfo) error {
 	const page = 10_000 // River's JobList maximum
 	for len(ids) > 0 {
 		n := min(len(ids), page)
-		res, err := c.qc.River().JobList(ctx, river.NewJobListParams().IDs(ids[:n]...).First(n))
+		res, err := c.qc.River().JobListTx(ctx, tx, river.NewJobListParams().IDs(ids[:n]...).First(n))
 		if err != nil {
 			return fmt.Errorf("error reading the jobs of workflow tasks: %w", err)
 		}
