@@ -100,7 +100,9 @@ func buildFanout(wf *workflow.Workflow, input json.RawMessage) error {
 	return nil
 }
 
-type splitWorker struct{ river.WorkerDefaults[SplitArgs] }
+type splitWorker struct {
+	river.WorkerDefaults[SplitArgs]
+}
 
 func (w *splitWorker) Work(ctx context.Context, job *river.Job[SplitArgs]) error {
 	return workflow.SetOutput(ctx, job.Args.Width)
