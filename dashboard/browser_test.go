@@ -2,21 +2,26 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -95,8 +100,13 @@ func TestBrowser(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	var svc *Service
-	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+	coord, err := workflow.NewCoordinator(db.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
+	require.NoError(t, err)
+	gate := newGateWorker()
+	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
 		demo.Register(rt)
+		queue.AddWorker(rt, gate)
+		require.NoError(t, coord.Register(rt))
 		var err error
 		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Token: testToken, Logger: pgtest.Logger(t)})
 		require.NoError(t, err)
@@ -113,7 +123,7 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, err)
 		noop = res.Job.ID
 	}
-	_, err := rt.Enqueue(ctx, demo.SleepArgs{MS: 10}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour), Queue: "reports"})
+	_, err = rt.Enqueue(ctx, demo.SleepArgs{MS: 10}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour), Queue: "reports"})
 	require.NoError(t, err)
 	res, err := rt.Enqueue(ctx, demo.FailArgs{Times: 1}, &queue.EnqueueOpts{MaxAttempts: 1})
 	require.NoError(t, err)
@@ -123,8 +133,20 @@ func TestBrowser(t *testing.T) {
 	insertOutboxRow(t, db, "PENDING")
 	insertSchedule(t, db, "nightly-report")
 	insertBatchRows(t, db)
+	// A workflow whose middle task gives up: prepare -> charge -> ship.
+	wfc := workflow.NewClient(rt.Client)
+	wf := workflow.New("order", &workflow.Opts{ID: "order-42"})
+	wf.Add("prepare", demo.NoopArgs{}, nil)
+	wf.Add("charge", gateArgs{}, &workflow.TaskOpts{Deps: []string{"prepare"}})
+	wf.Add("ship", demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"charge"}})
+	wfRes, err := wfc.Insert(ctx, wf)
+	require.NoError(t, err)
 	db.WaitForJobState(t, noop, rivertype.JobStateCompleted, 10*time.Second)
 	db.WaitForJobState(t, failed, rivertype.JobStateDiscarded, 10*time.Second)
+	pgtest.WaitFor(t, 10*time.Second, "the workflow to fail", func() (bool, error) {
+		s, err := wfc.Summary(ctx, wfRes.ID)
+		return err == nil && s.Status == workflow.StatusFailed, err
+	})
 
 	b := newBrowser(t)
 
@@ -198,6 +220,61 @@ func TestBrowser(t *testing.T) {
 		screenshot(t, b, fmt.Sprintf("%02d-%s", 8+i, page))
 	}
 
+	// Workflows: the failed one is listed; its page draws the graph.
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/workflows"), chromedp.WaitVisible(`a[href="/workflows/`+wfRes.ID+`"]`)))
+	screenshot(t, b, "13-workflows")
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Click(`a[href="/workflows/`+wfRes.ID+`"]`),
+		chromedp.WaitVisible("#workflow-graph"),
+	))
+	graph, err := chromedp.Run(b, chromedp.Evaluate[map[string]string](`Object.fromEntries([...document.querySelectorAll("#workflow-graph g.wf-node")].map(g => [g.dataset.task, g.dataset.state + ":" + g.querySelector("rect").getBBox().width]))`))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"prepare": "completed:150", "charge": "failed:150", "ship": "cancelled:150"}, graph, "one drawn node per task, in its state")
+	edges, err := chromedp.Run(b, chromedp.Evaluate[int](`document.querySelectorAll("#workflow-graph path.wf-edge").length`))
+	require.NoError(t, err)
+	require.Equal(t, 2, edges)
+	fill, err := chromedp.Run(b, chromedp.Evaluate[string](`getComputedStyle(document.querySelector('#workflow-graph g[data-task="charge"] rect')).fill`))
+	require.NoError(t, err)
+	require.Equal(t, "rgb(253, 232, 230)", fill, "a failed node is drawn in the failed colour")
+	status, err := chromedp.Run(b, chromedp.Text("#workflow-status"))
+	require.NoError(t, err)
+	require.Equal(t, "failed", status)
+	screenshot(t, b, "14-workflow-failed")
+
+	// Retry it (logged in: the form carries the CSRF token). charge runs
+	// again and holds at the gate; ship waits for it.
+	gate.open()
+	require.NoError(t, chromedp.Do(b,
+		chromedp.SetValue("#retry-mode", "failed"),
+		chromedp.Click("#action-retry"),
+	))
+	waitForText(t, b, "#workflow-status", "running")
+	select {
+	case <-gate.started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the retried charge task did not start")
+	}
+	require.NoError(t, chromedp.Do(b, chromedp.Reload(), chromedp.WaitVisible("#workflow-graph")))
+	shipState, err := chromedp.Run(b, chromedp.Text("#task-ship .task-state"))
+	require.NoError(t, err)
+	require.Equal(t, "pending", shipState)
+	waitingOn, err := chromedp.Run(b, chromedp.Text("#task-ship .waiting"))
+	require.NoError(t, err)
+	require.Equal(t, "waiting on: charge", waitingOn)
+	chargeState, err := chromedp.Run(b, chromedp.Evaluate[string](`document.querySelector('#workflow-graph g[data-task="charge"]').dataset.state`))
+	require.NoError(t, err)
+	require.Equal(t, "active", chargeState)
+	screenshot(t, b, "15-workflow-retried")
+	close(gate.release)
+	pgtest.WaitFor(t, 10*time.Second, "the retried workflow to complete", func() (bool, error) {
+		s, err := wfc.Summary(ctx, wfRes.ID)
+		return err == nil && s.Status == workflow.StatusCompleted, err
+	})
+	require.NoError(t, chromedp.Do(b, chromedp.Reload(), chromedp.WaitVisible("#workflow-status")))
+	status, err = chromedp.Run(b, chromedp.Text("#workflow-status"))
+	require.NoError(t, err)
+	require.Equal(t, "completed", status)
+
 	// Log out: back on the job, the actions are gone and the login link is
 	// there again.
 	require.NoError(t, chromedp.Do(b, chromedp.Click("#logout"), chromedp.WaitVisible(`a[href^="/login"]`)))
@@ -206,6 +283,56 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, actionButtons)
 	screenshot(t, b, "12-logged-out")
+}
+
+// waitForText polls until the element's text is want (a click's
+// navigation happens after Click returns).
+func waitForText(t *testing.T, b context.Context, sel, want string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		// Errors are expected while the old page goes away.
+		got, err := chromedp.Run(b, chromedp.Evaluate[string](`(document.querySelector(`+strconv.Quote(sel)+`) || {}).textContent || ""`))
+		if err == nil && strings.TrimSpace(got) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not show %q (it shows %q, %v)", sel, want, got, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the browser until a deadline
+	}
+}
+
+// gateArgs is a task that gives up for good (river.JobCancel) until its
+// worker's gate opens; then it waits for release and completes.
+type gateArgs struct{}
+
+func (gateArgs) Kind() string { return "dashboard_test.gate" }
+
+type gateWorker struct {
+	river.WorkerDefaults[gateArgs]
+	opened  atomic.Bool
+	started chan struct{}
+	release chan struct{}
+}
+
+func newGateWorker() *gateWorker {
+	return &gateWorker{started: make(chan struct{}, 10), release: make(chan struct{})}
+}
+
+func (w *gateWorker) open() { w.opened.Store(true) }
+
+func (w *gateWorker) Work(ctx context.Context, job *river.Job[gateArgs]) error {
+	if !w.opened.Load() {
+		return river.JobCancel(errors.New("the gate is closed"))
+	}
+	w.started <- struct{}{}
+	select {
+	case <-w.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // waitForPage polls until the browser shows a fully loaded page whose

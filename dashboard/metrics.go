@@ -12,8 +12,9 @@ import (
 )
 
 // dbCollector reads gauges from the database at scrape time: jobs per
-// state, live jobs per queue, the oldest available job's age per queue and
-// the outbox backlog and forward lag. It reuses the overview's capped
+// state, live jobs per queue, the oldest available job's age per queue,
+// the outbox backlog and forward lag, the batch tables and workflows per
+// status with the tasks of running ones per state. It reuses the overview's capped
 // counts, so a scrape costs what a page load costs.
 type dbCollector struct {
 	s *Server
@@ -29,6 +30,7 @@ type dbCollector struct {
 	objectBytes  *prometheus.Desc
 	objectGzip   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
+	wf           workflowDescs
 }
 
 func newDBCollector(s *Server) *dbCollector {
@@ -45,6 +47,7 @@ func newDBCollector(s *Server) *dbCollector {
 		objectBytes:  prometheus.NewDesc("tributary_batch_object_bytes", "Uncompressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		objectGzip:   prometheus.NewDesc("tributary_batch_object_compressed_bytes", "Compressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		scrapeErrors: prometheus.NewDesc("tributary_dashboard_scrape_error", "1 when the last scrape could not read the database.", nil, nil),
+		wf:           newWorkflowDescs(),
 	}
 }
 
@@ -53,6 +56,7 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.scrapeErrors} {
 		ch <- d
 	}
+	c.wf.describe(ch)
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -96,6 +100,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if err := c.collectBatches(ctx, ch); err != nil {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the batch tables", "error", err)
+		failed = 1
+	}
+	if err := c.collectWorkflows(ctx, ch); err != nil {
+		c.s.logger.WarnContext(ctx, "metrics scrape could not read the workflow tables", "error", err)
 		failed = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, failed)

@@ -8,11 +8,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/workflowdemo"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -114,3 +118,46 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 	require.Greater(t, age, 0.0)
 	require.Contains(t, body, "go_goroutines", "the Go collector is on the dashboard's own registry")
 }
+
+// TestWorkflowMetrics checks the workflow gauges of the database collector
+// and the coordinator's counters (NewWorkflowCollector) after real work.
+func TestWorkflowMetrics(t *testing.T) {
+	t.Parallel()
+	b := setupWorkflows(t, Config{})
+	id := b.start(t, workflowdemo.FanoutName, `{"width":4,"fail":1}`, nil)
+	b.waitStatus(t, id, workflow.StatusFailed)
+	// A running one whose tasks wait: its job sits on a queue nobody works.
+	wf := workflow.New("idle", nil)
+	wf.Add("a", demo.NoopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
+	wf.Add("b", demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"a"}, InsertOpts: idleOpts()})
+	_, err := b.wfc.Insert(context.Background(), wf)
+	require.NoError(t, err)
+
+	var body string
+	pgtest.WaitFor(t, 10*time.Second, "the coordinator's counters on /metrics", func() (bool, error) {
+		body = get(t, b.base, "/metrics").body
+		v, _ := metricValue(t, body, `tributary_workflows_task_outcomes_total{outcome="completed"}`)
+		return v == 5, nil // split, three parts, sum
+	})
+	for series, want := range map[string]float64{
+		`tributary_workflows{status="failed"}`:                      1,
+		`tributary_workflows{status="running"}`:                     1,
+		`tributary_workflows{status="completed"}`:                   0,
+		`tributary_workflows_running_tasks{state="pending"}`:        1,
+		`tributary_workflows_running_tasks{state="active"}`:         1,
+		`tributary_workflows_running_tasks{state="completed"}`:      0,
+		`tributary_workflows_running_tasks_capped`:                  0,
+		`tributary_workflows_task_outcomes_total{outcome="failed"}`: 1,
+		`tributary_workflows_task_outcomes_total{outcome="stale"}`:  0,
+		`tributary_dashboard_scrape_error`:                          0,
+	} {
+		v, ok := metricValue(t, body, series)
+		require.True(t, ok, "%s on /metrics", series)
+		require.Equal(t, want, v, series)
+	}
+	_, ok := metricValue(t, body, `tributary_workflows_completion_batches_total`)
+	require.True(t, ok)
+	require.NoError(t, prometheus.NewPedanticRegistry().Register(NewWorkflowCollector(b.coord)))
+}
+
+func idleOpts() *river.InsertOpts { return &river.InsertOpts{Queue: "idle"} }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -95,7 +96,7 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error", "lanes", "consumers"}
+var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error", "lanes", "consumers", "workflows", "workflow"}
 
 func loadPages() (*pages, error) {
 	p := &pages{byName: map[string]*template.Template{}}
@@ -163,6 +164,13 @@ var templateFuncs = template.FuncMap{
 	"pathEscape":     url.PathEscape,
 	"int64":          func(n int) int64 { return int64(n) },
 	"bytes":          formatBytes,
+	"workflowStatuses": func() []string {
+		var out []string
+		for _, st := range workflow.Statuses() {
+			out = append(out, string(st))
+		}
+		return out
+	},
 	"dict": func(kv ...any) map[string]any {
 		m := map[string]any{}
 		for i := 0; i+1 < len(kv); i += 2 {

@@ -97,6 +97,8 @@ func (s *Server) routes() http.Handler {
 	page("GET /amqp", s.handleAMQP)
 	page("GET /lanes", s.handleLanes)
 	page("GET /consumers", s.handleConsumers)
+	page("GET /workflows", s.handleWorkflows)
+	page("GET /workflows/{id}", s.handleWorkflow)
 
 	action := func(pattern string, h handlerFunc) {
 		path := strings.TrimPrefix(pattern, "POST ")
@@ -109,6 +111,7 @@ func (s *Server) routes() http.Handler {
 	action("POST /schedules/{name}/{action}", s.handleScheduleAction)
 	action("POST /amqp/{queue}/replay", s.handleDLQReplay)
 	action("POST /lanes/{consumer}/{aggregate}/{action}", s.handleLaneAction)
+	action("POST /workflows/{id}/{action}", s.handleWorkflowAction)
 
 	mux.Handle("GET /login", s.wrap(s.handleLoginForm))
 	mux.Handle("POST /login", s.wrap(s.handleLogin))

@@ -21,9 +21,9 @@ func newDashboardCmd(a *app) *cobra.Command {
 		Use:   "dashboard",
 		Short: "Serve the dashboard, its JSON API, /metrics and health checks",
 		Long: `Serve the dashboard on its own (without working jobs): overview, jobs,
-outbox, schedules, batches and AMQP pages, the same data as JSON under /api/,
-/metrics, /healthz and /readyz. Actions (retry, cancel, delete, replay,
-trigger, pause, resume) need TRIBUTARY_DASHBOARD_TOKEN; without it the
+workflows, outbox, schedules, batches and AMQP pages, the same data as JSON
+under /api/, /metrics, /healthz and /readyz. Actions (retry, cancel, delete,
+replay, trigger, pause, resume) need TRIBUTARY_DASHBOARD_TOKEN; without it the
 dashboard is read-only. Binds to TRIBUTARY_HTTP_ADDR (default
 127.0.0.1:8080). Job run counters are exported by worker processes started
 with --http, which work the jobs; this process exports the database gauges.`,

@@ -12,7 +12,9 @@ import (
 
 	"github.com/tributary-run/tributary/dashboard"
 	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/batch"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
@@ -39,6 +41,10 @@ type workerEnv struct {
 	// batchStager stages items for the batch flushes installBatch
 	// registers; one per process, shared by every installer that stages.
 	batchStager *batch.Stager
+
+	// coordinator advances workflows; its middleware is in the runtime's
+	// config, so it is built before the runtime.
+	coordinator *workflow.Coordinator
 }
 
 // installer registers workers and adds services to the worker's runtime.
@@ -58,6 +64,7 @@ func workerInstallers() []installer {
 			}
 			return nil
 		}},
+		{name: "workflows", install: installWorkflows},
 		{name: "scheduler", install: installScheduler},
 		{name: "batch flushes", install: installBatch},
 		{name: "AMQP bridge", install: installAMQP},
@@ -115,13 +122,20 @@ cancels its jobs and exits 1, before the others may take them.`,
 			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
 				return err
 			}
+			// The coordinator's middleware wraps every job (it records workflow
+			// task outcomes), so it exists before the runtime does.
+			coord, err := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: a.cfg.Schema, Logger: a.logger})
+			if err != nil {
+				return err
+			}
 			rcfg := a.cfg.Runtime
 			rcfg.Logger, rcfg.Queues = a.logger, queues
+			rcfg.Middleware = append(rcfg.Middleware, coord.Middleware())
 			rt, err := queue.NewRuntime(pool, rcfg)
 			if err != nil {
 				return usagef("%v", err)
 			}
-			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr, demo: demoMode}
+			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr, demo: demoMode, coordinator: coord}
 			for _, inst := range workerInstallers() {
 				if err := inst.install(ctx, env); err != nil {
 					return fmt.Errorf("error setting up %s: %w", inst.name, err)
@@ -174,4 +188,13 @@ func parseQueues(s string) (map[string]int, error) {
 		return nil, usagef("--queues %q names no queue", s)
 	}
 	return out, nil
+}
+
+// installWorkflows adds the workflow coordinator's repair sweep and the
+// demo workflows' task workers (demo.fanout, demo.chain), so `tributary
+// workflows start` has a worker for them.
+func installWorkflows(ctx context.Context, env *workerEnv) error {
+	workflowdemo.Register(env.runtime)
+	env.collectors = append(env.collectors, dashboard.NewWorkflowCollector(env.coordinator))
+	return env.coordinator.Register(env.runtime)
 }

@@ -1,0 +1,99 @@
+package workflow
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/queue"
+)
+
+// Read helpers for operator surfaces (the dashboard's pages and metrics):
+// counts whose cost is bounded whatever the number of stored workflows.
+
+// countStatusSQL counts the workflows of one status, stopping at the cap:
+// an ordered scan of tributary_workflow_status_idx (migration 0011), or of
+// the running index, that reads at most $2 entries. It runs with bitmap
+// scans off (orderedScan): without statistics the planner took a bitmap
+// scan, which reads every entry of the status before the LIMIT applies
+// (199,000 completed workflows of a test table: 935 ms; ordered, 13 ms for
+// the cap of 10,000).
+const countStatusSQL = `SELECT count(*) FROM (SELECT id FROM /*schema*/tributary_workflow WHERE status = $1 ORDER BY id DESC LIMIT $2) c`
+
+// estimateStatusSQL is what the planner estimates for a status past the cap.
+const estimateStatusSQL = `SELECT 1 FROM /*schema*/tributary_workflow WHERE status = $1`
+
+// orderedScan runs fn with bitmap scans off, in a savepoint of db (or a
+// transaction on a pool) that is rolled back, so the SET LOCAL ends with
+// it and a caller's transaction keeps its settings. fn only reads.
+func orderedScan(ctx context.Context, db queue.DBTX, fn func(tx pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off"); err != nil {
+		return err
+	}
+	return fn(tx)
+}
+
+// StatusCounts counts the stored workflows per status on db (a pool or a
+// read transaction): exact up to countCap each, the planner's estimate
+// (queue.Count.Approximate) above it.
+func (c *Client) StatusCounts(ctx context.Context, db queue.DBTX, countCap int) (map[Status]queue.Count, error) {
+	if countCap < 1 {
+		return nil, fmt.Errorf("invalid count cap %d: want at least 1", countCap)
+	}
+	out := make(map[Status]queue.Count, len(Statuses()))
+	err := orderedScan(ctx, db, func(tx pgx.Tx) error {
+		for _, st := range Statuses() {
+			var n int64
+			if err := tx.QueryRow(ctx, queue.Qualify(c.schema, countStatusSQL), customPlan, string(st), countCap).Scan(&n); err != nil {
+				return fmt.Errorf("error counting %s workflows: %w", st, err)
+			}
+			cnt := queue.Count{N: n}
+			if n >= int64(countCap) {
+				est, err := queue.EstimateRows(ctx, tx, queue.Qualify(c.schema, estimateStatusSQL), string(st))
+				if err != nil {
+					return err
+				}
+				cnt = queue.Count{N: max(n, est), Approximate: true}
+			}
+			out[st] = cnt
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error counting workflows: %w", err)
+	}
+	return out, nil
+}
+
+// runningTaskCountsSQL sums the task counts kept on the rows of at most $1
+// running workflows, newest first (an ordered scan of the partial index of
+// running workflows): no task row is read.
+const runningTaskCountsSQL = `
+SELECT count(*), coalesce(sum(tasks_pending), 0), coalesce(sum(tasks_active), 0), coalesce(sum(tasks_completed), 0),
+       coalesce(sum(tasks_failed), 0), coalesce(sum(tasks_cancelled), 0), coalesce(sum(tasks_skipped), 0)
+FROM (SELECT tasks_pending, tasks_active, tasks_completed, tasks_failed, tasks_cancelled, tasks_skipped
+      FROM /*schema*/tributary_workflow WHERE status = 'running' ORDER BY id DESC LIMIT $1) w`
+
+// RunningTaskCounts sums the tasks per state of the running workflows, read
+// from the newest countCap running workflows' rows; capped is true when
+// there were that many (the sums then leave the older ones out).
+func (c *Client) RunningTaskCounts(ctx context.Context, db queue.DBTX, countCap int) (counts Counts, capped bool, err error) {
+	if countCap < 1 {
+		return counts, false, fmt.Errorf("invalid count cap %d: want at least 1", countCap)
+	}
+	var n int
+	err = orderedScan(ctx, db, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, queue.Qualify(c.schema, runningTaskCountsSQL), customPlan, countCap).Scan(&n,
+			&counts.Pending, &counts.Active, &counts.Completed, &counts.Failed, &counts.Cancelled, &counts.Skipped)
+	})
+	if err != nil {
+		return Counts{}, false, fmt.Errorf("error summing the tasks of running workflows: %w", err)
+	}
+	return counts, n >= countCap, nil
+}
