@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/amqptest"
+	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
 // recorder collects the batches a hand-off received.
@@ -231,6 +232,7 @@ func TestBatchShutdownSIGTERM(t *testing.T) {
 
 	runWorker := func(publish []string) []string {
 		cmd := exec.Command(bin)
+		pgtest.DieWithTest(cmd)
 		cmd.Env = append(os.Environ(),
 			"AMQP_URL="+amqptest.URL(),
 			"BATCHDEMO_QUEUE="+b.queue,

@@ -107,6 +107,7 @@ type proc struct {
 func startSchedProc(t *testing.T, db *pgtest.DB, id string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "SCHEDPROC_MAIN=1", "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema, "SCHEDPROC_ID="+id)
 	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()

@@ -31,6 +31,7 @@ func startDashboardProcess(t *testing.T, db *pgtest.DB, env []string, args ...st
 func startServing(t *testing.T, db *pgtest.DB, env []string, args ...string) (*exec.Cmd, *syncBuffer, string) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
+	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

@@ -58,6 +58,7 @@ func cliWithStdin(t *testing.T, db *pgtest.DB, env []string, stdin []byte, args 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
+	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)

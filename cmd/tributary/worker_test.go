@@ -40,6 +40,7 @@ func (b *syncBuffer) String() string {
 func startWorker(t *testing.T, db *pgtest.DB, env ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
 	cmd := exec.Command(binPath, "worker", "--queues", "default=20")
+	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs

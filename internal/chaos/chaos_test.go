@@ -335,6 +335,7 @@ func (h *harness) spawnLocked() *worker {
 	logFile, err := os.Create(logPath)
 	require.NoError(h.t, err)
 	cmd := exec.Command(workerBin)
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+h.workerURL(name),
 		"TRIBUTARY_SCHEMA="+h.schema,

@@ -90,6 +90,7 @@ func TestChaosWorkerKilledAfterUpload(t *testing.T) {
 
 	mu.Lock()
 	child = exec.Command(os.Args[0], "-test.run=^$")
+	pgtest.DieWithTest(child)
 	child.Env = append(os.Environ(), childEnv+"=1", "CHILD_DATABASE_URL="+db.URL, "CHILD_SCHEMA="+db.Schema, "CHILD_SINK_URL="+srv.url(""))
 	child.Stderr = os.Stderr
 	require.NoError(t, child.Start())

@@ -226,6 +226,7 @@ func startReplica(t *testing.T, bin string, db *pgtest.DB, name string, env ...s
 		sep = "&"
 	}
 	cmd := exec.Command(bin)
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
 		"TRIBUTARY_SCHEMA="+db.Schema,

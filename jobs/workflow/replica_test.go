@@ -47,6 +47,7 @@ func (p *replicaProc) start() {
 		sep = "&"
 	}
 	cmd := exec.Command(p.bin)
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+dbURL+sep+"pool_max_conns=5",
 		"TRIBUTARY_SCHEMA="+p.db.Schema,
