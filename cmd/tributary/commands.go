@@ -20,5 +20,6 @@ func commands(a *app) []*cobra.Command {
 		newOutboxCmd(a),
 		newLanesCmd(a),
 		newConsumersCmd(a),
+		newVersionCmd(a),
 	}
 }
