@@ -46,7 +46,8 @@ type Options struct {
 }
 
 // Service is the orders service: a worker runtime with every feature the
-// service uses installed, and the HTTP API on top of it.
+// service uses installed, and the HTTP API on top of it. The runtime is
+// what starts and stops (Runtime.Run, or Start and Stop).
 type Service struct {
 	Runtime   *queue.Runtime
 	Workflows *workflow.Client
@@ -196,9 +197,3 @@ func (s *Service) installEvents(ctx context.Context) error {
 	_, err = events.Install(s.Runtime, events.InstallConfig{Consumers: consumers})
 	return err
 }
-
-// Start starts the runtime and everything installed on it.
-func (s *Service) Start(ctx context.Context) error { return s.Runtime.Start(ctx) }
-
-// Stop stops it, in reverse order, within ctx's deadline.
-func (s *Service) Stop(ctx context.Context) error { return s.Runtime.Stop(ctx) }
