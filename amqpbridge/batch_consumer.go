@@ -104,6 +104,7 @@ func NewBatchConsumer(cfg Config, bc BatchConsumerConfig) (*BatchConsumer, error
 	}
 	topo := cfg.Topology(bc.Queue)
 	bc.Name = cmp.Or(bc.Name, "amqp batch consumer "+topo.Main)
+	bc.HandOff = tracedHandOff(topo.Main, bc.HandOff)
 	return &BatchConsumer{
 		consumerBase: newConsumerBase(cfg, topo, cfg.ConnectionName+".batch."+topo.Main, "batch consumer", bc.Prefetch),
 		bc:           bc,

@@ -72,10 +72,12 @@ func JSONHandler[T any](fn func(ctx context.Context, v T, d *Delivery) error) Ha
 
 // callHandler runs h and turns a panic into a *PanicError.
 func callHandler(ctx context.Context, h HandlerFunc, d *Delivery) (err error) {
+	ctx, span := startProcessSpan(ctx, d)
 	defer func() {
 		if r := recover(); r != nil {
 			err = Permanent(&PanicError{Value: r, Stack: debug.Stack()})
 		}
+		endSpan(span, err)
 	}()
 	return h(ctx, d)
 }

@@ -18,11 +18,15 @@ type InsertBatchFunc func(ctx context.Context, tx pgx.Tx, batch []*Delivery) err
 // InsertFunc inserts what one delivery becomes in tx.
 type InsertFunc func(ctx context.Context, tx pgx.Tx, d *Delivery) error
 
-// PerDelivery adapts an InsertFunc to an InsertBatchFunc.
+// PerDelivery adapts an InsertFunc to an InsertBatchFunc. Each delivery is
+// inserted in a span of its own, a child of the span its headers carry.
 func PerDelivery(fn InsertFunc) InsertBatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
 		for _, d := range batch {
-			if err := fn(ctx, tx, d); err != nil {
+			dctx, span := startProcessSpan(ctx, d) // the message's own trace
+			err := fn(dctx, tx, d)
+			endSpan(span, err)
+			if err != nil {
 				return err
 			}
 		}

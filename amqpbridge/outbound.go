@@ -155,6 +155,12 @@ func outboundMessage(exchange string, ev outbox.Event) Message {
 	for k, v := range ev.Metadata.Extra {
 		h["x-meta-"+k] = v
 	}
+	if ev.Metadata.TraceParent != "" { // the publish becomes a child of the emit span
+		h[HeaderTraceParent] = ev.Metadata.TraceParent
+		if ev.Metadata.TraceState != "" {
+			h[HeaderTraceState] = ev.Metadata.TraceState
+		}
+	}
 	return Message{Exchange: exchange, RoutingKey: ev.EventType, Publishing: amqp.Publishing{
 		ContentType:   "application/json",
 		MessageId:     ev.ID,

@@ -337,6 +337,13 @@ func (p *Publisher) PublishDeferred(ctx context.Context, exchange, routingKey st
 	if msg.DeliveryMode == 0 {
 		msg.DeliveryMode = amqp.Persistent
 	}
+	msg, span := startPublishSpan(ctx, exchange, routingKey, msg)
+	pd, err := p.publishDeferred(ctx, exchange, routingKey, msg)
+	endSpan(span, err)
+	return pd, err
+}
+
+func (p *Publisher) publishDeferred(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) (*Pending, error) {
 	deadline := time.Now().Add(p.cfg.PublishTimeout)
 	for {
 		if err := ctx.Err(); err != nil {

@@ -29,6 +29,8 @@ type dbCollector struct {
 	objects      *prometheus.Desc
 	objectBytes  *prometheus.Desc
 	objectGzip   *prometheus.Desc
+	blockedLanes *prometheus.Desc
+	pendingDisp  *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 	wf           workflowDescs
 }
@@ -46,6 +48,8 @@ func newDBCollector(s *Server) *dbCollector {
 		objects:      prometheus.NewDesc("tributary_batch_objects", "Batch objects written per stream (records kept by retention).", []string{"stream"}, nil),
 		objectBytes:  prometheus.NewDesc("tributary_batch_object_bytes", "Uncompressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		objectGzip:   prometheus.NewDesc("tributary_batch_object_compressed_bytes", "Compressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
+		blockedLanes: prometheus.NewDesc("tributary_event_lanes_blocked", "Aggregates of an event consumer held by a given-up head event (lane blocks), per consumer.", []string{"consumer"}, nil),
+		pendingDisp:  prometheus.NewDesc("tributary_event_consumer_pending_dispatches", "Unfinished dispatch jobs of an event consumer (a batched dispatch counts once), per consumer.", []string{"consumer"}, nil),
 		scrapeErrors: prometheus.NewDesc("tributary_dashboard_scrape_error", "1 when the last scrape could not read the database.", nil, nil),
 		wf:           newWorkflowDescs(),
 	}
@@ -53,7 +57,7 @@ func newDBCollector(s *Server) *dbCollector {
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.queueJobs, c.oldestAge, c.outboxRows, c.outboxLag,
-		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.scrapeErrors} {
+		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.blockedLanes, c.pendingDisp, c.scrapeErrors} {
 		ch <- d
 	}
 	c.wf.describe(ch)
@@ -98,6 +102,10 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.outboxLag, prometheus.GaugeValue, ob.ForwardLagSeconds)
 	}
+	if err := c.collectConsumers(ctx, ch); err != nil {
+		c.s.logger.WarnContext(ctx, "metrics scrape could not read the event consumers", "error", err)
+		failed = 1
+	}
 	if err := c.collectBatches(ctx, ch); err != nil {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the batch tables", "error", err)
 		failed = 1
@@ -107,6 +115,26 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, failed)
+}
+
+// collectConsumers exports each event consumer's blocked lanes and
+// unfinished dispatches, as the consumers page counts them.
+func (c *dbCollector) collectConsumers(ctx context.Context, ch chan<- prometheus.Metric) error {
+	return c.s.readTx(ctx, func(tx pgx.Tx) error {
+		ok, err := c.s.tableExists(ctx, tx, laneStateIndex)
+		if err != nil || !ok {
+			return err
+		}
+		list, err := events.ListConsumers(ctx, tx, c.s.schema)
+		if err != nil {
+			return err
+		}
+		for _, ci := range list {
+			ch <- prometheus.MustNewConstMetric(c.blockedLanes, prometheus.GaugeValue, float64(ci.BlockedLanes), ci.Name)
+			ch <- prometheus.MustNewConstMetric(c.pendingDisp, prometheus.GaugeValue, float64(ci.Pending), ci.Name)
+		}
+		return nil
+	})
 }
 
 func (c *dbCollector) collectBatches(ctx context.Context, ch chan<- prometheus.Metric) error {

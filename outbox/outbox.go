@@ -34,6 +34,11 @@ type Metadata struct {
 	Actor string `json:"actor,omitempty"`
 	// Extra carries application-defined string attributes.
 	Extra map[string]string `json:"extra,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the span that
+	// emitted the event (empty when no tracer provider is set): consumers'
+	// handler spans and the AMQP publish of the event are its children.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // Event is one claimed tributary_outbox row as handed to publishers. Its

@@ -151,7 +151,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	logger := cmp.Or(cfg.Logger, slog.Default())
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: logger})
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: logger, Middleware: []rivertype.Middleware{tracingMiddleware()}})
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}

@@ -116,7 +116,8 @@ type RuntimeConfig struct {
 
 	// Middleware wrap every job this runtime works, outside the runtime's
 	// own (the first is the outermost), so they see each job's final result
-	// (jobs/workflow's Coordinator records task outcomes this way).
+	// (jobs/workflow's Coordinator records task outcomes this way). River's
+	// tracing middleware (trace.go) wraps them all.
 	//
 	// Defaults to none.
 	Middleware []rivertype.Middleware
@@ -214,7 +215,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		ID:                          cfg.ID,
 		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.guardJob)},
 	}
-	rcfg.Middleware = append(append([]rivertype.Middleware(nil), cfg.Middleware...), rcfg.Middleware...)
+	rcfg.Middleware = append(append([]rivertype.Middleware{tracingMiddleware()}, cfg.Middleware...), rcfg.Middleware...)
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
 	}

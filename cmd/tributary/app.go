@@ -46,6 +46,10 @@ type app struct {
 
 	cfg    envconfig.Config
 	logger *slog.Logger
+
+	// stopTracing flushes and stops the trace exporter startTracing
+	// installed; nil when none.
+	stopTracing func()
 }
 
 // loadConfig reads the environment, applies the global flags over it and
@@ -101,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	if a.stopTracing != nil {
+		a.stopTracing()
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -144,7 +151,10 @@ func newRootCmd(a *app) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return a.loadConfig()
+			if err := a.loadConfig(); err != nil {
+				return err
+			}
+			return a.startTracing(cmd.Context())
 		},
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

@@ -21,5 +21,6 @@ func commands(a *app) []*cobra.Command {
 		newLanesCmd(a),
 		newConsumersCmd(a),
 		newWorkflowsCmd(a),
+		newVersionCmd(a),
 	}
 }

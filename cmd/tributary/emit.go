@@ -14,15 +14,17 @@ import (
 func newEmitCmd(a *app) *cobra.Command {
 	var meta events.Meta
 	var source string
-	var asJSON bool
+	var asJSON, anyType bool
 	cmd := &cobra.Command{
 		Use:   "emit EVENT_TYPE JSON",
 		Short: "Write an event to the outbox; the forwarder delivers it to every subscribed consumer",
 		Long: `Write one event to the transactional outbox. The event type must be one the
 CLI knows (the demo events: ` + fmt.Sprint(eventdemo.Registry().Names()) + `), and the JSON
 payload must fit its type exactly (no unknown fields, right value types) and
-pass its validation. Nothing is written when it does not. JSON "-" reads the
-payload from stdin. Prints the event id.`,
+pass its validation. Nothing is written when it does not. With --any-type
+any other event type may be emitted too (one your own services define), with
+any JSON payload: the consumers that subscribe to it decode and validate it.
+JSON "-" reads the payload from stdin. Prints the event id.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			eventType, payload := args[0], json.RawMessage(args[1])
@@ -35,7 +37,11 @@ payload from stdin. Prints the event id.`,
 				}
 				payload = raw
 			}
-			em, err := events.NewEmitter(events.EmitterConfig{Schema: a.cfg.Schema, Registry: eventdemo.Registry(), SourceService: source})
+			reg, err := emitRegistry(eventType, anyType)
+			if err != nil {
+				return err
+			}
+			em, err := events.NewEmitter(events.EmitterConfig{Schema: a.cfg.Schema, Registry: reg, SourceService: source})
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -71,7 +77,30 @@ payload from stdin. Prints the event id.`,
 	f.StringVar(&meta.Actor, "actor", "", "who caused the event")
 	f.StringVar(&source, "source", "cli", "source service recorded with the event")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
+	f.BoolVar(&anyType, "any-type", false, "allow an event type the CLI does not know, with any JSON payload")
 	return cmd
+}
+
+// emitRegistry is the registry an emit of eventType checks against: the
+// demo events, whose payloads are checked strictly; with anyType, for any
+// other valid type name, a registry of that type alone with a raw JSON
+// payload.
+func emitRegistry(eventType string, anyType bool) (*events.Registry, error) {
+	demoReg := eventdemo.Registry()
+	if _, err := demoReg.Lookup(eventType); err == nil || !anyType {
+		return demoReg, nil // an unknown type is refused by ValidateJSON, naming it
+	}
+	if eventType == "" {
+		return nil, usagef("EVENT_TYPE must not be empty")
+	}
+	if err := events.ValidateEventName(eventType); err != nil {
+		return nil, usagef("%v", err)
+	}
+	reg, err := events.NewRegistry(events.Define[json.RawMessage](eventType, nil))
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return reg, nil
 }
 
 func emitPreview(s string, n int) string {

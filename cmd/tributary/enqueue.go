@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -31,10 +32,20 @@ func newEnqueueCmd(a *app) *cobra.Command {
 		Short: "Insert one job",
 		Long: `Insert one job of KIND with JSON arguments. KIND must be a kind the
 tributary worker knows (` + strings.Join(demo.Kinds(), ", ") + `) unless --any-kind is
-given, for jobs worked by your own service.`,
+given, for jobs worked by your own service. JSON "-" reads the arguments
+from stdin.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, raw := args[0], []byte(args[1])
+			if args[1] == "-" {
+				// Arguments can be bigger than one command-line argument may
+				// be (128 KiB on Linux): read them from stdin, as emit does.
+				in, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20))
+				if err != nil {
+					return fmt.Errorf("error reading the arguments from stdin: %w", err)
+				}
+				raw = in
+			}
 			if err := nonEmptyArg("KIND", kind); err != nil {
 				return err
 			}
@@ -42,7 +53,7 @@ given, for jobs worked by your own service.`,
 				return usagef("KIND %q must not contain spaces", kind)
 			}
 			if !json.Valid(raw) {
-				return usagef("arguments %q are not valid JSON", args[1])
+				return usagef("arguments %q are not valid JSON", emitPreview(string(raw), 60))
 			}
 			known, err := demo.ValidateArgs(kind, raw)
 			if err != nil {

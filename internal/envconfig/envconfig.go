@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -91,6 +92,12 @@ type Config struct {
 	// (TRIBUTARY_OUTBOX_SENT_RETENTION, ...), TRIBUTARY_CLEANUP_SPEC and
 	// TRIBUTARY_CLEANUP_BATCH_SIZE. The process adds the targets.
 	Cleanup scheduler.CleanupConfig
+
+	// OTLPEndpoint is where traces are exported, over OTLP/HTTP
+	// (OTEL_EXPORTER_OTLP_ENDPOINT, an http:// or https:// URL); empty: no
+	// exporting. The exporter reads its other OTEL_EXPORTER_OTLP_* settings
+	// itself.
+	OTLPEndpoint string
 
 	// LogLevel (LOG_LEVEL) and LogFormat (LOG_FORMAT), defaulted.
 	LogLevel  string
@@ -246,6 +253,14 @@ func variables() []variable {
 	return []variable{
 		{name: "DATABASE_URL", field: "DatabaseURL", secret: true, set: func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
 		{name: "TRIBUTARY_SCHEMA", field: "Schema", set: func(c *Config, v string) error { c.Schema = v; return nil }},
+		{name: "OTEL_EXPORTER_OTLP_ENDPOINT", secret: true, set: func(c *Config, v string) error {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return errors.New("want an http:// or https:// URL such as http://127.0.0.1:4318")
+			}
+			c.OTLPEndpoint = v
+			return nil
+		}},
 		{name: "TRIBUTARY_SHUTDOWN_TIMEOUT", field: "ShutdownTimeout", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.ShutdownTimeout }, time.Nanosecond, false)},
 		{name: "TRIBUTARY_JOB_RETENTION_COMPLETED", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.CompletedJobRetention }, time.Nanosecond, true)},
 		{name: "TRIBUTARY_JOB_RETENTION_CANCELLED", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.CancelledJobRetention }, time.Nanosecond, true)},

@@ -282,7 +282,7 @@ func batchLen(evs []outbox.Event, max int) int {
 // metadata and 256 bytes for ids, type and field names.
 func eventSize(ev *outbox.Event) int {
 	m := &ev.Metadata
-	n := len(ev.Payload) + len(m.CorrelationID) + len(m.CausationID) + len(m.Actor) + 256
+	n := len(ev.Payload) + len(m.CorrelationID) + len(m.CausationID) + len(m.Actor) + len(m.TraceParent) + len(m.TraceState) + 256
 	for k, v := range m.Extra {
 		n += len(k) + len(v)
 	}

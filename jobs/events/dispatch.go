@@ -315,9 +315,10 @@ func (d *Dispatcher) deliver(ctx context.Context, c *Consumer, ev *outbox.Event,
 		attrs = append(attrs, "aggregate_id", ev.AggregateID, "seq", seq)
 	}
 	r := deliveryResult{logger: &lazyLogger{base: d.cfg.Logger, attrs: attrs}}
-	hctx := withHandlerContext(ctx, ev.Metadata.CorrelationID, r.logger)
+	hctx, span := startHandleSpan(withHandlerContext(ctx, ev.Metadata.CorrelationID, r.logger), c.Name(), ev, attempt)
 	start := time.Now()
 	r.err = d.runHandlers(hctx, c, ev, attempt)
+	endSpan(span, r.err)
 	errors.As(r.err, &r.validation)
 	r.terminal = r.validation != nil || isCancel(r.err) || (r.err != nil && attempt >= maxAttempts)
 	d.processed(hctx, c, ev, attempt, time.Since(start), r.err, r.terminal)

@@ -379,7 +379,12 @@ type outboxRow struct {
 	metadata    string
 }
 
-func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) ([]string, error) {
+func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) (_ []string, err error) {
+	ctx, span, err := startEmitSpan(ctx, rows)
+	defer func() { endSpan(span, err) }()
+	if err != nil {
+		return nil, err
+	}
 	n := len(rows)
 	ids := make([]string, n)
 	types := make([]string, n)
