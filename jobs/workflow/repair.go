@@ -66,7 +66,10 @@ func (c *Coordinator) Repair(ctx context.Context) (int, error) {
 	for wf := range undecided {
 		wfs[wf] = true
 	}
-	total := 0
+	total, err := c.repairWaits(ctx, quiet)
+	if err != nil {
+		return 0, err
+	}
 	for wf := range wfs {
 		n, err := c.repairWorkflow(ctx, wf, bySettled[wf], undecided[wf])
 		if err != nil {
