@@ -49,6 +49,11 @@ func Expand(ctx context.Context, tx pgx.Tx, tasks ...ExpandTask) error {
 		return err
 	}
 	if tx == nil {
+		// Checked here so the task fails with the reason; checked again
+		// in the transaction that inserts them.
+		if err := precheckExpand(ctx, tc, defs); err != nil {
+			return err
+		}
 		tc.mu.Lock()
 		defer tc.mu.Unlock()
 		for _, d := range defs {
@@ -66,6 +71,41 @@ func Expand(ctx context.Context, tx pgx.Tx, tasks ...ExpandTask) error {
 		return err
 	}
 	return insertExpanded(ctx, tx, &tc.c.sql, rc, tc.ref.WorkflowID, tc.ref.Task, defs, time.Now().UTC())
+}
+
+// precheckExpand checks an expansion against the workflow's tasks as they
+// are now: new names, pending dependents.
+func precheckExpand(ctx context.Context, tc *taskContext, defs []*taskDef) error {
+	rows, err := tc.c.pool.Query(ctx, tc.c.sql.taskNamesStates, customPlan, tc.ref.WorkflowID)
+	if err != nil {
+		return fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err)
+	}
+	existing := map[string]TaskState{}
+	var n string
+	var st TaskState
+	if _, err := pgx.ForEachRow(rows, []any{&n, &st}, func() error { existing[n] = st; return nil }); err != nil {
+		return fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err)
+	}
+	return checkExpansion(tc.ref.WorkflowID, tc.ref.Task, existing, defs, len(tc.expand))
+}
+
+// checkExpansion checks expanded tasks against the workflow's tasks.
+func checkExpansion(wf, parent string, existing map[string]TaskState, defs []*taskDef, staged int) error {
+	vwf := &Workflow{name: wf}
+	if total := len(existing) + staged + len(defs); total > MaxTasks {
+		return vwf.errf("", ErrTooManyTasks, "would have %d tasks after the expansion of %q, more than the %d a workflow may have", total, parent, MaxTasks)
+	}
+	for _, d := range defs {
+		if _, taken := existing[d.name]; taken {
+			return vwf.errf(d.name, ErrDuplicateTask, "is expanded by %q but the workflow has a task of that name", parent)
+		}
+		for _, e := range d.extraDependents {
+			if st, ok := existing[e]; !ok || st != TaskPending {
+				return vwf.errf(d.name, ErrInvalidTask, "lists dependent %q, which is not a pending task of the workflow (it is %q)", e, st)
+			}
+		}
+	}
+	return nil
 }
 
 // expandDefs validates an expansion on its own (what needs no database).
@@ -141,19 +181,12 @@ func insertExpanded(ctx context.Context, tx pgx.Tx, sql *statements, rc *river.C
 	if _, err := pgx.ForEachRow(rows, []any{&n, &st}, func() error { existing[n] = st; return nil }); err != nil {
 		return fmt.Errorf("error reading the tasks of workflow %s: %w", wf, err)
 	}
-	vwf := &Workflow{name: wf}
-	if len(existing)+len(defs) > MaxTasks {
-		return vwf.errf("", ErrTooManyTasks, "would have %d tasks after the expansion of %q, more than the %d a workflow may have", len(existing)+len(defs), parent, MaxTasks)
+	if err := checkExpansion(wf, parent, existing, defs, 0); err != nil {
+		return err
 	}
 	extra := map[string][]string{} // existing task -> new tasks it must wait for
 	for _, d := range defs {
-		if _, taken := existing[d.name]; taken {
-			return vwf.errf(d.name, ErrDuplicateTask, "is expanded by %q but the workflow has a task of that name", parent)
-		}
 		for _, e := range d.extraDependents {
-			if st, ok := existing[e]; !ok || st != TaskPending {
-				return vwf.errf(d.name, ErrInvalidTask, "lists dependent %q, which is not a pending task of the workflow (it is %q)", e, st)
-			}
 			extra[e] = append(extra[e], d.name)
 		}
 	}

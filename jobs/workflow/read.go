@@ -149,17 +149,25 @@ func (c *Client) Get(ctx context.Context, ref string) (*Details, error) {
 	}
 	var d Details
 	var input []byte
-	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, &NotFoundError{Ref: ref}
+	var tasks []TaskInfo
+	// One snapshot for the row and its tasks: read apart, a completion
+	// committed between the two reads showed counts that disagreed with
+	// the tasks.
+	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return &NotFoundError{Ref: ref}
+			}
+			return fmt.Errorf("error reading workflow %s: %w", id, err)
 		}
-		return nil, fmt.Errorf("error reading workflow %s: %w", id, err)
-	}
-	d.Input = input
-	tasks, err := c.readTasks(ctx, c.qc.Pool(), id)
+		var err error
+		tasks, err = c.readTasks(ctx, tx, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
+	d.Input = input
 	if err := c.addJobs(ctx, tasks); err != nil {
 		return nil, err
 	}
