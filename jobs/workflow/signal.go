@@ -17,6 +17,10 @@ import (
 // ErrSignalTimeout is the kind of *SignalTimeoutError.
 var ErrSignalTimeout = errors.New("signal wait timed out")
 
+// ErrInvalidSignal is a signal SignalTx refuses before writing anything: a
+// bad name or idempotency key, a payload that does not encode.
+var ErrInvalidSignal = errors.New("invalid signal")
+
 // SignalTimeoutError is an AwaitSignal whose timeout passed before a
 // signal of its name arrived. It is recorded like a step: a later attempt
 // of the run gets it again.
@@ -68,9 +72,7 @@ func (c *Client) Signal(ctx context.Context, ref, name string, payload any, opts
 	if err != nil {
 		return nil, err
 	}
-	if err := riverjob.Wake(ctx, c.qc.Pool(), c.schema, queues); err != nil {
-		c.logger.WarnContext(ctx, "error waking River for a signalled task", "error", err)
-	}
+	c.wake(ctx, queues)
 	return res, nil
 }
 
@@ -104,7 +106,7 @@ func (c *Client) SignalTx(ctx context.Context, tx pgx.Tx, ref, name string, payl
 
 func (c *Client) signal(ctx context.Context, tx pgx.Tx, ref, name string, payload any, opts *SignalOpts) (*SignalResult, []string, error) {
 	if err := checkName("signal name", name); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %v", ErrInvalidSignal, err)
 	}
 	var key string
 	if opts != nil {
@@ -112,12 +114,12 @@ func (c *Client) signal(ctx context.Context, tx pgx.Tx, ref, name string, payloa
 	}
 	if key != "" {
 		if err := checkName("idempotency key", key); err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%w: %v", ErrInvalidSignal, err)
 		}
 	}
 	b, err := json.Marshal(payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("error encoding the payload of signal %q: %w", name, err)
+		return nil, nil, fmt.Errorf("%w: error encoding the payload of signal %q: %v", ErrInvalidSignal, name, err)
 	}
 	if len(b) > SignalPayloadMaxBytes {
 		return nil, nil, &LimitError{What: "signal payload", Name: name, Value: len(b), Max: SignalPayloadMaxBytes}
