@@ -68,4 +68,3 @@ usage error (exit 2).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
-
