@@ -25,14 +25,15 @@ WHERE id = ANY($1::bigint[])
   AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > now()))
 RETURNING id, queue`
 
-// wakeDueSQL is wakeSnoozedSQL for jobs whose snooze ends by $2: a timer
-// that fires at a sleep's end makes the job available without waiting for
-// River's scheduler (which looks every few seconds).
+// wakeDueSQL is for a timer that fires at the end of a snooze ($2): a job
+// still scheduled then is made available, and one already available (a
+// short snooze, or one River's scheduler moved ahead of time) is returned
+// too, so the caller notifies its queue: River's scheduler does not, and
+// the job would wait for the producers' next poll.
 const wakeDueSQL = `
 UPDATE /*schema*/river_job
-SET state = 'available', scheduled_at = now()
-WHERE id = ANY($1::bigint[]) AND scheduled_at <= $2
-  AND (state = 'scheduled' OR (state = 'available' AND scheduled_at > now()))
+SET state = 'available', scheduled_at = least(scheduled_at, now())
+WHERE id = ANY($1::bigint[]) AND scheduled_at <= $2 AND state IN ('scheduled', 'available')
 RETURNING id, queue`
 
 // WakeSnoozed makes the given snoozed jobs available now and returns the
@@ -42,7 +43,9 @@ func WakeSnoozed(ctx context.Context, db DBTX, schema string, ids []int64) (woke
 	return wake(ctx, db, schema, wakeSnoozedSQL, ids)
 }
 
-// WakeDue is WakeSnoozed for the jobs whose snooze ends at or before due.
+// WakeDue makes the given jobs whose snooze ends at or before due
+// available, and returns them (those that were available already
+// included) and their queues, to Wake.
 func WakeDue(ctx context.Context, db DBTX, schema string, ids []int64, due time.Time) (woken []int64, queues []string, err error) {
 	return wake(ctx, db, schema, wakeDueSQL, ids, due)
 }

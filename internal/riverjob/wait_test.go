@@ -40,11 +40,17 @@ func TestWakeSnoozed(t *testing.T) {
 	require.Equal(t, rivertype.JobStateRunning, f.job(t, running.ID).State)
 	require.Equal(t, rivertype.JobStatePending, f.job(t, pending.ID).State)
 
-	// WakeDue wakes only a snooze that ends by the time given.
+	// WakeDue wakes only a snooze that ends by the time given, and
+	// returns a due job that is available already (its queue needs the
+	// notification).
 	far := f.insert(t, fixtureArgs{N: 5}, &river.InsertOpts{ScheduledAt: later})
 	soon := f.insert(t, fixtureArgs{N: 6}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Second)})
-	woken, _, err = riverjob.WakeDue(ctx, f.db.Pool, f.db.Schema, []int64{far.ID, soon.ID}, time.Now().Add(2*time.Second))
+	due := f.insert(t, fixtureArgs{N: 7}, &river.InsertOpts{Queue: "q3"})
+	woken, queues, err = riverjob.WakeDue(ctx, f.db.Pool, f.db.Schema, []int64{far.ID, soon.ID, due.ID, running.ID}, time.Now().Add(2*time.Second))
 	require.NoError(t, err)
-	require.Equal(t, []int64{soon.ID}, woken)
+	require.ElementsMatch(t, []int64{soon.ID, due.ID}, woken)
+	require.Equal(t, []string{"default", "q3"}, queues)
+	require.Equal(t, rivertype.JobStateAvailable, f.job(t, soon.ID).State)
 	require.Equal(t, rivertype.JobStateScheduled, f.job(t, far.ID).State)
+	require.Equal(t, rivertype.JobStateRunning, f.job(t, running.ID).State)
 }
