@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ type durableArgs struct {
 	ExpandSink  string `json:"expand_sink,omitempty"`  // ... which this pending task then waits for
 	Child       bool   `json:"child,omitempty"`        // start a child workflow and wait for it
 	ChildSignal string `json:"child_signal,omitempty"` // the child's task waits for this signal
+	BigStep     bool   `json:"big_step,omitempty"`     // a step whose output is over the limit
 }
 
 func (durableArgs) Kind() string { return "wftest.durable" }
@@ -79,6 +81,13 @@ func (w *durableWorker) Work(ctx context.Context, job *river.Job[durableArgs]) e
 		}
 	}
 	out := durableOutput{Task: a.Name}
+	if a.BigStep {
+		if _, err := workflow.Step(ctx, "big", func(ctx context.Context) (string, error) {
+			return strings.Repeat("x", workflow.StepOutputMaxBytes), nil
+		}); err != nil {
+			return err
+		}
+	}
 	one, err := workflow.Step(ctx, "one", func(ctx context.Context) (int, error) {
 		return 1, insertEffect(ctx, poolExec, "one")
 	})

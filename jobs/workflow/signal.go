@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -124,13 +125,20 @@ func (c *Client) signal(ctx context.Context, tx pgx.Tx, ref, name string, payloa
 	if len(b) > SignalPayloadMaxBytes {
 		return nil, nil, &LimitError{What: "signal payload", Name: name, Value: len(b), Max: SignalPayloadMaxBytes}
 	}
-	id, err := c.resolve(ctx, tx, ref)
-	if err != nil {
-		return nil, nil, err
+	// The id or key and the status in one statement: this is on the
+	// signal -> resume path.
+	var idArg *string
+	if _, err := uuid.Parse(ref); err == nil {
+		idArg = &ref
 	}
+	var id string
 	var st Status
-	if err := tx.QueryRow(ctx, c.sql.workflowStatus, customPlan, id).Scan(&st); err != nil {
-		return nil, nil, fmt.Errorf("error reading workflow %s: %w", id, err)
+	err = tx.QueryRow(ctx, c.sql.workflowStatus, customPlan, idArg, ref).Scan(&id, &st)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, &NotFoundError{Ref: ref}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("error looking up workflow %q: %w", ref, err)
 	}
 	if st != StatusRunning {
 		return nil, nil, fmt.Errorf("cannot signal workflow %s: it is %s: %w", id, st, ErrFinished)
@@ -256,6 +264,13 @@ func awaitSignal(ctx context.Context, name string, timeout time.Duration) (json.
 		var sigID int64
 		err := tx.QueryRow(ctx, sql.consumeSignal, customPlan, tc.ref.WorkflowID, name, tc.ref.JobID, tc.ref.Task, now).Scan(&sigID, &got)
 		if err == nil {
+			// The consumption is a step's record: committed without
+			// waiting for the WAL flush, as Step's (a crash of Postgres
+			// that lost it leaves the signal unconsumed and the wait not
+			// done, so the wait takes the same signal again).
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+				return err
+			}
 			_, err = tx.Exec(ctx, sql.recordSignal, customPlan, tc.ref.JobID, step, tc.ref.WorkflowID, tc.ref.Task, string(got), now)
 			if err != nil {
 				return fmt.Errorf("error recording signal %q for task %q: %w", name, tc.ref.Task, err)
@@ -421,7 +436,13 @@ func (c *Coordinator) repairWaits(ctx context.Context, quietBefore time.Time) (i
 	return n, err
 }
 
-const workflowStatusSQL = `SELECT status FROM /*schema*/tributary_workflow WHERE id = $1::uuid`
+// workflowStatusSQL finds a workflow by id ($1, when the ref is a UUID)
+// or key, the id first.
+const workflowStatusSQL = `
+(SELECT id::text, status FROM /*schema*/tributary_workflow WHERE id = $1::uuid)
+UNION ALL
+(SELECT id::text, status FROM /*schema*/tributary_workflow WHERE key = $2)
+LIMIT 1`
 
 const lockSignalSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 

@@ -2,9 +2,9 @@ package workflow_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -149,11 +149,23 @@ func TestSleepSurvivesRestart(t *testing.T) {
 	require.Equal(t, rivertype.JobStateCompleted, task.JobState)
 }
 
-func TestLimitErrors(t *testing.T) {
+// TestStepOutputLimit: a step whose output is over StepOutputMaxBytes
+// fails its task with a *LimitError naming the step, and records nothing.
+func TestStepOutputLimit(t *testing.T) {
 	t.Parallel()
+	b := setupDurable(t, nil, queue.RuntimeConfig{})
+	ctx := context.Background()
+	wf := workflow.New("big", nil)
+	wf.Add("t", durableArgs{Name: "t", BigStep: true}, &workflow.TaskOpts{InsertOpts: &river.InsertOpts{MaxAttempts: 1}})
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	d := b.waitStatus(t, res.ID, workflow.StatusFailed)
+	task := taskByName(t, d, "t")
+	require.Contains(t, task.Errors[len(task.Errors)-1].Error, fmt.Sprintf(`step output of "big" is %d, more than the limit of %d`, workflow.StepOutputMaxBytes+2, workflow.StepOutputMaxBytes))
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/tributary_workflow_step WHERE name = 'big'`)).Scan(&n))
+	require.Zero(t, n)
 	var le *workflow.LimitError
-	err := error(&workflow.LimitError{What: "step output", Name: "x", Value: workflow.StepOutputMaxBytes + 1, Max: workflow.StepOutputMaxBytes})
-	require.ErrorAs(t, err, &le)
-	require.ErrorIs(t, err, workflow.ErrLimit)
-	require.True(t, strings.Contains(err.Error(), `step output of "x"`))
+	require.ErrorAs(t, error(&workflow.LimitError{}), &le)
+	require.ErrorIs(t, error(&workflow.LimitError{}), workflow.ErrLimit)
 }
