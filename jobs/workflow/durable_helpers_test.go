@@ -39,6 +39,7 @@ type durableArgs struct {
 	Child       bool   `json:"child,omitempty"`        // start a child workflow and wait for it
 	ChildSignal string `json:"child_signal,omitempty"` // the child's task waits for this signal
 	BigStep     bool   `json:"big_step,omitempty"`     // a step whose output is over the limit
+	ManySteps   int    `json:"many_steps,omitempty"`   // run this many extra steps
 }
 
 func (durableArgs) Kind() string { return "wftest.durable" }
@@ -81,6 +82,11 @@ func (w *durableWorker) Work(ctx context.Context, job *river.Job[durableArgs]) e
 		}
 	}
 	out := durableOutput{Task: a.Name}
+	for i := range a.ManySteps {
+		if _, err := workflow.Step(ctx, fmt.Sprint("many-", i), func(ctx context.Context) (int, error) { return i, nil }); err != nil {
+			return err
+		}
+	}
 	if a.BigStep {
 		if _, err := workflow.Step(ctx, "big", func(ctx context.Context) (string, error) {
 			return strings.Repeat("x", workflow.StepOutputMaxBytes), nil

@@ -57,6 +57,9 @@ func TestSignalAfterWait(t *testing.T) {
 	d, err := b.client.Get(ctx, res.ID)
 	require.NoError(t, err)
 	require.Equal(t, workflow.StatusRunning, d.Status)
+	waiting := taskByName(t, d, "w")
+	require.Equal(t, &workflow.Wait{Kind: "signal", Name: "approve"}, waiting.WaitingFor, "what the task waits for")
+	require.Equal(t, 3, waiting.Steps, "one, tx and the wait")
 
 	sr, err := b.client.Signal(ctx, res.ID, "approve", json.RawMessage(`{"ok":true}`), nil)
 	require.NoError(t, err)

@@ -18,7 +18,7 @@ type statements struct {
 	taskNamesStates, linkExpanded, countExpanded                         string
 	setParent, runningChildren, parentOf                                 string
 	ensureKey, reserveSlot, releaseSlot, setRunning, nextQueued          string
-	admitWorkflow, setQueued, queuedRoots, cancelledLinks                string
+	admitWorkflow, setQueued, queuedRoots, cancelledLinks, taskSteps     string
 }
 
 func qualify(schema string) statements {
@@ -41,5 +41,6 @@ func qualify(schema string) statements {
 		ensureKey: q(ensureKeySQL), reserveSlot: q(reserveSlotSQL), releaseSlot: q(releaseSlotSQL),
 		setRunning: q(setRunningSQL), nextQueued: q(nextQueuedSQL), admitWorkflow: q(admitWorkflowSQL),
 		setQueued: q(setQueuedSQL), queuedRoots: q(queuedRootsSQL), cancelledLinks: q(cancelledLinksSQL),
+		taskSteps: q(taskStepsSQL),
 	}
 }

@@ -169,3 +169,20 @@ func TestStepOutputLimit(t *testing.T) {
 	require.ErrorAs(t, error(&workflow.LimitError{}), &le)
 	require.ErrorIs(t, error(&workflow.LimitError{}), workflow.ErrLimit)
 }
+
+// TestStepsPerTaskLimit: the step after MaxStepsPerTask in one run fails
+// the task with a *LimitError.
+func TestStepsPerTaskLimit(t *testing.T) {
+	t.Parallel()
+	b := setupDurable(t, nil, queue.RuntimeConfig{})
+	ctx := context.Background()
+	wf := workflow.New("many", nil)
+	wf.Add("t", durableArgs{Name: "t", NoTxStep: true, ManySteps: workflow.MaxStepsPerTask}, &workflow.TaskOpts{InsertOpts: &river.InsertOpts{MaxAttempts: 1}})
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	d := b.waitStatus(t, res.ID, workflow.StatusFailed)
+	task := taskByName(t, d, "t")
+	// "one" first, then 999 of the many: the 1,000th of those is one too many.
+	require.Contains(t, task.Errors[len(task.Errors)-1].Error, fmt.Sprintf(`steps per task of "t" is %d, more than the limit of %d`, workflow.MaxStepsPerTask+1, workflow.MaxStepsPerTask))
+	require.Equal(t, workflow.MaxStepsPerTask, task.Steps)
+}
