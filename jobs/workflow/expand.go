@@ -66,7 +66,10 @@ func Expand(ctx context.Context, tx pgx.Tx, tasks ...ExpandTask) error {
 		tc.expand = append(tc.expand, defs...)
 		return nil
 	}
-	rc := river.ClientFromContext[pgx.Tx](ctx)
+	rc, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+	if err != nil {
+		return fmt.Errorf("workflow.Expand: %w", err)
+	}
 	if _, err := lockWorkflows(ctx, tx, &tc.c.sql, []string{tc.ref.WorkflowID}); err != nil {
 		return err
 	}
