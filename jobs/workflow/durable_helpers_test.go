@@ -40,6 +40,7 @@ type durableArgs struct {
 	ChildSignal string `json:"child_signal,omitempty"` // the child's task waits for this signal
 	BigStep     bool   `json:"big_step,omitempty"`     // a step whose output is over the limit
 	ManySteps   int    `json:"many_steps,omitempty"`   // run this many extra steps
+	ExpandTx    bool   `json:"expand_tx,omitempty"`    // Expand in a StepTx's transaction
 }
 
 func (durableArgs) Kind() string { return "wftest.durable" }
@@ -151,7 +152,16 @@ func (w *durableWorker) Work(ctx context.Context, job *river.Job[durableArgs]) e
 				tasks[i].Dependents = []string{a.ExpandSink}
 			}
 		}
-		if err := workflow.Expand(ctx, nil, tasks...); err != nil {
+		if a.ExpandTx {
+			if _, err := workflow.StepTx(ctx, "expand", func(ctx context.Context, tx pgx.Tx) (int, error) {
+				return len(tasks), workflow.Expand(ctx, tx, tasks...)
+			}); err != nil {
+				return err
+			}
+			if job.Attempt == 1 {
+				return errors.New("attempt 1 fails after its expansion")
+			}
+		} else if err := workflow.Expand(ctx, nil, tasks...); err != nil {
 			return err
 		}
 	}

@@ -18,6 +18,13 @@ import (
 // them.
 func TestExpand(t *testing.T) {
 	t.Parallel()
+	t.Run("WithCompletion", func(t *testing.T) { t.Parallel(); testExpand(t, false) })
+	// In a StepTx, and the task fails once after it: the expansion is
+	// recorded with the step and not repeated.
+	t.Run("InStepTx", func(t *testing.T) { t.Parallel(); testExpand(t, true) })
+}
+
+func testExpand(t *testing.T, inTx bool) {
 	b := setupDurable(t, nil, queue.RuntimeConfig{})
 	ctx := context.Background()
 	const n = 5
@@ -26,12 +33,15 @@ func TestExpand(t *testing.T) {
 		expanded = append(expanded, fmt.Sprintf("split-x%d", i))
 	}
 	wf := workflow.New("expand", nil)
-	wf.Add("split", durableArgs{Name: "split", NoTxStep: true, Expand: n, ExpandSink: "sink"}, nil)
+	wf.Add("split", durableArgs{Name: "split", NoTxStep: true, Expand: n, ExpandSink: "sink", ExpandTx: inTx}, nil)
 	wf.Add("sink", stepArgs{Name: "sink", Read: expanded}, &workflow.TaskOpts{Deps: []string{"split"}})
 	res, err := b.client.Insert(ctx, wf)
 	require.NoError(t, err)
 	d := b.waitStatus(t, res.ID, workflow.StatusCompleted)
 	require.Equal(t, workflow.Counts{Completed: n + 2}, d.Counts)
+	if inTx {
+		require.Equal(t, 2, taskByName(t, d, "split").Attempts, "the expansion survived the failed attempt, once")
+	}
 	sink := taskByName(t, d, "sink")
 	require.ElementsMatch(t, append([]string{"split"}, expanded...), sink.Deps)
 	out := outputOf(t, sink)
