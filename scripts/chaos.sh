@@ -13,7 +13,10 @@ run() {
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|fresh-clone test:|go-install test:|tests:|\s+\w+_test\.go:[0-9]+:)' "$log"
 	[ "$rc" = 0 ] || { status=1; tail -50 "$log"; }
 }
-# Tests built only with the chaos tag (batch: a worker killed after its upload).
+# Tests built only with the chaos tag (batch: a worker killed after its upload;
+# workflows: 1,000 diamonds with a replica SIGKILLed five times; 300
+# demo.approval workflows signalled while a worker is SIGKILLed five times,
+# TestChaosApprovalSIGKILL in internal/workflowdemo).
 run go test -tags chaos -race -count=1 -timeout 60m -run Chaos -v ./...
 # AMQP: 20,000 messages with the bridge's connections force-closed repeatedly.
 run env AMQP_FAULT_LONG=1 go test -race -count=1 -timeout 30m -run 'Fault' -v ./amqpbridge/

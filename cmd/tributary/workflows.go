@@ -23,7 +23,7 @@ import (
 func newWorkflowsCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
 		Use:   "workflows",
-		Short: "List, show, cancel, retry or start workflows",
+		Short: "List, show, cancel, retry, start or signal workflows",
 	})
 	cmd.AddCommand(
 		newWorkflowsListCmd(a),
@@ -31,7 +31,7 @@ func newWorkflowsCmd(a *app) *cobra.Command {
 		newWorkflowsCancelCmd(a),
 		newWorkflowsRetryCmd(a),
 		newWorkflowsStartCmd(a),
-		// `workflows signal` (durable steps and signals) is added here.
+		newWorkflowsSignalCmd(a),
 	)
 	return cmd
 }

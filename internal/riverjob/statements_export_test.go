@@ -34,6 +34,8 @@ func Statements() map[string]string {
 		"cancelUnstartedSQL":   cancelUnstartedSQL,
 		"finalizeRunningSQL":   finalizeRunningSQL,
 		"scanActiveTasksSQL":   scanActiveTasksSQL,
+		"wakeSnoozedSQL":       wakeSnoozedSQL,
+		"wakeDueSQL":           wakeDueSQL,
 
 		"promoteNextSQL":               promoteNextSQL,
 		"promoteHeadSQL":               promoteHeadSQL,

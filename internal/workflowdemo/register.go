@@ -13,7 +13,8 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// Register adds the demo workflows' task workers to a runtime. The runtime
+// Register adds the demo workflows' task workers to a runtime (demo.approval
+// with the default WorkflowsIIConfig; RegisterWorkflowsII takes another). The runtime
 // also needs the workflow Coordinator (its middleware and Register).
 func Register(rt *queue.Runtime) { RegisterWorkers(rt.Workers()) }
 
@@ -23,14 +24,25 @@ func RegisterWorkers(workers *river.Workers) {
 	river.AddWorker(workers, &partWorker{})
 	river.AddWorker(workers, &sumWorker{})
 	river.AddWorker(workers, &linkWorker{})
+	river.AddWorker(workers, &approvalWorker{})
+	river.AddWorker(workers, &expandSplitWorker{})
+	river.AddWorker(workers, &expandItemWorker{})
+	river.AddWorker(workers, &expandSumWorker{})
 }
 
 // AddTo registers the demo workflows' builders in reg.
 func AddTo(reg *workflow.Registry) error {
-	if err := reg.Register(FanoutName, buildFanout); err != nil {
-		return err
+	for name, build := range map[string]workflow.BuildFunc{
+		FanoutName:      buildFanout,
+		ChainName:       buildChain,
+		"demo.approval": buildApproval,
+		"demo.expand":   buildExpand,
+	} {
+		if err := reg.Register(name, build); err != nil {
+			return err
+		}
 	}
-	return reg.Register(ChainName, buildChain)
+	return nil
 }
 
 // NewRegistry returns a registry with the demo workflows.

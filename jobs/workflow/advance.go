@@ -105,7 +105,10 @@ func (a *advance) delta(wf string) *counts {
 // this lock, so concurrent completions, cancels and retries of one workflow
 // are serialised, each statement after it sees the previous holders'
 // commits, and no two transactions wait for each other's task rows in a
-// cycle.
+// cycle. The lock is FOR NO KEY UPDATE: it serialises the lockers as FOR
+// UPDATE would, but leaves alone the key-share locks that inserts of rows
+// referring to the workflow take (a child workflow's end signalling its
+// parent, a SignalTx), so those never wait for a completion of it.
 func lockWorkflows(ctx context.Context, tx pgx.Tx, sql *statements, ids []string) (map[string]Status, error) {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
@@ -131,7 +134,7 @@ func lockWorkflows(ctx context.Context, tx pgx.Tx, sql *statements, ids []string
 }
 
 const lockWorkflowsSQL = `
-SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY($1::uuid[]) ORDER BY w.id FOR UPDATE`
+SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY($1::uuid[]) ORDER BY w.id FOR NO KEY UPDATE`
 
 // finish records outcomes on their tasks (each only while the task is
 // active with that job; a completion also while the task was cancelled by
@@ -452,22 +455,38 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error updating workflow counts: %w", err)
 	}
+	var ended []childEnd
+	var keys []string
 	for rows.Next() {
-		var id string
+		var id, parent, key string
 		var st Status
 		var finished bool
-		if err := rows.Scan(&id, &st, &finished); err != nil {
+		if err := rows.Scan(&id, &st, &finished, &parent, &key); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("error updating workflow counts: %w", err)
 		}
 		if finished {
 			a.finished[id] = st
+			if parent != "" {
+				ended = append(ended, childEnd{id: id, parent: parent, status: st})
+			}
+			if key != "" {
+				keys = append(keys, key)
+			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error updating workflow counts: %w", err)
 	}
-	return queues, nil
+	q, err := notifyParents(ctx, a.tx, a.sql, a.schema, ended, a.now)
+	if err != nil {
+		return nil, err
+	}
+	admitted, err := releaseSlots(ctx, a.tx, a.sql, a.schema, keys, a.now)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(queues, q...), admitted...), nil
 }
 
 // applyCountsSQL adds count changes and finishes a running workflow that has
@@ -492,4 +511,5 @@ SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
     AS u(id, dp, da, dco, df, dc, ds)
 WHERE w.id = u.id
-RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false)`
+RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false), coalesce(w.parent_workflow_id::text, ''),
+    coalesce(w.concurrency_key, '')`

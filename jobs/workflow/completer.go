@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
@@ -27,6 +28,7 @@ type request struct {
 	job      *rivertype.JobRow
 	outcome  outcome
 	jobState rivertype.JobState
+	expand   []*taskDef // tasks Expand staged, inserted with the completion
 	done     chan error
 }
 
@@ -154,7 +156,16 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		}
 		live := make([]outcome, 0, len(batch))
 		for _, id := range append(completed, finalized...) {
-			live = append(live, byJob[id].outcome)
+			req := byJob[id]
+			live = append(live, req.outcome)
+			if len(req.expand) > 0 {
+				// Before finish: it reads the task's dependents, the
+				// expanded tasks among them.
+				rc, _ := river.ClientFromContextSafely[pgx.Tx](req.jobCtx)
+				if err := insertExpanded(ctx, tx, &c.sql, rc, req.outcome.WorkflowID, req.outcome.Task, req.expand, now); err != nil {
+					return err
+				}
+			}
 		}
 		stale = len(batch) - len(live)
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)

@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
@@ -81,6 +83,10 @@ type Coordinator struct {
 	sql    statements
 
 	completer *completer
+	timers    timers
+
+	riverMu sync.Mutex
+	river   *river.Client[pgx.Tx] // the runtime's, for its snooze events (Register)
 
 	completed, failed, cancelled, stale, repaired, batches atomic.Int64
 
@@ -104,6 +110,7 @@ func NewCoordinator(pool *pgxpool.Pool, cfg CoordinatorConfig) (*Coordinator, er
 	cfg.RepairInterval = cmp.Or(cfg.RepairInterval, RepairIntervalDefault)
 	c := &Coordinator{pool: pool, cfg: cfg, logger: cfg.Logger.With("component", "workflow"), sql: qualify(cfg.Schema)}
 	c.completer = &completer{c: c}
+	c.timers.c = c
 	return c, nil
 }
 
@@ -112,8 +119,17 @@ func NewCoordinator(pool *pgxpool.Pool, cfg CoordinatorConfig) (*Coordinator, er
 // workflow tasks pass through untouched.
 func (c *Coordinator) Middleware() rivertype.Middleware { return middleware{c} }
 
-// Register adds the coordinator's repair sweep to rt as a service.
-func (c *Coordinator) Register(rt *queue.Runtime) error { return rt.AddService(c) }
+// Register adds the coordinator's repair sweep to rt as a service, and has
+// it follow the snoozes of rt's jobs (River's snooze events): a task that
+// waits for a signal sent while its job was still running is woken once
+// River wrote its snooze, and a snooze that ends soon is woken by a timer
+// rather than River's scheduler.
+func (c *Coordinator) Register(rt *queue.Runtime) error {
+	c.riverMu.Lock()
+	c.river = rt.River()
+	c.riverMu.Unlock()
+	return rt.AddService(c)
+}
 
 // Stats returns the coordinator's counters.
 func (c *Coordinator) Stats() CoordinatorStats {
@@ -127,6 +143,18 @@ func (c *Coordinator) Name() string { return "workflow coordinator" }
 // Start starts the repair sweep.
 func (c *Coordinator) Start(ctx context.Context) error {
 	return c.life.Start(ctx, c.Name(), func(run *queue.Run) error {
+		c.riverMu.Lock()
+		rc := c.river
+		c.riverMu.Unlock()
+		if rc != nil {
+			events, cancel := rc.Subscribe(river.EventKindJobSnoozed)
+			c.timers.start(run.Stopping())
+			run.Go(func() {
+				defer cancel()
+				defer c.timers.stop()
+				c.watchSnoozes(run.Stopping(), events)
+			})
+		}
 		if c.cfg.RepairInterval < 0 {
 			return nil
 		}

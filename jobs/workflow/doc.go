@@ -30,6 +30,19 @@
 //		return workflow.SetOutput(ctx, Shipment{Tracking: t})
 //	}
 //
+// Inside a task, state that survives retries, crashes and restarts: Step
+// and StepTx (recorded once per run, by name), Sleep and AwaitSignal (the
+// job snoozes; no worker slot is held), Expand (tasks added at run time),
+// RunChild (a child workflow waited for like a dependency). Client.SignalTx
+// sends a signal in the caller's transaction; Opts.ConcurrencyKey bounds how
+// many workflows of a key run at once.
+//
+//	quote, err := workflow.Step(ctx, "quote", func(ctx context.Context) (Quote, error) { ... })
+//	approval, err := workflow.AwaitSignal[Approval](ctx, "approve", 48*time.Hour)
+//	if err != nil {
+//		return err // a *WaitError while it waits
+//	}
+//
 // See docs/ARCHITECTURE.md ("Workflows") for the tables, the release of
-// dependents and the policies.
+// dependents, the policies and how waits sit on River's snooze.
 package workflow

@@ -35,6 +35,14 @@ type Client struct {
 	schema string
 	logger *slog.Logger
 	sql    statements
+	rc     *river.Client[pgx.Tx] // set for a client made inside a task (child workflows); else qc's
+}
+
+func (c *Client) riverClient() *river.Client[pgx.Tx] {
+	if c.rc != nil {
+		return c.rc
+	}
+	return c.qc.River()
 }
 
 // NewClient returns a workflow client on qc's pool and schema.
@@ -57,6 +65,9 @@ type InsertResult struct {
 	Status Status `json:"status"`
 	// Jobs maps each task to its job's id.
 	Jobs map[string]int64 `json:"jobs,omitempty"`
+	// Queued is true when the workflow waits for a slot of its
+	// ConcurrencyKey.
+	Queued bool `json:"queued,omitempty"`
 }
 
 // Insert inserts the workflow in a transaction of its own.
@@ -120,12 +131,31 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		s := string(wf.input)
 		input = &s
 	}
+	queued := false
+	if k := wf.opts.ConcurrencyKey; k != "" {
+		admitted, err := reserveSlot(ctx, tx, &c.sql, k, max(wf.opts.ConcurrencyLimit, 1))
+		if err != nil {
+			return nil, err
+		}
+		queued = !admitted
+	}
+	active := roots
+	if queued {
+		// Its first tasks wait for the admission, as a dependency.
+		active = 0
+	}
 	var inserted bool
-	if err := tx.QueryRow(ctx, c.sql.insertWorkflow, customPlan, id, key, wf.name, input, len(wf.tasks), len(wf.tasks)-roots, roots, now).Scan(&inserted); err != nil {
+	if err := tx.QueryRow(ctx, c.sql.insertWorkflow, customPlan, id, key, wf.name, input, len(wf.tasks), len(wf.tasks)-active, active, now).Scan(&inserted); err != nil {
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, fmt.Errorf("error inserting workflow %q: %w", wf.name, err)
 		}
+		// The slot reserved above is rolled back with the savepoint.
 		return c.onConflict(ctx, tx, wf)
+	}
+	if wf.opts.ConcurrencyKey != "" {
+		if _, err := tx.Exec(ctx, c.sql.setQueued, customPlan, id, wf.opts.ConcurrencyKey, max(wf.opts.ConcurrencyLimit, 1), queued); err != nil {
+			return nil, fmt.Errorf("error inserting workflow %q: %w", wf.name, err)
+		}
 	}
 
 	params := make([]river.InsertManyParams, len(wf.tasks))
@@ -143,10 +173,10 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		if opts.Metadata, err = json.Marshal(meta); err != nil {
 			return nil, err
 		}
-		opts.Pending = len(t.deps) > 0
+		opts.Pending = len(t.deps) > 0 || queued
 		params[i] = river.InsertManyParams{Args: t.args, InsertOpts: &opts}
 	}
-	results, err := c.qc.River().InsertManyTx(ctx, tx, params)
+	results, err := c.riverClient().InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting the jobs of workflow %q: %w", wf.name, err)
 	}
@@ -172,15 +202,19 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		jobs[t.name] = job.ID
 		state := TaskActive
 		var readyAt *time.Time
-		if len(t.deps) > 0 {
+		pendingDeps := len(t.deps)
+		switch {
+		case len(t.deps) > 0:
 			state = TaskPending
-		} else {
+		case queued:
+			state, pendingDeps = TaskPending, 1
+		default:
 			readyAt = &now
 		}
 		rows[i] = taskRow{
 			Name: t.name, Position: t.position, Kind: job.Kind, Args: job.EncodedArgs, Queue: job.Queue,
 			Priority: job.Priority, MaxAttempts: job.MaxAttempts, Tags: nonNil(job.Tags), Metadata: t.metadata,
-			Deps: nonNil(t.deps), Dependents: nonNil(dependents[t.name]), PendingDeps: len(t.deps),
+			Deps: nonNil(t.deps), Dependents: nonNil(dependents[t.name]), PendingDeps: pendingDeps,
 			OnDepFailure: t.opts.OnDepFailure, RunIf: t.opts.RunIf, State: state, JobID: job.ID, ReadyAt: readyAt,
 		}
 	}
@@ -191,7 +225,7 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 	if _, err := tx.Exec(ctx, c.sql.insertTasks, customPlan, id, string(doc), now); err != nil {
 		return nil, fmt.Errorf("error inserting the tasks of workflow %q: %w", wf.name, err)
 	}
-	return &InsertResult{ID: id.String(), Key: wf.opts.ID, Status: StatusRunning, Jobs: jobs}, nil
+	return &InsertResult{ID: id.String(), Key: wf.opts.ID, Status: StatusRunning, Jobs: jobs, Queued: queued}, nil
 }
 
 // onConflict handles a taken key: the insert waited for the transaction

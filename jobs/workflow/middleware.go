@@ -58,9 +58,11 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	}
 	o := outcome{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID, State: end.state, Attempt: job.Attempt,
 		StartedAt: job.AttemptedAt, Errors: attemptErrors(job)}
+	var expand []*taskDef
 	if end.state == TaskCompleted {
 		tc.mu.Lock()
 		o.Output = tc.output
+		expand = tc.expand
 		tc.mu.Unlock()
 	} else {
 		ae := AttemptError{Attempt: job.Attempt, At: start, Error: end.err.Error()}
@@ -70,7 +72,7 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 		}
 		o.Errors = append(o.Errors, ae)
 	}
-	cerr := c.completer.submit(ctx, &request{jobCtx: ctx, job: job, outcome: o, jobState: end.jobState})
+	cerr := c.completer.submit(ctx, &request{jobCtx: ctx, job: job, outcome: o, jobState: end.jobState, expand: expand})
 	switch {
 	case cerr == nil:
 		return err

@@ -24,6 +24,9 @@ type CancelResult struct {
 	// River cancels (through its JobCancel); a task that still completes
 	// is recorded as completed.
 	Interrupted int `json:"interrupted"`
+	// Children counts the running child workflows (at any depth) it
+	// cancelled with it.
+	Children int `json:"children,omitempty"`
 }
 
 // Cancel cancels a running workflow: every pending and active task becomes
@@ -34,54 +37,117 @@ type CancelResult struct {
 // unknown one a *NotFoundError.
 func (c *Client) Cancel(ctx context.Context, ref string) (*CancelResult, error) {
 	var res *CancelResult
+	var queues []string
 	err := pgx.BeginFunc(ctx, c.qc.Pool(), func(tx pgx.Tx) error {
 		id, err := c.resolve(ctx, tx, ref)
 		if err != nil {
 			return err
 		}
-		statuses, err := lockWorkflows(ctx, tx, &c.sql, []string{id})
-		if err != nil {
-			return err
-		}
-		if st := statuses[id]; st != StatusRunning {
-			return fmt.Errorf("cannot cancel workflow %s: it is %s: %w", id, st, ErrFinished)
-		}
-		now := time.Now().UTC()
-		rows, err := tx.Query(ctx, c.sql.cancelTasks, customPlan, id, now)
-		if err != nil {
-			return fmt.Errorf("error cancelling the tasks of workflow %s: %w", id, err)
-		}
-		jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return fmt.Errorf("error cancelling the tasks of workflow %s: %w", id, err)
-		}
-		res = &CancelResult{ID: id, Cancelled: len(jobIDs)}
-		unstarted, err := riverjob.CancelUnstarted(ctx, tx, c.schema, jobIDs, now)
-		if err != nil {
-			return err
-		}
-		for _, jobID := range jobIDs {
-			if slices.Contains(unstarted, jobID) {
-				continue
-			}
-			// Running (or finished a moment ago): River's own cancel asks
-			// the producer working it to cancel its context.
-			job, err := c.qc.River().JobCancelTx(ctx, tx, jobID)
-			if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-				return fmt.Errorf("error cancelling job %d: %w", jobID, err)
-			}
-			if job != nil && job.State == rivertype.JobStateRunning {
-				res.Interrupted++
-			}
-		}
-		return c.recount(ctx, tx, id, StatusCancelled, now)
+		res, queues, err = c.cancelTx(ctx, tx, id, true)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	c.logger.InfoContext(ctx, "workflow cancelled", "workflow_id", res.ID, "tasks", res.Cancelled, "interrupted", res.Interrupted)
+	if err := riverjob.Wake(ctx, c.qc.Pool(), c.schema, queues); err != nil {
+		c.logger.WarnContext(ctx, "error waking River after a cancel", "error", err)
+	}
+	c.logger.InfoContext(ctx, "workflow cancelled", "workflow_id", res.ID, "tasks", res.Cancelled, "interrupted", res.Interrupted, "children", res.Children)
 	return res, nil
 }
+
+// cancelTx cancels workflow id and its running children (theirs too), and
+// tells its parent, if any; it returns the queues of jobs it released (a
+// parent's waiting task, workflows admitted to freed concurrency slots).
+// top is false for a child: a child that already finished is no error.
+func (c *Client) cancelTx(ctx context.Context, tx pgx.Tx, id string, top bool) (*CancelResult, []string, error) {
+	statuses, err := lockWorkflows(ctx, tx, &c.sql, []string{id})
+	if err != nil {
+		return nil, nil, err
+	}
+	if st := statuses[id]; st != StatusRunning {
+		if !top {
+			return &CancelResult{ID: id}, nil, nil
+		}
+		return nil, nil, fmt.Errorf("cannot cancel workflow %s: it is %s: %w", id, st, ErrFinished)
+	}
+	now := time.Now().UTC()
+	rows, err := tx.Query(ctx, c.sql.cancelTasks, customPlan, id, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("error cancelling the tasks of workflow %s: %w", id, err)
+	}
+	jobIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, nil, fmt.Errorf("error cancelling the tasks of workflow %s: %w", id, err)
+	}
+	res := &CancelResult{ID: id, Cancelled: len(jobIDs)}
+	unstarted, err := riverjob.CancelUnstarted(ctx, tx, c.schema, jobIDs, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, jobID := range jobIDs {
+		if slices.Contains(unstarted, jobID) {
+			continue
+		}
+		// Running (or finished a moment ago): River's own cancel asks
+		// the producer working it to cancel its context.
+		job, err := c.riverClient().JobCancelTx(ctx, tx, jobID)
+		if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return nil, nil, fmt.Errorf("error cancelling job %d: %w", jobID, err)
+		}
+		if job != nil && job.State == rivertype.JobStateRunning {
+			res.Interrupted++
+		}
+	}
+	if err := c.recount(ctx, tx, id, StatusCancelled, now); err != nil {
+		return nil, nil, err
+	}
+	var parent, key string
+	var queued bool
+	if err := tx.QueryRow(ctx, c.sql.cancelledLinks, customPlan, id).Scan(&parent, &key, &queued); err != nil {
+		return nil, nil, fmt.Errorf("error reading workflow %s: %w", id, err)
+	}
+	var queues []string
+	if parent != "" {
+		q, err := notifyParents(ctx, tx, &c.sql, c.schema, []childEnd{{id: id, parent: parent, status: StatusCancelled}}, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		queues = append(queues, q...)
+	}
+	if key != "" && !queued {
+		q, err := releaseSlots(ctx, tx, &c.sql, c.schema, []string{key}, now)
+		if err != nil {
+			return nil, nil, err
+		}
+		queues = append(queues, q...)
+	}
+	rows, err = tx.Query(ctx, c.sql.runningChildren, customPlan, id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("error finding the children of workflow %s: %w", id, err)
+	}
+	children, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, nil, fmt.Errorf("error finding the children of workflow %s: %w", id, err)
+	}
+	for _, child := range children {
+		cr, q, err := c.cancelTx(ctx, tx, child, false)
+		if err != nil {
+			return nil, nil, fmt.Errorf("error cancelling child workflow %s: %w", child, err)
+		}
+		res.Children += 1 + cr.Children
+		queues = append(queues, q...)
+	}
+	return res, queues, nil
+}
+
+// cancelledLinksSQL reads what a cancel tells others: the parent, and the
+// concurrency key whose slot it frees (none while it was queued, which it
+// is no longer).
+const cancelledLinksSQL = `
+WITH old AS (SELECT id, queued FROM /*schema*/tributary_workflow WHERE id = $1::uuid),
+upd AS (UPDATE /*schema*/tributary_workflow w SET queued = false FROM old WHERE w.id = old.id RETURNING w.parent_workflow_id, w.concurrency_key)
+SELECT coalesce(upd.parent_workflow_id::text, ''), coalesce(upd.concurrency_key, ''), old.queued FROM upd, old`
 
 const cancelTasksSQL = `
 UPDATE /*schema*/tributary_workflow_task SET state = 'cancelled', finished_at = $2, updated_at = $2
@@ -317,7 +383,7 @@ func (c *Client) retry(ctx context.Context, tx pgx.Tx, id string, recs []taskRec
 	if _, err := riverjob.CancelUnstarted(ctx, tx, c.schema, oldPending, now); err != nil {
 		return nil, nil, err
 	}
-	results, err := c.qc.River().InsertManyTx(ctx, tx, params)
+	results, err := c.riverClient().InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, nil, fmt.Errorf("error inserting the retried jobs of workflow %s: %w", id, err)
 	}

@@ -28,6 +28,8 @@ type taskContext struct {
 	ref TaskRef
 
 	mu        sync.Mutex
+	dur       durable         // the run's steps (step.go)
+	expand    []*taskDef      // tasks Expand staged for the completion (expand.go)
 	output    json.RawMessage // nil until SetOutput
 	depsRead  bool
 	deps      map[string]storedOutput

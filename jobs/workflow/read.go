@@ -85,6 +85,23 @@ type TaskInfo struct {
 	ReadyAt    *time.Time      `json:"ready_at,omitempty"`
 	StartedAt  *time.Time      `json:"started_at,omitempty"` // the last attempt's start
 	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	// WaitingFor is, for an active task whose run waits (Sleep,
+	// AwaitSignal, RunChild), what it waits for.
+	WaitingFor *Wait `json:"waiting_for,omitempty"`
+	// Steps counts the steps its current run recorded.
+	Steps int `json:"steps,omitempty"`
+}
+
+// Wait is what a task waits for.
+type Wait struct {
+	// Kind is "sleep" or "signal" (a child workflow is waited for as the
+	// signal "child:" and its id).
+	Kind string `json:"kind"`
+	// Name is the sleep's name or the signal's.
+	Name string `json:"name"`
+	// Until is the sleep's end or the wait's deadline; nil for a wait
+	// without timeout.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 const summaryColumns = `id::text, coalesce(key, ''), name, status, task_count, tasks_pending, tasks_active, tasks_completed,
@@ -162,6 +179,9 @@ func (c *Client) Get(ctx context.Context, ref string) (*Details, error) {
 		d.Input = input
 		tasks, err := c.readTasks(ctx, tx, id)
 		if err != nil {
+			return err
+		}
+		if err := c.addWaits(ctx, tx, tasks); err != nil {
 			return err
 		}
 		if err := c.addJobs(ctx, tx, tasks); err != nil {
@@ -379,3 +399,40 @@ func (c *Client) List(ctx context.Context, p ListParams) (*ListResult, error) {
 	}
 	return res, nil
 }
+
+// addWaits adds the steps and the open wait of each task's current run.
+func (c *Client) addWaits(ctx context.Context, db queue.DBTX, tasks []TaskInfo) error {
+	byJob := make(map[int64]*TaskInfo, len(tasks))
+	ids := make([]int64, 0, len(tasks))
+	for i := range tasks {
+		byJob[tasks[i].JobID] = &tasks[i]
+		ids = append(ids, tasks[i].JobID)
+	}
+	rows, err := db.Query(ctx, c.sql.taskSteps, customPlan, ids)
+	if err != nil {
+		return fmt.Errorf("error reading the steps of workflow tasks: %w", err)
+	}
+	var job int64
+	var name, kind string
+	var done bool
+	var until *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&job, &name, &kind, &done, &until}, func() error {
+		t := byJob[job]
+		if t == nil {
+			return nil
+		}
+		t.Steps++
+		if !done && t.State == TaskActive && (kind == "sleep" || kind == "signal") {
+			w := &Wait{Kind: kind, Name: strings.TrimPrefix(name, signalStepPrefix), Until: until}
+			t.WaitingFor = w
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("error reading the steps of workflow tasks: %w", err)
+	}
+	return nil
+}
+
+const taskStepsSQL = `
+SELECT job_id, name, kind, done, wake_at FROM /*schema*/tributary_workflow_step WHERE job_id = ANY($1::bigint[])`

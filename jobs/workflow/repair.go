@@ -23,7 +23,9 @@ const repairBatch = 1000
 // ErrorHandler that cancelled it, a worker without the middleware) get the
 // job's outcome (a job completed that way leaves no output; a deleted job
 // counts as cancelled); an active task whose job is still pending is
-// released; a pending task with nothing left to wait for is decided. Only
+// released; a pending task with nothing left to wait for is decided; a
+// snoozed task waiting for a signal that came is woken (its process died
+// before River's snooze event reached its coordinator). Only
 // tasks unchanged for 10 seconds are looked at, and of the active ones at
 // most 1,000 per pass, continuing where the previous pass stopped. Each change is logged as a
 // warning: by construction there are none.
@@ -66,7 +68,10 @@ func (c *Coordinator) Repair(ctx context.Context) (int, error) {
 	for wf := range undecided {
 		wfs[wf] = true
 	}
-	total := 0
+	total, err := c.repairWaits(ctx, quiet)
+	if err != nil {
+		return 0, err
+	}
 	for wf := range wfs {
 		n, err := c.repairWorkflow(ctx, wf, bySettled[wf], undecided[wf])
 		if err != nil {

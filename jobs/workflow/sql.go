@@ -11,6 +11,14 @@ type statements struct {
 	depOutputs, taskOutput                                            string
 	selectWorkflow, selectTasks, listWorkflows, recount, cancelTasks  string
 	retryTasks, undecidedTasks                                        string
+
+	selectSteps, selectStep, insertStep, finishStep, selectStepRecord    string
+	workflowStatus, lockSignal, insertSignal, waitingJobs, consumeSignal string
+	recordSignal, jobWaits, signalSent, signalledWaits                   string
+	taskNamesStates, linkExpanded, countExpanded                         string
+	setParent, runningChildren, parentOf                                 string
+	ensureKey, reserveSlot, releaseSlot, setRunning, nextQueued          string
+	admitWorkflow, setQueued, queuedRoots, cancelledLinks, taskSteps     string
 }
 
 func qualify(schema string) statements {
@@ -23,5 +31,16 @@ func qualify(schema string) statements {
 		selectWorkflow: q(selectWorkflowSQL), selectTasks: q(selectTasksSQL), listWorkflows: q(listWorkflowsSQL),
 		recount: q(recountSQL), cancelTasks: q(cancelTasksSQL), retryTasks: q(retryTasksSQL),
 		undecidedTasks: q(undecidedTasksSQL),
+		selectSteps:    q(selectStepsSQL), selectStep: q(selectStepSQL), insertStep: q(insertStepSQL), finishStep: q(finishStepSQL),
+		selectStepRecord: q(selectStepRecordSQL),
+		workflowStatus:   q(workflowStatusSQL), lockSignal: lockSignalSQL, insertSignal: q(insertSignalSQL),
+		waitingJobs: q(waitingJobsSQL), consumeSignal: q(consumeSignalSQL), recordSignal: q(recordSignalSQL),
+		jobWaits: q(jobWaitsSQL), signalSent: q(signalSentSQL), signalledWaits: q(signalledWaitsSQL),
+		taskNamesStates: q(taskNamesStatesSQL), linkExpanded: q(linkExpandedSQL), countExpanded: q(countExpandedSQL),
+		setParent: q(setParentSQL), runningChildren: q(runningChildrenSQL), parentOf: q(parentOfSQL),
+		ensureKey: q(ensureKeySQL), reserveSlot: q(reserveSlotSQL), releaseSlot: q(releaseSlotSQL),
+		setRunning: q(setRunningSQL), nextQueued: q(nextQueuedSQL), admitWorkflow: q(admitWorkflowSQL),
+		setQueued: q(setQueuedSQL), queuedRoots: q(queuedRootsSQL), cancelledLinks: q(cancelledLinksSQL),
+		taskSteps: q(taskStepsSQL),
 	}
 }

@@ -163,6 +163,24 @@ type Opts struct {
 	//
 	// Defaults to ConflictFail.
 	OnConflict ConflictPolicy
+
+	// ConcurrencyKey limits how many workflows of the key run at once
+	// ("customer-7"): a workflow inserted while ConcurrencyLimit of them
+	// run waits queued, holding no worker slot (its first tasks' jobs are
+	// pending), and the workflows waiting for a key start one by one in
+	// the order they were inserted as running ones finish or are
+	// cancelled. At most NameMaxLen characters. A Retry that makes a
+	// finished workflow run again does not take a slot.
+	//
+	// Defaults to none: no limit.
+	ConcurrencyKey string
+
+	// ConcurrencyLimit is how many workflows of ConcurrencyKey may run at
+	// once. Workflows of one key should agree on it; a queued workflow is
+	// admitted while fewer than its own limit run.
+	//
+	// Defaults to 1 when ConcurrencyKey is set.
+	ConcurrencyLimit int
 }
 
 // TaskOpts are a task's options.
@@ -213,6 +231,8 @@ type taskDef struct {
 	deps     []string        // Deps plus the names RunIf reads, each once
 	encoded  json.RawMessage // the args' JSON, set by validate
 	metadata json.RawMessage // InsertOpts.Metadata, set by validate
+
+	extraDependents []string // ExpandTask.Dependents
 }
 
 // Workflow is a definition: named tasks, each a River job, and their
@@ -286,6 +306,14 @@ func (w *Workflow) validate() (map[string]*taskDef, error) {
 		if err := checkName("key", w.opts.ID); err != nil {
 			return nil, w.errf("", ErrInvalidWorkflow, "%v", err)
 		}
+	}
+	if w.opts.ConcurrencyKey != "" {
+		if err := checkName("concurrency key", w.opts.ConcurrencyKey); err != nil {
+			return nil, w.errf("", ErrInvalidWorkflow, "%v", err)
+		}
+	}
+	if w.opts.ConcurrencyLimit < 0 || (w.opts.ConcurrencyLimit > 0 && w.opts.ConcurrencyKey == "") {
+		return nil, w.errf("", ErrInvalidWorkflow, "has invalid ConcurrencyLimit %d: want at least 1, with a ConcurrencyKey", w.opts.ConcurrencyLimit)
 	}
 	if w.opts.OnConflict != ConflictFail && w.opts.OnConflict != ConflictReturnExisting {
 		return nil, w.errf("", ErrInvalidWorkflow, "invalid OnConflict %d", w.opts.OnConflict)
