@@ -257,3 +257,42 @@ func TestLayoutGraph(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkflowPageShowsWhatATaskWaitsFor(t *testing.T) {
+	t.Parallel()
+	b := setupWorkflows(t, Config{Token: testToken})
+	id := b.start(t, "demo.approval", `{"timeout":"1h"}`, nil)
+	pgtest.WaitFor(t, 30*time.Second, "the approval task to wait for its signal", func() (bool, error) {
+		d, err := b.wfc.Get(context.Background(), id)
+		if err != nil {
+			return false, err
+		}
+		w := taskOf(t, d, "approval").WaitingFor
+		return w != nil && w.Kind == "signal", nil
+	})
+
+	html := get(t, b.base, "/workflows/"+id)
+	require.Equal(t, 200, html.status, html.body)
+	require.Contains(t, html.body, `waits for signal &ldquo;approve&rdquo; until `)
+	require.Regexp(t, `steps recorded: [1-9]`, html.body, "the step before the wait")
+
+	res := get(t, b.base, "/api/workflows/"+id)
+	require.Equal(t, 200, res.status, res.body)
+	var d workflow.Details
+	res.json(t, &d)
+	w := taskOf(t, &d, "approval").WaitingFor
+	require.NotNil(t, w)
+	require.Equal(t, "approve", w.Name)
+	require.NotNil(t, w.Until, "a wait with a timeout has a deadline")
+}
+
+func taskOf(t *testing.T, d *workflow.Details, name string) workflow.TaskInfo {
+	t.Helper()
+	for _, task := range d.Tasks {
+		if task.Name == name {
+			return task
+		}
+	}
+	t.Fatalf("workflow %s has no task %q", d.ID, name)
+	return workflow.TaskInfo{}
+}
