@@ -22,6 +22,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchDashboardCmd(a),
 		newBenchEventsCmd(a),
 		newBenchCleanupCmd(a),
+		newBenchWorkflowsCmd(a),
 	}
 }
 
