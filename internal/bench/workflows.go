@@ -158,7 +158,6 @@ func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions
 	return rep, nil
 }
 
-
 // loadAvg is the first three fields of /proc/loadavg, or "unknown".
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
