@@ -55,6 +55,11 @@ type WorkflowsReport struct {
 	// rounds (jobs/s and tasks/s), for information.
 	InsertPlain    float64 `json:"insert_plain_per_sec"`
 	InsertDiamonds float64 `json:"insert_diamond_tasks_per_sec"`
+	// CPUPerTask is the median rounds' CPU per job or task (plain, then
+	// diamonds), in microseconds: this process's and the database
+	// backends' (zero when they cannot be read). Unlike the rates, it does
+	// not depend on what else the machine runs.
+	CPUPerTask [2]CPUPerTask `json:"cpu_per_task_us"`
 
 	FanIn  FanInResult   `json:"fan_in"`
 	FanIns []FanInResult `json:"fan_in_rounds"`
@@ -64,6 +69,12 @@ type WorkflowsReport struct {
 	CPUs         int    `json:"cpus"`
 	LoadAvgStart string `json:"load_avg_start"`
 	LoadAvgEnd   string `json:"load_avg_end"`
+}
+
+// CPUPerTask is CPU per task in microseconds.
+type CPUPerTask struct {
+	Process  float64 `json:"process"`
+	Database float64 `json:"database"`
 }
 
 // FanInResult is one run of the 1 -> Width -> 1 workflow.
@@ -106,18 +117,22 @@ func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions
 	fmt.Fprintf(w, "load average at start: %s (%d CPUs)\n", rep.LoadAvgStart, rep.CPUs)
 
 	fmt.Fprintf(w, "\n(a) %d five-task diamonds (a -> b,c,d -> e) against %d plain jobs, same worker and runtime\n", opts.N, opts.N*5)
-	var insertRates [2][]float64
+	var insertRates, procCPU, dbCPU [2][]float64
 	for r := 0; r < rounds; r++ {
-		for i, fn := range []func(context.Context, *pgxpool.Pool, WorkflowsOptions) (JobsResult, float64, error){plainJobs, diamonds} {
-			res, ins, err := fn(ctx, pool, opts)
+		for i, fn := range []func(context.Context, *pgxpool.Pool, WorkflowsOptions) (sideResult, error){plainJobs, diamonds} {
+			sr, err := fn(ctx, pool, opts)
 			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(w, "round %d  %-18s %8d tasks in %7.2fs  %8.0f tasks/s   (insert %8.0f/s)\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, ins)
+			res := sr.res
+			fmt.Fprintf(w, "round %d  %-18s %8d tasks in %7.2fs  %8.0f tasks/s  (insert %6.0f/s; %s)\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, sr.insert, sr.cpu.String(res.Jobs))
 			rep.DiamondRounds[i] = append(rep.DiamondRounds[i], res)
-			insertRates[i] = append(insertRates[i], ins)
+			insertRates[i] = append(insertRates[i], sr.insert)
+			procCPU[i] = append(procCPU[i], float64(sr.cpu.Self.Microseconds())/float64(res.Jobs))
+			dbCPU[i] = append(dbCPU[i], float64(sr.cpu.Database.Microseconds())/float64(res.Jobs))
 		}
 	}
+	rep.CPUPerTask = [2]CPUPerTask{{Process: median(procCPU[0]), Database: median(dbCPU[0])}, {Process: median(procCPU[1]), Database: median(dbCPU[1])}}
 	rep.Plain, rep.Diamonds = medianRound(rep.DiamondRounds[0]), medianRound(rep.DiamondRounds[1])
 	rep.InsertPlain, rep.InsertDiamonds = median(insertRates[0]), median(insertRates[1])
 	plainRates, diamondRates := make([]float64, rounds), make([]float64, rounds)
@@ -127,6 +142,8 @@ func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions
 	rep.Ratio = medianRatio(diamondRates, plainRates)
 	fmt.Fprintf(w, "median: plain jobs %.0f jobs/s, diamonds %.0f tasks/s, ratio %.2fx (median of the rounds' ratios)\n",
 		rep.Plain.JobsPerSec, rep.Diamonds.JobsPerSec, rep.Ratio)
+	fmt.Fprintf(w, "median CPU per task: plain jobs process %.0f us + database %.0f us, diamonds process %.0f us + database %.0f us\n",
+		rep.CPUPerTask[0].Process, rep.CPUPerTask[0].Database, rep.CPUPerTask[1].Process, rep.CPUPerTask[1].Database)
 
 	fmt.Fprintf(w, "\n(b) fan-in 1 -> %d -> 1\n", opts.Width)
 	for r := 0; r < rounds; r++ {
@@ -172,18 +189,27 @@ func loadAvg() string {
 }
 
 // workflowSide is a runtime with the coordinator's middleware and the demo
-// workers on a fresh schema, not started.
+// workers on a fresh schema, not started, on a pool of its own (so the CPU
+// of its database backends can be told apart).
 type workflowSide struct {
 	rt     *queue.Runtime
 	client *workflow.Client
+	pool   *cpuPool
 	drop   func()
 }
 
-func newWorkflowSide(ctx context.Context, pool *pgxpool.Pool, prefix string, logger *slog.Logger) (*workflowSide, error) {
-	schema, drop, err := TempSchema(ctx, pool, prefix)
+func newWorkflowSide(ctx context.Context, base *pgxpool.Pool, prefix string, logger *slog.Logger) (*workflowSide, error) {
+	cp, err := newCPUPool(ctx, base)
 	if err != nil {
 		return nil, err
 	}
+	pool := cp.Pool
+	schema, dropSchema, err := TempSchema(ctx, pool, prefix)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	drop := func() { dropSchema(); pool.Close() }
 	coord, err := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: schema, Logger: logger, RepairInterval: -1})
 	if err != nil {
 		drop()
@@ -202,21 +228,41 @@ func newWorkflowSide(ctx context.Context, pool *pgxpool.Pool, prefix string, log
 		return nil, err
 	}
 	demo.Register(rt)
-	return &workflowSide{rt: rt, client: workflow.NewClient(rt.Client), drop: drop}, nil
+	return &workflowSide{rt: rt, client: workflow.NewClient(rt.Client), pool: cp, drop: drop}, nil
 }
 
 // run starts the runtime, waits until n jobs completed, stops it and
-// returns the time from the start to the last completion.
-func (s *workflowSide) run(ctx context.Context, n int) (time.Duration, error) {
+// returns the time from the start to the last completion, with the CPU
+// this process and the side's database backends used meanwhile.
+func (s *workflowSide) run(ctx context.Context, n int) (time.Duration, cpuUse, error) {
 	events, cancel := s.rt.River().SubscribeConfig(subscribeConfig(n))
 	defer cancel()
+	mark := s.pool.mark()
 	start := time.Now()
 	if err := s.rt.Start(ctx); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	last, werr := waitCompleted(ctx, events, n)
+	var use cpuUse
+	use.Self, use.Database = s.pool.since(mark)
 	s.stop(ctx)
-	return last.Sub(start), werr
+	return last.Sub(start), use, werr
+}
+
+// cpuUse is CPU spent on a benchmark side's work: by this process (River,
+// tributary, the benchmark's waiting) and by its database backends.
+type cpuUse struct {
+	Self     time.Duration `json:"process_cpu_ns"`
+	Database time.Duration `json:"database_cpu_ns"`
+}
+
+func (u cpuUse) String(n int) string {
+	per := func(d time.Duration) string { return fmt.Sprintf("%.0f us", float64(d.Microseconds())/float64(n)) }
+	db := "unknown"
+	if u.Database > 0 {
+		db = per(u.Database)
+	}
+	return fmt.Sprintf("CPU per task: process %s, database %s", per(u.Self), db)
 }
 
 func (s *workflowSide) stop(ctx context.Context) {
@@ -226,23 +272,30 @@ func (s *workflowSide) stop(ctx context.Context) {
 }
 
 // plainJobs works N*5 demo.noop jobs.
-func plainJobs(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (JobsResult, float64, error) {
+func plainJobs(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (sideResult, error) {
 	s, err := newWorkflowSide(ctx, pool, "bench_wf_plain", opts.Logger)
 	if err != nil {
-		return JobsResult{}, 0, err
+		return sideResult{}, err
 	}
 	defer s.drop()
 	n := opts.N * 5
 	t0 := time.Now()
 	if err := insertNoops(ctx, s.rt.River(), n); err != nil {
-		return JobsResult{}, 0, err
+		return sideResult{}, err
 	}
 	ins := rate(n, time.Since(t0))
-	d, err := s.run(ctx, n)
+	d, use, err := s.run(ctx, n)
 	if err != nil {
-		return JobsResult{}, 0, err
+		return sideResult{}, err
 	}
-	return result("plain jobs", n, d), ins, nil
+	return sideResult{result("plain jobs", n, d), ins, use}, nil
+}
+
+// sideResult is one side's round of the diamonds part.
+type sideResult struct {
+	res    JobsResult
+	insert float64 // rows/s of the insert before the run
+	cpu    cpuUse
 }
 
 func diamondWorkflow() *workflow.Workflow {
@@ -256,15 +309,15 @@ func diamondWorkflow() *workflow.Workflow {
 }
 
 // diamonds works N five-task diamonds of demo.noop tasks.
-func diamonds(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (JobsResult, float64, error) {
+func diamonds(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (sideResult, error) {
 	s, err := newWorkflowSide(ctx, pool, "bench_wf_diamond", opts.Logger)
 	if err != nil {
-		return JobsResult{}, 0, err
+		return sideResult{}, err
 	}
 	defer s.drop()
 	t0 := time.Now()
 	for left := opts.N; left > 0; left -= workflowsInsertBatch {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			for range min(left, workflowsInsertBatch) {
 				if _, err := s.client.InsertTx(ctx, tx, diamondWorkflow()); err != nil {
 					return err
@@ -273,16 +326,16 @@ func diamonds(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (J
 			return nil
 		})
 		if err != nil {
-			return JobsResult{}, 0, fmt.Errorf("error inserting benchmark diamonds: %w", err)
+			return sideResult{}, fmt.Errorf("error inserting benchmark diamonds: %w", err)
 		}
 	}
 	n := opts.N * 5
 	ins := rate(n, time.Since(t0))
-	d, err := s.run(ctx, n)
+	d, use, err := s.run(ctx, n)
 	if err != nil {
-		return JobsResult{}, 0, err
+		return sideResult{}, err
 	}
-	return result("diamond workflows", n, d), ins, nil
+	return sideResult{result("diamond workflows", n, d), ins, use}, nil
 }
 
 // runOne inserts wf, works it until it finished and returns its tasks and
