@@ -14,8 +14,13 @@ import (
 
 // completerMaxBatch bounds how many task outcomes share one transaction;
 // completerShards is how many such transactions run at once in one process.
+// A batch fills only while outcomes wait for the previous commit, so the
+// bound matters under load, where every statement's planning and round
+// trip is shared by more tasks: bench workflows' 4,000 diamonds measured
+// 223-250 us of CPU per task (this process and the database) with 1,000
+// against 257-295 us with 200 (one round each, runs alternating).
 const (
-	completerMaxBatch = 200
+	completerMaxBatch = 1000
 	completerShards   = 4
 )
 
