@@ -30,6 +30,7 @@ const (
 
 // request is one task outcome waiting for its transaction.
 type request struct {
+	jobCtx   context.Context // the job's work context: River's client and metadata updates
 	job      *rivertype.JobRow
 	outcome  outcome
 	jobState rivertype.JobState

@@ -70,7 +70,7 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 		}
 		o.Errors = append(o.Errors, ae)
 	}
-	cerr := c.completer.submit(ctx, &request{job: job, outcome: o, jobState: end.jobState})
+	cerr := c.completer.submit(ctx, &request{jobCtx: ctx, job: job, outcome: o, jobState: end.jobState})
 	switch {
 	case cerr == nil:
 		return err
