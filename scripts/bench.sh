@@ -11,7 +11,7 @@ echo "postgres: ${DATABASE_URL%%\?*}"
 run() { echo; echo "\$ tributary $*"; "$bin" "$@"; }
 run bench jobs -n "${BENCH_JOBS_N:-100000}" --rounds "${BENCH_ROUNDS:-5}"
 run bench events -n "${BENCH_EVENTS_N:-100000}" --no-notify
-for sub in events batch amqp cleanup dashboard; do
+for sub in events batch amqp cleanup dashboard workflows; do
 	if "$bin" bench "$sub" --help >/dev/null 2>&1; then
 		run bench "$sub"
 	fi

@@ -23,6 +23,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchEventsCmd(a),
 		newBenchCleanupCmd(a),
 		newBenchWorkflowStepsCmd(a),
+		newBenchWorkflowsCmd(a),
 	}
 }
 

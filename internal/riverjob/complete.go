@@ -41,9 +41,14 @@ func CompleteRunning(ctx context.Context, db DBTX, schema string, attempts []Att
 	return out, nil
 }
 
+// completeRunningSQL reaches the jobs through their primary key alone
+// (byIDs), and finds each job's attempt by its position in the arrays
+// rather than in a join with them: with the jobs estimated at one row, the
+// planner joined them in a nested loop that re-ran the arrays' unnest for
+// every job (200 jobs, 40,000 rows generated).
 const completeRunningSQL = `
 UPDATE /*schema*/river_job j
 SET state = 'completed', finalized_at = $3
-FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
-WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt
+WHERE j.id = ANY($1::bigint[]) AND (j.state = 'running') IS TRUE
+  AND j.attempt = ($2::int[])[array_position($1::bigint[], j.id)]
 RETURNING j.id`

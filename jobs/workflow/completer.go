@@ -2,8 +2,6 @@ package workflow
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"hash/fnv"
 	"sync"
 	"time"
@@ -17,6 +15,15 @@ import (
 
 // completerMaxBatch bounds how many task outcomes share one transaction;
 // completerShards is how many such transactions run at once in one process.
+// A batch fills only while outcomes wait for the previous commit. A larger
+// bound shares each statement's planning and round trip among more tasks
+// (bench workflows' 4,000 diamonds: 223-250 us of CPU per task, this
+// process and the database, with 1,000 against 257-295 us with 200), but
+// all the tasks of one workflow go to one committer, and the fan-in of a
+// 10,000-wide workflow then waited for a batch of 1,000 to commit: from
+// the last fan-out task's recorded completion to the fan-in task's start,
+// a median of 67 ms over three rounds (24 to 181 ms), against medians of
+// 20 and 30 ms in two runs with 200 (the first round of each 146 and 98 ms).
 const (
 	completerMaxBatch = 200
 	completerShards   = 4
@@ -146,7 +153,7 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
 				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
 		}
-		completed, err := cp.completeJobs(ctx, tx, completions, byJob, now)
+		completed, err := cp.completeJobs(ctx, tx, completions, now)
 		if err != nil {
 			return err
 		}
@@ -203,29 +210,13 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 	return nil
 }
 
-// completeJobs completes the jobs of successful tasks and returns those it
-// completed. A lone completion goes through River's JobCompleteTx (with the
-// job's own context, without its cancellation, since River finds its client
-// and the attempt's metadata updates there); several go in one statement
-// (riverjob.CompleteRunning), what JobCompleteTx writes for each.
-func (cp *completer) completeJobs(ctx context.Context, tx pgx.Tx, attempts []riverjob.Attempt, byJob map[int64]*request, now time.Time) ([]int64, error) {
-	switch len(attempts) {
-	case 0:
-		return nil, nil
-	case 1:
-		req := byJob[attempts[0].ID]
-		row, err := riverjob.CompleteTx(context.WithoutCancel(req.jobCtx), tx, req.job)
-		if errors.Is(err, rivertype.ErrNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("error completing job %d: %w", req.job.ID, err)
-		}
-		if row.State != rivertype.JobStateCompleted || row.Attempt != req.job.Attempt {
-			return nil, nil
-		}
-		return []int64{row.ID}, nil
-	default:
-		return riverjob.CompleteRunning(ctx, tx, cp.c.cfg.Schema, attempts, now)
-	}
+// completeJobs completes the jobs of successful tasks in one statement
+// (riverjob.CompleteRunning, what River's JobCompleteTx writes for each)
+// and returns those it completed. River's completer, told of the success
+// after the commit, merges the attempt's metadata updates into the row. A
+// lone completion goes the same way: River's JobCompleteTx, which merges
+// them in the transaction, is a general state-change statement that cost 2
+// ms a job here, on the path of every hop of a chain.
+func (cp *completer) completeJobs(ctx context.Context, tx pgx.Tx, attempts []riverjob.Attempt, now time.Time) ([]int64, error) {
+	return riverjob.CompleteRunning(ctx, tx, cp.c.cfg.Schema, attempts, now)
 }
