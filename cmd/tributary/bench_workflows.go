@@ -14,7 +14,6 @@ import (
 func newBenchWorkflowsCmd(a *app) *cobra.Command {
 	var o bench.WorkflowsOptions
 	var asJSON bool
-	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "workflows",
 		Short: "Work N diamond workflows beside N*5 plain jobs, a 1 -> W -> 1 fan-in and a chain, and compare",
@@ -50,7 +49,7 @@ start and the end.`,
 				return usagef("--rounds %d must be at least 1", o.Rounds)
 			}
 			o.Logger = benchLogger(a)
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunWorkflows(ctx, pool, o, w)
 			})
 		},
@@ -61,6 +60,5 @@ start and the end.`,
 	f.IntVar(&o.Length, "length", 200, "tasks in the chain")
 	f.IntVar(&o.Rounds, "rounds", 1, "run each part this many times; the median round counts")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
-	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }

@@ -14,7 +14,6 @@ import (
 func newBenchWorkflowStepsCmd(a *app) *cobra.Command {
 	var o bench.WorkflowStepsOptions
 	var asJSON bool
-	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "workflow-steps",
 		Short: "Measure Workflows II: signal -> resume latency, a durable step's overhead, sleep lateness",
@@ -39,7 +38,7 @@ func newBenchWorkflowStepsCmd(a *app) *cobra.Command {
 				return usagef("--sleep %s must be positive", o.Sleep)
 			}
 			o.Logger = benchLogger(a)
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunWorkflowSteps(ctx, pool, o, w)
 			})
 		},
@@ -50,6 +49,5 @@ func newBenchWorkflowStepsCmd(a *app) *cobra.Command {
 	f.IntVar(&o.Sleepers, "sleepers", 50, "tasks sleeping at once")
 	f.DurationVar(&o.Sleep, "sleep", 6*time.Second, "how long each sleeps (longer than River's 5 s scheduler interval, so its snooze is written scheduled)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
-	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }
