@@ -46,13 +46,14 @@ func TestPublisherReturns(t *testing.T) {
 		cancel()
 		const n = 200
 		pending := make([]*Pending, 0, n)
+		gaveUp := 0
 		for range n {
 			pd, err := p.PublishDeferred(ctx, "", nowhere, amqpPublishing(`{}`))
 			require.NoError(t, err)
 			pending = append(pending, pd)
-		}
-		gaveUp := 0
-		for _, pd := range pending {
+			// Given up at once, before the broker's round trip can answer:
+			// waiting after all n were sent let a quiet broker confirm every
+			// one first, and then no waiter gave up.
 			if err := pd.Wait(cancelled); errors.Is(err, context.Canceled) {
 				gaveUp++
 			}
