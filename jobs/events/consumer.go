@@ -80,8 +80,11 @@ type ConsumerConfig struct {
 	// an event whose handler is fast. An event that fails leaves the batch
 	// as a dispatch job of its own, retried on the consumer's delays as any
 	// other; a worker crash redelivers the events of the batch not yet
-	// recorded. Events with an aggregate always travel one per job, through
-	// their lane. 1 turns batching off: one job per event.
+	// recorded. Events with an aggregate travel one per job, through their
+	// lane, but the worker that handled a lane's head runs up to this many
+	// of the lane's next pending events in place, recording each (a lane
+	// chain, see lane_chain.go), within DispatchBatchSplitAfter. 1 turns
+	// both off: one job run per event.
 	//
 	// Defaults to DispatchBatchDefault (100); at most DispatchBatchMax.
 	DispatchBatch int

@@ -799,7 +799,18 @@ func afterCommit(ctx context.Context, hooks []func(context.Context)) {
 // selectClaim locks the next PENDING rows that may be tried now and returns
 // the ids of those this transaction may claim (see claimSelectSQL), and how
 // many rows it looked at. only, when not nil, restricts it to those rows.
+//
+// Bitmap scans are off for the rest of the transaction: while the outbox has
+// no statistics (a new schema, autovacuum behind or off) Postgres estimates
+// a few hundred PENDING rows and picks a bitmap scan of all of them, sorted,
+// over the index scan in position order that stops after $1 rows: 1.2 s
+// against 44 ms per claim of 1,000 over a 100,000-row backlog of 1,000
+// aggregates, every claim of the backlog (docs/BENCHMARKS.md, "Ordered
+// events").
 func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, only []string) (ids []string, candidates int, err error) {
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off"); err != nil {
+		return nil, 0, err
+	}
 	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.ClaimSize, f.lockNS, now, only)
 	if err != nil {
 		return nil, 0, err
