@@ -44,6 +44,9 @@ type app struct {
 	logLevel    string
 	logFormat   string
 
+	// benchCPUProfile is `bench --cpuprofile`.
+	benchCPUProfile string
+
 	cfg    envconfig.Config
 	logger *slog.Logger
 }

@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/pprof"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
+
+	"github.com/tributary-run/tributary/internal/bench"
 )
 
 // benchCommands lists the `tributary bench` subcommands. Each feature adds
@@ -33,30 +33,14 @@ func newBenchCmd(a *app) *cobra.Command {
 	for _, c := range benchCommands(a) {
 		cmd.AddCommand(c)
 	}
+	cmd.PersistentFlags().StringVar(&a.benchCPUProfile, "cpuprofile", "",
+		"write a CPU profile of the run to this file and print the functions the time went to")
 	return cmd
 }
 
-// cpuProfileFlag adds --cpuprofile to a benchmark's flags.
-func cpuProfileFlag(f *pflag.FlagSet, path *string) {
-	f.StringVar(path, "cpuprofile", "", "write a CPU profile of the run to this file")
-}
-
-// startCPUProfile starts a CPU profile into path ("" does nothing) and
-// returns the function that stops it.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, usagef("cannot create --cpuprofile %q: %v", path, err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
+// benchTopFunctions is how many functions a benchmark run with
+// --cpuprofile prints.
+const benchTopFunctions = 20
 
 // benchReport is where a benchmark writes its human report: stdout, or
 // nowhere when stdout is for the --json document.
@@ -68,21 +52,35 @@ func (a *app) benchReport(asJSON bool) io.Writer {
 }
 
 // runBench is the wiring every bench subcommand shares once its flags are
-// checked: a pool on the configured database, a CPU profile into
-// cpuProfile ("" for none), the benchmark writing its report to report,
-// and its figures as one JSON document when asJSON.
-func (a *app) runBench(ctx context.Context, asJSON bool, report io.Writer, cpuProfile string, run func(ctx context.Context, pool *pgxpool.Pool, report io.Writer) (any, error)) error {
+// checked: a pool on the configured database, a CPU profile into the
+// --cpuprofile file (none without the flag) whose top functions are printed
+// after the report (to stderr beside --json), the benchmark writing its
+// report to report, and its figures as one JSON document when asJSON.
+func (a *app) runBench(ctx context.Context, asJSON bool, report io.Writer, run func(ctx context.Context, pool *pgxpool.Pool, report io.Writer) (any, error)) error {
 	pool, err := a.pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	stopProfile, err := startCPUProfile(cpuProfile)
-	if err != nil {
-		return err
+	var prof *bench.CPUProfile
+	if path := a.benchCPUProfile; path != "" {
+		if prof, err = bench.StartCPUProfile(path); err != nil {
+			return usagef("cannot write --cpuprofile %q: %v", path, err)
+		}
 	}
-	defer stopProfile()
 	res, err := run(ctx, pool, report)
+	if prof != nil {
+		top, total, perr := prof.Stop(benchTopFunctions)
+		w := report
+		if asJSON {
+			w = a.stderr
+		}
+		if perr != nil {
+			fmt.Fprintf(a.stderr, "error reading the CPU profile %s: %v\n", a.benchCPUProfile, perr)
+		} else {
+			bench.WriteTop(w, a.benchCPUProfile, prof.Wall, top, total)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,6 @@ func newBenchAMQPCmd(a *app) *cobra.Command {
 		n, rounds, bodyBytes         int
 		prefetch, concurrency, batch int
 		asJSON                       bool
-		cpuProfile                   string
 	)
 	cmd := &cobra.Command{
 		Use:   "amqp",
@@ -43,7 +42,7 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 			if asJSON {
 				report = a.stderr
 			}
-			return a.runBench(cmd.Context(), asJSON, report, cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, report, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				// The inbound bridge's jobs go to a schema of their own.
 				schema, drop, err := bench.TempSchema(ctx, pool, "bench_amqp")
 				if err != nil {
@@ -69,7 +68,6 @@ goals: publish >= 0.8x, inbound >= 0.5x.`,
 	cmd.Flags().IntVar(&prefetch, "bridge-prefetch", amqpbridge.InboundPrefetchDefault, "the inbound bridge's prefetch")
 	cmd.Flags().IntVar(&concurrency, "inbound-concurrency", amqpbridge.InboundConcurrencyDefault, "the inbound bridge's concurrent inserting transactions")
 	cmd.Flags().IntVar(&batch, "inbound-batch", 0, "the most messages per inserting transaction (0: prefetch / concurrency)")
-	cpuProfileFlag(cmd.Flags(), &cpuProfile)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document (the report goes to stderr)")
 	return cmd
 }

@@ -16,7 +16,6 @@ import (
 func newBenchBatchCmd(a *app) *cobra.Command {
 	var o bench.BatchOptions
 	var asJSON bool
-	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "batch",
 		Short: "Measure batch flushes: items/s from staging to object written, and peak memory",
@@ -60,7 +59,7 @@ removed afterwards.`,
 			if a.cfg.LogLevel == "debug" {
 				o.Logger = a.logger
 			}
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunBatch(ctx, pool, o, w)
 			})
 		},
@@ -76,6 +75,5 @@ removed afterwards.`,
 	f.Int64Var(&o.MaxBytes, "max-bytes", batch.MaxBytesDefault, "payload bytes per object")
 	f.StringVar(&o.SinkURL, "sink", "", "sink URL (default: a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
-	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }

@@ -30,7 +30,7 @@ how long any row lock was held.`,
 			if batchSize < 1 {
 				return usagef("--batch %d must be at least 1", batchSize)
 			}
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunCleanup(ctx, pool, rows, batchSize, w)
 			})
 		},

@@ -33,7 +33,7 @@ page. The schema is dropped afterwards unless --keep.`,
 				return usagef("--requests %d must be at least 10", o.Requests)
 			}
 			o.Logger = benchLogger(a)
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunDashboard(ctx, pool, o, w)
 			})
 		},

@@ -18,7 +18,6 @@ import (
 func newBenchEventsCmd(a *app) *cobra.Command {
 	var o bench.EventsOptions
 	var asJSON bool
-	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Emit N events and handle them through outbox, forwarder, bus and dispatch, beside bench jobs",
@@ -47,7 +46,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 				return usagef("invalid --dispatch-batch %d: want 1 to %d (1 skips the batched runs)", o.DispatchBatch, events.DispatchBatchMax)
 			}
 			o.Logger = benchLogger(a)
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), cpuProfile, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				emitPool, err := benchPool(ctx, a, 16)
 				if err != nil {
 					return nil, err
@@ -67,7 +66,6 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&o.DispatchBatch, "dispatch-batch", events.DispatchBatchDefault, "the batched consumer's DispatchBatch (default: the consumer default; 1: only the one-job-per-event runs)")
 	f.BoolVar(&o.NoNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
-	cpuProfileFlag(f, &cpuProfile)
 	return cmd
 }
 

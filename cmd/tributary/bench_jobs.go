@@ -30,7 +30,7 @@ load from elsewhere on the machine does not decide the result.`,
 			if rounds < 1 {
 				return usagef("--rounds %d must be at least 1", rounds)
 			}
-			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), "", func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
+			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
 				return bench.RunJobs(ctx, pool, bench.JobsOptions{N: n, Rounds: rounds, Logger: benchLogger(a)}, w)
 			})
 		},
