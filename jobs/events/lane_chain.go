@@ -17,14 +17,15 @@ import (
 // A lane chain: once a lane's head dispatch has been handled, the worker
 // that ran it runs the lane's next events too, in place, instead of
 // promoting the next dispatch and waiting for River to fetch it. The
-// completion transaction that moves the lane past the handled events also
-// claims the lane's next pending dispatches (up to the consumer's
-// DispatchBatch, stopping at the first gap) and makes them running for this
-// process, as River's fetch would; the worker delivers them one after
-// another and records them the same way, until the lane has nothing
-// pending, an event fails, the process stops, or the chain has run for
-// DispatchBatchSplitAfter (DispatchBatch events in all when it never
-// splits). Every event keeps its own dispatch job, so
+// completion transaction that moves the lane past the head also claims the
+// lane's next pending dispatches (up to the consumer's DispatchBatch,
+// stopping at the first gap) and makes them running for this process, as
+// River's fetch would; the worker delivers them one after another, and
+// records each one (its job completed, the lane moved past it, in the group
+// commit lane completions share) before it starts the next, until the lane
+// has nothing pending, an event fails, the process stops, or the chain's
+// handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
+// all when it never splits). Every event keeps its own dispatch job, so
 // listing, cancelling, retrying and replaying work as for a lone dispatch.
 //
 // When the chain ends early, one transaction under the lane's lock records
@@ -35,8 +36,9 @@ import (
 // dies mid-chain leaves the claimed jobs running under its name; the
 // liveness sweep or River's rescuer makes them available again, and the
 // dispatcher's lane check runs only the head among them (the claimed jobs
-// are not marked with riverjob.LaneTurnKey). The events handled since the
-// last recorded step run again: at-least-once, as for a lone dispatch.
+// are not marked with riverjob.LaneTurnKey). Only the event that was
+// running when the process died runs again, as for a lone dispatch: a
+// lane's handlers never see an event again after its successor.
 
 // chainWallFactor bounds a chain's wall time, its commits included, to
 // this many DispatchBatchSplitAfter: a hot lane's chain hands its worker
@@ -74,6 +76,12 @@ func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 // and runs the lane's next events in place as long as chainClaim allows. It
 // returns the head job's outcome for River: nil once the head's completion
 // committed, whatever happened to the events after it.
+//
+// Each event is recorded (its job completed, the lane moved past it) before
+// the next one starts, in the group commit the lane completions share, so
+// a crash redelivers at most the event that was running, never one whose
+// successor a handler has seen: a lane's handlers see its events in order,
+// with only immediate repeats.
 func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[dispatchArgs], start time.Time) error {
 	ch := &chain{start: time.Now(), handlers: time.Since(start)}
 	claim := chainClaim(c, ch.handlers, 1)
@@ -85,41 +93,46 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	if err := d.completer.submit(req); err != nil {
 		return err
 	}
-	handledTotal := 1
+	handled := 1
 	claimed := req.claimed
 	for len(claimed) > 0 {
-		handled, fail := d.deliverClaimed(ctx, c, ch, claimed)
-		handledTotal += handled
-		rest := claimed[handled:]
-		if fail != nil {
-			rest = rest[1:]
-		}
-		next := 0
-		if fail == nil && len(rest) == 0 && ctx.Err() == nil {
-			next = chainClaim(c, ch.handlers, handledTotal)
-		}
-		if handled > 0 {
-			done := claimed[:handled]
-			step := &laneCompletion{ctx: ctx, wait: true, done: make(chan error, 1),
-				place:    riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: done[0].Seq},
-				next:     done[len(done)-1].Seq + 1,
-				attempts: attemptsOf(done), claim: next, processID: req.processID}
-			if err := d.completer.submit(step); err != nil {
-				// Not recorded: the handled events stay running under this
-				// process, which gives them back with the rest, so they run
-				// again (at-least-once).
-				d.logger.ErrorContext(ctx, "error recording a lane chain's progress", "consumer", job.Args.Consumer,
-					"aggregate_id", job.Args.AggregateID, "error", err)
-				d.endChain(ctx, c, job.Args, nil, claimed)
+		for i, cj := range claimed {
+			rest := claimed[i:]
+			if d.chainStops(ctx, c, ch) {
+				d.endChain(ctx, c, job.Args, nil, rest)
 				return nil
 			}
-			claimed = step.claimed
-		} else {
-			claimed = nil
-		}
-		if fail != nil || len(rest) > 0 {
-			d.endChain(ctx, c, job.Args, fail, rest)
-			return nil
+			if ok, fail := d.deliverClaimed(ctx, c, ch, cj); !ok {
+				if fail != nil {
+					rest = rest[1:]
+				}
+				d.endChain(ctx, c, job.Args, fail, rest)
+				return nil
+			}
+			handled++
+			last := i == len(claimed)-1
+			step := &laneCompletion{ctx: ctx, wait: true, done: make(chan error, 1),
+				place:    riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq},
+				next:     cj.Seq + 1,
+				attempts: []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}},
+				keep:     !last, processID: req.processID}
+			if last && ctx.Err() == nil {
+				step.claim = chainClaim(c, ch.handlers, handled)
+			}
+			if err := d.completer.submit(step); err != nil {
+				// Not recorded: the event stays running under this process
+				// and goes back with the rest, so it runs again
+				// (at-least-once).
+				d.logger.ErrorContext(ctx, "error recording a lane chain's progress", "consumer", job.Args.Consumer,
+					"aggregate_id", job.Args.AggregateID, "error", err)
+				d.endChain(ctx, c, job.Args, nil, rest)
+				return nil
+			}
+			if last {
+				// The chain goes on with what the step claimed (nothing: the
+				// step promoted the lane's next dispatch, if any).
+				claimed = step.claimed
+			}
 		}
 	}
 	return nil
@@ -139,40 +152,39 @@ type chain struct {
 	handlers time.Duration
 }
 
-// deliverClaimed delivers claimed events in order and returns how many
-// succeeded before the first that failed (returned) or before the chain
-// stopped: the process is stopping, its handlers ran for
-// DispatchBatchSplitAfter, or it ran chainWallFactor times that.
-func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain, claimed []riverjob.Claimed) (int, *chainFailure) {
+// chainStops reports whether a chain stops before its next event: the
+// process is stopping, its handlers ran for DispatchBatchSplitAfter, or it
+// ran chainWallFactor times that.
+func (d *Dispatcher) chainStops(ctx context.Context, c *Consumer, ch *chain) bool {
 	split := c.cfg.DispatchBatchSplitAfter
-	for i, cj := range claimed {
-		if ctx.Err() != nil || (split > 0 && (ch.handlers >= split || time.Since(ch.start) >= chainWallFactor*split)) {
-			return i, nil
-		}
-		var args dispatchArgs
-		if err := json.Unmarshal(cj.Args, &args); err != nil {
-			// Cannot happen for a job the bus inserted; run it as a lone
-			// job, which reports it.
-			return i, nil
-		}
-		t := time.Now()
-		hctx, stop := d.watchCancel(ctx, cj.ID)
-		r := d.deliver(hctx, c, &args.Event, cj.ID, cj.Attempt, cj.MaxAttempts, cj.Seq)
-		stop()
-		ch.handlers += time.Since(t)
-		if r.err == nil {
-			d.chained.Add(1)
-		}
-		if r.err != nil {
-			if ctx.Err() != nil && r.validation == nil && !isCancel(r.err) {
-				// Interrupted by the shutdown: given back without spending the
-				// attempt, as River snoozes a dispatch a hard stop cancelled.
-				return i, nil
-			}
-			return i, &chainFailure{job: cj, r: r, ctx: hctx}
-		}
+	return ctx.Err() != nil || (split > 0 && (ch.handlers >= split || time.Since(ch.start) >= chainWallFactor*split))
+}
+
+// deliverClaimed delivers one claimed event and reports whether it
+// succeeded; a failure to record is returned, and none (nil) when the
+// delivery was interrupted by the shutdown or the event cannot be decoded.
+func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain, cj riverjob.Claimed) (bool, *chainFailure) {
+	var args dispatchArgs
+	if err := json.Unmarshal(cj.Args, &args); err != nil {
+		// Cannot happen for a job the bus inserted; given back, it runs as a
+		// lone job, which reports it.
+		return false, nil
 	}
-	return len(claimed), nil
+	t := time.Now()
+	hctx, stop := d.watchCancel(ctx, cj.ID)
+	r := d.deliver(hctx, c, &args.Event, cj.ID, cj.Attempt, cj.MaxAttempts, cj.Seq)
+	stop()
+	ch.handlers += time.Since(t)
+	if r.err == nil {
+		d.chained.Add(1)
+		return true, nil
+	}
+	if ctx.Err() != nil && r.validation == nil && !isCancel(r.err) {
+		// Interrupted by the shutdown: given back without spending the
+		// attempt, as River snoozes a dispatch a hard stop cancelled.
+		return false, nil
+	}
+	return false, &chainFailure{job: cj, r: r, ctx: hctx}
 }
 
 // chainCancelPoll is how long a chained handler runs before the chain

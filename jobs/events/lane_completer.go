@@ -39,6 +39,9 @@ type laneCompletion struct {
 	// on, running for processID, instead of promoting the next one.
 	claim     int
 	processID string
+	// keep: the lane's next events are claimed by the chain already:
+	// neither promote nor claim.
+	keep bool
 	// wait: wait for the transaction even if ctx ends (a chain must know
 	// what it claimed).
 	wait bool
@@ -175,7 +178,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 		var claimOf []int
 		for i, req := range batch {
 			head, ok := moved[laneKey{req.place.Consumer, req.place.AggregateID}]
-			if !ok || head != req.next {
+			if !ok || head != req.next || req.keep {
 				continue
 			}
 			place := riverjob.LaneSeq{Consumer: req.place.Consumer, AggregateID: req.place.AggregateID, Seq: head}
