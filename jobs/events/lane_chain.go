@@ -18,11 +18,11 @@ import (
 // that ran it runs the lane's next events too, in place, instead of
 // promoting the next dispatch and waiting for River to fetch it. The
 // completion transaction that moves the lane past the head also claims the
-// lane's next pending dispatches (up to the consumer's DispatchBatch,
-// stopping at the first gap) and makes them running for this process, as
-// River's fetch would; the worker delivers them one after another, and
-// records each one (its job completed, the lane moved past it, in the group
-// commit lane completions share) before it starts the next, until the lane
+// lane's next pending dispatch (riverjob.ClaimNext, chainAhead at a time)
+// and makes it running for this process, as River's fetch would; the worker
+// delivers it, and records it (its job completed, the lane moved past it,
+// the next one claimed, in the group commit lane completions share) before
+// it starts the next, until the lane
 // has nothing pending, an event fails, the process stops, or the chain's
 // handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
 // all when it never splits). Every event keeps its own dispatch job, so
@@ -39,6 +39,12 @@ import (
 // are not marked with riverjob.LaneTurnKey). Only the event that was
 // running when the process died runs again, as for a lone dispatch: a
 // lane's handlers never see an event again after its successor.
+
+// chainAhead is how many of a lane's pending dispatches a chain claims at
+// a time: one, so that, as without chains, a lane has at most one running
+// job, the one whose handler runs (an operator who cancels a running lane
+// job cancels the one handler that runs).
+const chainAhead = 1
 
 // chainWallFactor bounds a chain's wall time, its commits included, to
 // this many DispatchBatchSplitAfter: a hot lane's chain hands its worker
@@ -89,7 +95,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 		return d.completeInLane(ctx, job)
 	}
 	req := completionOf(ctx, job)
-	req.claim, req.processID, req.wait = claim, job.AttemptedBy[len(job.AttemptedBy)-1], true
+	req.claim, req.processID, req.wait = chainAhead, job.AttemptedBy[len(job.AttemptedBy)-1], true
 	if err := d.completer.submit(req); err != nil {
 		return err
 	}
@@ -117,7 +123,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 				attempts: []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}},
 				keep:     !last, processID: req.processID}
 			if last && ctx.Err() == nil {
-				step.claim = chainClaim(c, ch.handlers, handled)
+				step.claim = min(chainAhead, chainClaim(c, ch.handlers, handled))
 			}
 			if err := d.completer.submit(step); err != nil {
 				// Not recorded: the event stays running under this process

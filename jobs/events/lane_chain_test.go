@@ -85,8 +85,8 @@ func TestLaneChainNoChainWithDispatchBatch1(t *testing.T) {
 
 // TestLaneChainFailureKeepsOrder: an event that fails inside a chain is
 // recorded as a failed attempt of its own job (retried on the consumer's
-// delays); the events claimed behind it go back to pending with their
-// attempt given back and run only after it succeeded.
+// delays); the events behind it stay pending, no attempt spent, and run
+// only after it succeeded.
 func TestLaneChainFailureKeepsOrder(t *testing.T) {
 	t.Parallel()
 	d := 50 * time.Millisecond
