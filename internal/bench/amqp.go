@@ -63,6 +63,10 @@ type AMQPResult struct {
 	InboundBare   float64 `json:"inbound_bare_msgs_per_sec"`
 	InboundBridge float64 `json:"inbound_tributary_msgs_per_sec"`
 	InboundRatio  float64 `json:"inbound_ratio"`
+	// PublishRatios and InboundRatios are the per-round ratios the medians
+	// are taken from; their spread is how steady the comparison was.
+	PublishRatios []float64 `json:"publish_ratios"`
+	InboundRatios []float64 `json:"inbound_ratios"`
 	// InsertOnly is the rate of the inbound bridge's inserts (same batch
 	// size and concurrency) with no broker involved.
 	InsertOnly float64 `json:"insert_only_jobs_per_sec"`
@@ -180,8 +184,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	}
 	res.PublishBare, res.PublishBridge = median(pubBare), median(pubBridge)
 	res.PublishRatio = medianRatio(pubBridge, pubBare)
-	fmt.Fprintf(w, "publish with confirms (window %d): bare amqp091-go %.0f msg/s, tributary Publisher %.0f msg/s, ratio %.2f (goal >= 0.80)\n",
-		opts.ConfirmWindow, res.PublishBare, res.PublishBridge, res.PublishRatio)
+	res.PublishRatios = ratios(pubBridge, pubBare)
+	fmt.Fprintf(w, "publish with confirms (window %d): bare amqp091-go %.0f msg/s, tributary Publisher %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+		opts.ConfirmWindow, res.PublishBare, res.PublishBridge, res.PublishRatio, spread(res.PublishRatios))
 	if !withDB {
 		fmt.Fprintln(w, "inbound AMQP -> job: skipped (no database)")
 		return res, nil
@@ -189,8 +194,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	ic := inbound(opts)
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
 	res.InboundRatio = medianRatio(inBridge, inBare)
-	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.50)\n",
-		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio)
+	res.InboundRatios = ratios(inBridge, inBare)
+	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
 	// The bridge's ceiling on this machine right now: the same inserts
 	// without RabbitMQ.
 	d, err := dbOnly(ctx, opts)

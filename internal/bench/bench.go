@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,9 +57,26 @@ func median(xs []float64) float64 {
 }
 
 func medianRatio(num, den []float64) float64 {
+	return median(ratios(num, den))
+}
+
+// ratios are num[i] / den[i].
+func ratios(num, den []float64) []float64 {
 	r := make([]float64, len(num))
 	for i := range num {
 		r[i] = num[i] / den[i]
 	}
-	return median(r)
+	return r
+}
+
+// spread prints per-round ratios and their range.
+func spread(rs []float64) string {
+	if len(rs) == 0 {
+		return "no rounds"
+	}
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.2f", r)
+	}
+	return fmt.Sprintf("per-round ratios %s (spread %.2f-%.2f)", strings.Join(parts, ", "), slices.Min(rs), slices.Max(rs))
 }
