@@ -296,6 +296,14 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 	d.wakeRiver(ctx, queues...)
 }
 
+// cancelRequestedTx is Dispatcher.cancelRequested's read in tx: endChain
+// holds a connection already, and a second one from the pool could wait
+// forever once every connection is held by such a transaction.
+func cancelRequestedTx(ctx context.Context, tx pgx.Tx, schema string, jobID int64) bool {
+	requested, err := riverjob.CancelRequested(ctx, tx, schema, jobID)
+	return err == nil && requested
+}
+
 // failClaimed records a claimed event's failed attempt as River's completer
 // would for a lone dispatch, and reports whether the lane moves past it: an
 // operator cancelled it while it ran, or the consumer skips events given up.
@@ -304,7 +312,7 @@ func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, f 
 	st, at := rivertype.JobStateRetryable, now.Add(c.retryDelay(f.job.Attempt))
 	release := false
 	switch {
-	case errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || d.cancelRequested(ctx, f.job.ID):
+	case errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || cancelRequestedTx(ctx, tx, d.cfg.Schema, f.job.ID):
 		st, at, release = rivertype.JobStateCancelled, now, true
 		r.logger.get().InfoContext(ctx, "lane moved on: the dispatch was cancelled while it ran")
 	case r.validation != nil || isCancel(r.err):
