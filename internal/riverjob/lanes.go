@@ -120,6 +120,11 @@ type LaneJob struct {
 	// Args are its encoded args; LastError its latest attempt's error.
 	Args      []byte
 	LastError string
+	// Attempt, AttemptedBy (the latest process) and AttemptedAt describe
+	// its latest attempt.
+	Attempt     int
+	AttemptedBy string
+	AttemptedAt *time.Time
 }
 
 // LaneJobsAt returns the dispatch at each place, in any state, in the
@@ -141,14 +146,19 @@ func LaneJobsAt(ctx context.Context, db DBTX, schema string, places []LaneSeq) (
 		var ord int
 		var j LaneJob
 		var state string
-		var lastError *string
-		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError); err != nil {
+		var lastError, attemptedBy *string
+		var attempt int32
+		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError, &attempt, &attemptedBy, &j.AttemptedAt); err != nil {
 			return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
 		}
 		j.State = rivertype.JobState(state)
 		if lastError != nil {
 			j.LastError = *lastError
 		}
+		if attemptedBy != nil {
+			j.AttemptedBy = *attemptedBy
+		}
+		j.Attempt = int(attempt)
 		out[ord-1] = j
 	}
 	if err := rows.Err(); err != nil {
@@ -250,10 +260,11 @@ WHERE id = $1 AND state IN ('cancelled', 'discarded')
 RETURNING id`
 
 const laneJobsAtSQL = `
-SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error'
+SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error',
+       h.attempt, h.attempted_by[cardinality(h.attempted_by)], h.attempted_at
 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
 CROSS JOIN LATERAL (
-    SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
+    SELECT p.id, p.state, p.metadata, p.args, p.errors, p.attempt, p.attempted_by, p.attempted_at FROM /*schema*/river_job p
     WHERE ` + dispatchAt + `
     ORDER BY p.id DESC LIMIT 1
 ) h`

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,6 +91,12 @@ type Dispatcher struct {
 
 	handled, failed, panics, validation, givenUp, chained atomic.Int64
 
+	// processID is this process's River client id (what attempted_by
+	// records); running holds the lane dispatch jobs this process is
+	// running (in Work or in a lane chain), for the repair sweep.
+	processID string
+	running   sync.Map
+
 	life queue.Lifecycle
 }
 
@@ -123,6 +130,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 // Register adds the dispatch workers to rt and the dispatcher as a
 // service.
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
+	d.processID = rt.ProcessID()
 	queue.AddWorker[dispatchArgs](rt, &dispatchWorker[dispatchArgs]{d: d, work: d.work})
 	queue.AddWorker[dispatchBatchArgs](rt, &dispatchWorker[dispatchBatchArgs]{d: d, work: d.workBatch})
 	return rt.AddService(d)
@@ -244,6 +252,10 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 	if c == nil {
 		return d.notRunHere(ctx, args.Consumer, job.JobRow)
 	}
+	if args.AggregateID != "" {
+		d.running.Store(job.ID, struct{}{})
+		defer d.running.Delete(job.ID)
+	}
 	if args.AggregateID != "" && !hadLaneTurn(job.Metadata) {
 		early, head, err := d.lanes.turn(ctx, d.pool, job.ID, args)
 		if err != nil {
@@ -291,6 +303,12 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 	default:
 		return r.err
 	}
+}
+
+// runsJob reports whether this process runs the lane dispatch job id now.
+func (d *Dispatcher) runsJob(id int64) bool {
+	_, ok := d.running.Load(id)
+	return ok
 }
 
 // cancelRequested reports whether an operator asked River to cancel the

@@ -101,6 +101,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	}
 	handled := 1
 	claimed := req.claimed
+	d.holdClaimed(claimed)
 	for len(claimed) > 0 {
 		for i, cj := range claimed {
 			rest := claimed[i:]
@@ -134,14 +135,25 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 				d.endChain(ctx, c, job.Args, nil, rest)
 				return nil
 			}
+			d.running.Delete(cj.ID)
 			if last {
 				// The chain goes on with what the step claimed (nothing: the
 				// step promoted the lane's next dispatch, if any).
 				claimed = step.claimed
+				d.holdClaimed(claimed)
 			}
 		}
 	}
 	return nil
+}
+
+// holdClaimed records that this process runs the claimed jobs (for the
+// repair sweep, Dispatcher.runsJob); endChain and each recorded step let go
+// of them.
+func (d *Dispatcher) holdClaimed(cs []riverjob.Claimed) {
+	for _, cj := range cs {
+		d.running.Store(cj.ID, struct{}{})
+	}
 }
 
 // chainFailure is a claimed event whose delivery failed.
@@ -241,6 +253,16 @@ func attemptsOf(cs []riverjob.Claimed) []riverjob.Attempt {
 // running under this process until the liveness sweep or River's rescuer
 // makes them available again.
 func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed) {
+	defer func() {
+		// Whatever the outcome: a job this failed to give back is the
+		// repair sweep's (repairGiveBack).
+		if fail != nil {
+			d.running.Delete(fail.job.ID)
+		}
+		for _, cj := range rest {
+			d.running.Delete(cj.ID)
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var queues []string

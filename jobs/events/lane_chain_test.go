@@ -206,3 +206,36 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT head_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'H'`)).Scan(&head))
 	require.EqualValues(t, 4, head, "the lane's head is the interrupted event")
 }
+
+// TestLaneRepairGivesBackALostRunningHead: a lane head left running under
+// this very process with nothing in the process running it (a lost chain
+// claim) is given back and runs, instead of holding the lane until River's
+// rescuer an hour later; a running head the process does run is left
+// alone.
+func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanes(t, events.OrderingBlock)
+	head := b.emit(t, "O", "gate")
+	lost := b.emit(t, "O", "lost")
+	headJob := b.waitJob(t, head, "running")
+	lostJob := b.waitJob(t, lost, "pending")
+	// The lane moved on to "lost", claimed by this process an hour ago and
+	// then forgotten.
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = 'O'`))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '1 hour',
+        attempted_by = ARRAY[$2::text] WHERE id = $1`), lostJob, b.rt.ProcessID())
+	require.NoError(t, err)
+	b.ageLanes(t)
+	b.inst.Dispatcher.RepairLanes(ctx)
+	b.waitHandled(t, lost)
+	b.waitJob(t, lost, "completed")
+	require.Equal(t, []string{lost}, b.handledOrder())
+
+	// The gate's job, running in this process's Work, was not touched.
+	var st string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT state::text FROM /*schema*/river_job WHERE id = $1`), headJob).Scan(&st))
+	require.Equal(t, "running", st)
+	close(b.gate)
+}

@@ -298,6 +298,7 @@ func (l *lanes) quiet(ctx context.Context, db queue.DBTX, cutoff time.Time, afte
 		s := &page[i]
 		s.jobID, s.jobState, s.cancelRequested = h.ID, string(h.State), h.CancelRequested
 		s.jobArgs, s.lastError = h.Args, h.LastError
+		s.attempt, s.attemptedBy, s.attemptedAt = h.Attempt, h.AttemptedBy, h.AttemptedAt
 	}
 	return page, nil
 }
