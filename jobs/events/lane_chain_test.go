@@ -220,11 +220,11 @@ func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
 	lost := b.emit(t, "O", "lost")
 	headJob := b.waitJob(t, head, "running")
 	lostJob := b.waitJob(t, lost, "pending")
-	// The lane moved on to "lost", claimed by this process an hour ago and
+	// The lane moved on to "lost", claimed by this process 30 s ago (River's rescuer waits an hour) and
 	// then forgotten.
 	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = 'O'`))
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '1 hour',
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '30 seconds',
         attempted_by = ARRAY[$2::text] WHERE id = $1`), lostJob, b.rt.ProcessID())
 	require.NoError(t, err)
 	b.ageLanes(t)
