@@ -267,6 +267,34 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 	defer cancel()
 	var queues []string
 	blocked := false
+	var err error
+	// A few tries: a job this fails to give back holds its lane until the
+	// repair sweep finds it (repairGiveBack).
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(100<<try) * time.Millisecond):
+			}
+		}
+		if err = d.endChainTx(ctx, c, head, fail, rest, &queues, &blocked); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		d.logger.ErrorContext(ctx, "error recording the end of a lane chain", "consumer", head.Consumer, "aggregate_id", head.AggregateID, "error", err)
+		return
+	}
+	if blocked {
+		fail.r.logger.get().WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried or skipped (tributary lanes retry|skip)", "policy", OrderingBlock)
+	}
+	d.wakeRiver(ctx, queues...)
+}
+
+// endChainTx is endChain's transaction.
+func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
+	var queues []string
+	blocked := false
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		queues, blocked = nil, false
 		lane, ok, err := d.lanes.lock(ctx, tx, head.Consumer, head.AggregateID)
@@ -308,14 +336,10 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 		}
 		return nil
 	})
-	if err != nil {
-		d.logger.ErrorContext(ctx, "error recording the end of a lane chain", "consumer", head.Consumer, "aggregate_id", head.AggregateID, "error", err)
-		return
+	if err == nil {
+		*queuesOut, *blockedOut = queues, blocked
 	}
-	if blocked {
-		fail.r.logger.get().WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried or skipped (tributary lanes retry|skip)", "policy", OrderingBlock)
-	}
-	d.wakeRiver(ctx, queues...)
+	return err
 }
 
 // cancelRequestedTx is Dispatcher.cancelRequested's read in tx: endChain
