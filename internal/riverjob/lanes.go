@@ -1,9 +1,12 @@
 package riverjob
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +120,11 @@ type LaneJob struct {
 	// Args are its encoded args; LastError its latest attempt's error.
 	Args      []byte
 	LastError string
+	// Attempt, AttemptedBy (the latest process) and AttemptedAt describe
+	// its latest attempt.
+	Attempt     int
+	AttemptedBy string
+	AttemptedAt *time.Time
 }
 
 // LaneJobsAt returns the dispatch at each place, in any state, in the
@@ -138,14 +146,19 @@ func LaneJobsAt(ctx context.Context, db DBTX, schema string, places []LaneSeq) (
 		var ord int
 		var j LaneJob
 		var state string
-		var lastError *string
-		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError); err != nil {
+		var lastError, attemptedBy *string
+		var attempt int32
+		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError, &attempt, &attemptedBy, &j.AttemptedAt); err != nil {
 			return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
 		}
 		j.State = rivertype.JobState(state)
 		if lastError != nil {
 			j.LastError = *lastError
 		}
+		if attemptedBy != nil {
+			j.AttemptedBy = *attemptedBy
+		}
+		j.Attempt = int(attempt)
 		out[ord-1] = j
 	}
 	if err := rows.Err(); err != nil {
@@ -247,10 +260,11 @@ WHERE id = $1 AND state IN ('cancelled', 'discarded')
 RETURNING id`
 
 const laneJobsAtSQL = `
-SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error'
+SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error',
+       h.attempt, h.attempted_by[cardinality(h.attempted_by)], h.attempted_at
 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
 CROSS JOIN LATERAL (
-    SELECT p.id, p.state, p.metadata, p.args, p.errors FROM /*schema*/river_job p
+    SELECT p.id, p.state, p.metadata, p.args, p.errors, p.attempt, p.attempted_by, p.attempted_at FROM /*schema*/river_job p
     WHERE ` + dispatchAt + `
     ORDER BY p.id DESC LIMIT 1
 ) h`
@@ -261,3 +275,141 @@ FROM /*schema*/river_job WHERE id = $1`
 
 const cancelRequestedSQL = `
 SELECT metadata ? '` + CancelAttemptedKey + `' FROM /*schema*/river_job WHERE id = $1`
+
+// LaneClaim asks for up to N consecutive pending dispatches of a lane, from
+// its head Seq on (see ClaimNext).
+type LaneClaim struct {
+	LaneSeq
+	N int
+}
+
+// Claimed is a pending dispatch ClaimNext took: now running at Attempt, as
+// River's fetch would have left it, but run in place by the worker that ran
+// its lane's previous event.
+type Claimed struct {
+	ID          int64
+	Seq         int64
+	Attempt     int
+	MaxAttempts int
+	Args        []byte
+}
+
+// ClaimNext takes, for each claim, the lane's pending dispatches at Seq,
+// Seq+1, ... (up to N, stopping at the first gap: a dispatch not pending,
+// not inserted yet, or several at one place) and makes them running for
+// processID, counting an attempt as River's fetch does, in tx. It returns
+// them per claim in lane order. The caller holds each lane's row lock and
+// has just moved the lane's head to Seq, in a statement of its own (see
+// PromoteNext). The claimed jobs are not marked with LaneTurnKey: if one is
+// rescued (its process died), the dispatcher checks its lane before running
+// it, so only the lane's head runs.
+func ClaimNext(ctx context.Context, tx pgx.Tx, schema string, claims []LaneClaim, processID string, now time.Time) ([][]Claimed, error) {
+	out := make([][]Claimed, len(claims))
+	if len(claims) == 0 {
+		return out, nil
+	}
+	n := len(claims)
+	consumers, aggs, seqs, counts := make([]string, n), make([]string, n), make([]int64, n), make([]int32, n)
+	for i, c := range claims {
+		consumers[i], aggs[i], seqs[i], counts[i] = c.Consumer, c.AggregateID, c.Seq, int32(c.N)
+	}
+	rows, err := tx.Query(ctx, q(schema, claimNextSQL), customPlan, consumers, aggs, seqs, counts, now, processID)
+	if err != nil {
+		return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ord int
+		var c Claimed
+		var attempt, maxAttempts int32
+		if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
+			return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+		}
+		c.Attempt, c.MaxAttempts = int(attempt), int(maxAttempts)
+		out[ord-1] = append(out[ord-1], c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+	}
+	for _, cs := range out {
+		slices.SortFunc(cs, func(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) })
+	}
+	return out, nil
+}
+
+// GiveBack puts claimed dispatches that did not run back to pending with
+// their attempt given back (as ReturnToPending), in tx; a job no longer
+// running at that attempt is left alone.
+func GiveBack(ctx context.Context, tx pgx.Tx, schema string, attempts []Attempt, now time.Time) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	ids, nums := make([]int64, len(attempts)), make([]int32, len(attempts))
+	for i, a := range attempts {
+		ids[i], nums[i] = a.ID, int32(a.Attempt)
+	}
+	if _, err := tx.Exec(ctx, q(schema, giveBackSQL), customPlan, ids, nums, now); err != nil {
+		return fmt.Errorf("error putting %d claimed dispatches back to pending: %w", len(attempts), err)
+	}
+	return nil
+}
+
+// FailRunning records a failed attempt of a running job as River's
+// completer does: state retryable (available again at scheduledAt),
+// discarded or cancelled (finalized now), the attempt's error appended. ok
+// is false when the job is no longer running at that attempt.
+func FailRunning(ctx context.Context, tx pgx.Tx, schema string, a Attempt, state rivertype.JobState, scheduledAt time.Time, attemptErr rivertype.AttemptError, now time.Time) (ok bool, err error) {
+	switch state {
+	case rivertype.JobStateRetryable, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
+	default:
+		return false, fmt.Errorf("invalid failed state %q for job %d: want retryable, discarded or cancelled", state, a.ID)
+	}
+	b, err := json.Marshal(attemptErr)
+	if err != nil {
+		return false, err
+	}
+	tag, err := tx.Exec(ctx, q(schema, failRunningSQL), a.ID, int32(a.Attempt), string(state), scheduledAt, string(b), now)
+	if err != nil {
+		return false, fmt.Errorf("error recording the failed attempt of job %d: %w", a.ID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// claimNextSQL: for each lane ($1..$4: consumer, aggregate, head, count),
+// the pending dispatches from the head on, numbered in seq order, each one
+// probe range of tributary_dispatch_lane_idx; those without a gap before
+// them are made running. attempted_by is capped at 100 entries as River
+// caps it.
+const claimNextSQL = `
+WITH cand AS MATERIALIZED (
+    SELECT u.ord, u.s, x.id, x.seq, x.rn
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)
+    CROSS JOIN LATERAL (
+        SELECT p.id, ((p.args ->> 'seq')::bigint) AS seq,
+               row_number() OVER (ORDER BY ((p.args ->> 'seq')::bigint), p.id) AS rn
+        FROM /*schema*/river_job p
+        WHERE p.kind = '` + DispatchKind + `'
+          AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a
+          AND ((p.args ->> 'seq')::bigint) >= u.s AND ((p.args ->> 'seq')::bigint) < u.s + u.n
+          AND p.state = 'pending'
+    ) x
+)
+UPDATE /*schema*/river_job j
+SET state = 'running', attempt = j.attempt + 1, attempted_at = $5,
+    attempted_by = (array_append(j.attempted_by, $6::text))[greatest(1, cardinality(j.attempted_by) - 98):]
+FROM cand
+WHERE j.id = cand.id AND j.state = 'pending' AND cand.seq = cand.s + cand.rn - 1
+  AND NOT EXISTS (SELECT 1 FROM cand g WHERE g.ord = cand.ord AND g.rn < cand.rn AND g.seq <> g.s + g.rn - 1)
+RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args`
+
+const giveBackSQL = `
+UPDATE /*schema*/river_job j
+SET state = 'pending', attempt = greatest(j.attempt - 1, 0), scheduled_at = $3
+FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
+WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt`
+
+const failRunningSQL = `
+UPDATE /*schema*/river_job
+SET state = $3::/*schema*/river_job_state, scheduled_at = $4, errors = array_append(errors, $5::jsonb),
+    finalized_at = CASE WHEN $3 IN ('discarded', 'cancelled') THEN $6::timestamptz END
+WHERE id = $1 AND state = 'running' AND attempt = $2`

@@ -80,11 +80,21 @@ type ConsumerConfig struct {
 	// an event whose handler is fast. An event that fails leaves the batch
 	// as a dispatch job of its own, retried on the consumer's delays as any
 	// other; a worker crash redelivers the events of the batch not yet
-	// recorded. Events with an aggregate always travel one per job, through
-	// their lane. 1 turns batching off: one job per event.
+	// recorded. Events with an aggregate travel one per job, through their
+	// lane; with LaneChain, the worker that handled a lane's head runs up to
+	// this many of the lane's next pending events in place. 1 turns both
+	// off: one job run per event.
 	//
 	// Defaults to DispatchBatchDefault (100); at most DispatchBatchMax.
 	DispatchBatch int
+
+	// LaneChain lets the worker that handled a lane's head run the lane's
+	// next pending events in place, each recorded in a commit of its own
+	// before the next starts (a lane chain, see lane_chain.go), up to
+	// DispatchBatch events within DispatchBatchSplitAfter. It spares ordered
+	// events River's fetch per event. Off by default until it has the
+	// fault-run record of one job per event.
+	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
 	// one worker slot: once its handlers have run this long, the events not

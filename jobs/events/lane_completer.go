@@ -22,12 +22,42 @@ const (
 	laneCompleterMaxCommitters = 4
 )
 
-// laneCompletion is one finished lane job waiting for its completion
-// transaction.
+// laneCompletion is one finished lane job, or the finished run of a lane
+// chain (lane_chain.go), waiting for its completion transaction.
 type laneCompletion struct {
-	ctx  context.Context
-	job  *river.Job[dispatchArgs]
-	done chan error
+	ctx context.Context
+	// job is a lone dispatch completed with River's JobCompleteTx; nil for
+	// a chain's run.
+	job *river.Job[dispatchArgs]
+	// place is the lane and the seq of the first event handled (the head);
+	// next the head after them (the last handled seq + 1).
+	place riverjob.LaneSeq
+	next  int64
+	// attempts are the jobs to complete.
+	attempts []riverjob.Attempt
+	// claim: take up to this many pending dispatches of the lane from next
+	// on, running for processID, instead of promoting the next one.
+	claim     int
+	processID string
+	// keep: the lane's next events are claimed by the chain already:
+	// neither promote nor claim.
+	keep bool
+	// wait: wait for the transaction even if ctx ends (a chain must know
+	// what it claimed).
+	wait bool
+
+	done    chan error
+	claimed []riverjob.Claimed // set before done when claim > 0
+}
+
+// completionOf is the completion of a lone lane dispatch job.
+func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneCompletion {
+	a := job.Args
+	return &laneCompletion{ctx: ctx, job: job,
+		place:    riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq},
+		next:     a.Seq + 1,
+		attempts: []riverjob.Attempt{{ID: job.ID, Attempt: job.Attempt}},
+		done:     make(chan error, 1)}
 }
 
 // laneCompleter group-commits lane completions: each completion is a
@@ -44,9 +74,13 @@ type laneCompleter struct {
 	committers int
 }
 
-// complete queues a completion and waits for its transaction.
+// complete queues a lone job's completion and waits for its transaction.
 func (c *laneCompleter) complete(ctx context.Context, job *river.Job[dispatchArgs]) error {
-	req := &laneCompletion{ctx: ctx, job: job, done: make(chan error, 1)}
+	return c.submit(completionOf(ctx, job))
+}
+
+// submit queues a completion and waits for its transaction.
+func (c *laneCompleter) submit(req *laneCompletion) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
 	if c.committers < laneCompleterMaxCommitters {
@@ -54,13 +88,16 @@ func (c *laneCompleter) complete(ctx context.Context, job *river.Job[dispatchArg
 		go c.drain()
 	}
 	c.mu.Unlock()
+	if req.wait {
+		return <-req.done
+	}
 	select {
 	case err := <-req.done:
 		return err
-	case <-ctx.Done():
+	case <-req.ctx.Done():
 		// The completion may still commit; if it does not, River runs the
 		// job again (at-least-once).
-		return ctx.Err()
+		return req.ctx.Err()
 	}
 }
 
@@ -87,11 +124,8 @@ func (c *laneCompleter) drain() {
 // others.
 func (c *laneCompleter) commit(batch []*laneCompletion) {
 	sort.Slice(batch, func(i, j int) bool {
-		a, b := batch[i].job.Args, batch[j].job.Args
-		if a.Consumer != b.Consumer {
-			return a.Consumer < b.Consumer
-		}
-		return a.AggregateID < b.AggregateID
+		a, b := batch[i].place, batch[j].place
+		return cmpLane(a.Consumer, a.AggregateID, b.Consumer, b.AggregateID) < 0
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -119,26 +153,59 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 }
 
 func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion) ([]string, error) {
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].job != nil && batch[0].claim == 0 {
 		return c.completeOneTx(ctx, batch[0])
 	}
-	places, attempts := make([]riverjob.LaneSeq, len(batch)), make([]riverjob.Attempt, len(batch))
+	places, nexts := make([]riverjob.LaneSeq, len(batch)), make([]int64, len(batch))
+	var attempts []riverjob.Attempt
 	for i, req := range batch {
-		a := req.job.Args
-		places[i] = riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq}
-		attempts[i] = riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt}
+		places[i], nexts[i] = req.place, req.next
+		attempts = append(attempts, req.attempts...)
 	}
 	var queues []string
+	claimed := make([][]riverjob.Claimed, len(batch))
 	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
 		// Set-based: one statement per step for the whole batch, lanes
 		// locked in the forwarder's order first.
-		var err error
-		if queues, err = c.d.lanes.advanceMany(ctx, tx, places); err != nil {
+		moved, err := c.d.lanes.advanceMany(ctx, tx, places, nexts)
+		if err != nil {
 			return err
+		}
+		// A lane that moved either hands its next events to the chain that
+		// asked for them or promotes its next dispatch.
+		var promote []riverjob.LaneSeq
+		var claims []riverjob.LaneClaim
+		var claimOf []int
+		for i, req := range batch {
+			head, ok := moved[laneKey{req.place.Consumer, req.place.AggregateID}]
+			if !ok || head != req.next || req.keep {
+				continue
+			}
+			place := riverjob.LaneSeq{Consumer: req.place.Consumer, AggregateID: req.place.AggregateID, Seq: head}
+			if req.claim > 0 {
+				claims = append(claims, riverjob.LaneClaim{LaneSeq: place, N: req.claim})
+				claimOf = append(claimOf, i)
+				continue
+			}
+			promote = append(promote, place)
+		}
+		now := time.Now().UTC()
+		if queues, err = riverjob.PromoteNext(ctx, tx, c.d.cfg.Schema, promote, now); err != nil {
+			return err
+		}
+		if len(claims) > 0 {
+			// One process: every chain of this dispatcher runs in it.
+			got, err := riverjob.ClaimNext(ctx, tx, c.d.cfg.Schema, claims, batch[claimOf[0]].processID, now)
+			if err != nil {
+				return err
+			}
+			for j, i := range claimOf {
+				claimed[i] = got[j]
+			}
 		}
 		// The jobs complete as River's JobCompleteTx completes them; River's
 		// completer later finds them finalized and leaves them alone.
-		completed, err := riverjob.CompleteRunning(ctx, tx, c.d.cfg.Schema, attempts, time.Now().UTC())
+		completed, err := riverjob.CompleteRunning(ctx, tx, c.d.cfg.Schema, attempts, now)
 		if err != nil {
 			return err
 		}
@@ -147,6 +214,11 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 		}
 		return nil
 	})
+	if err == nil {
+		for i, req := range batch {
+			req.claimed = claimed[i]
+		}
+	}
 	return queues, err
 }
 

@@ -36,20 +36,27 @@ type laneSnapshot struct {
 	cancelRequested bool // River's JobCancel marked the job
 	jobArgs         []byte
 	lastError       string
+	attempt         int
+	attemptedBy     string
+	attemptedAt     *time.Time
+	// orphan: the head runs under this process, for longer than the quiet
+	// time, and nothing in this process runs it (set by the sweep).
+	orphan bool
 }
 
 type repairAction int
 
 const (
-	repairNone    repairAction = iota
-	repairPromote              // the head waits as pending: make it available
-	repairRelease              // the head was handled or given up: move on
-	repairBlock                // a discarded head under OrderingBlock: record the block
-	repairUnblock              // the recorded block's job runs again: forget the block
+	repairNone     repairAction = iota
+	repairPromote               // the head waits as pending: make it available
+	repairRelease               // the head was handled or given up: move on
+	repairBlock                 // a discarded head under OrderingBlock: record the block
+	repairUnblock               // the recorded block's job runs again: forget the block
+	repairGiveBack              // the head runs under this process, and nothing runs it: back to pending
 )
 
 func (a repairAction) String() string {
-	return [...]string{"none", "promote", "release", "block", "unblock"}[a]
+	return [...]string{"none", "promote", "release", "block", "unblock", "give back"}[a]
 }
 
 // planRepair decides what the sweep does to a lane. By construction a
@@ -69,7 +76,13 @@ func (a repairAction) String() string {
 //   - a discarded head moves the lane on under OrderingSkip and holds it
 //     under OrderingBlock (recording the block if the dispatcher could not);
 //   - a recorded block whose job was retried outside tributary and is
-//     waiting or running again is forgotten.
+//     waiting or running again is forgotten;
+//   - a head running under this very process for longer than the quiet
+//     time that nothing in this process runs (no dispatch job's Work, no
+//     lane chain holds it) was lost by this process: it goes back to
+//     pending, its attempt given back, and is promoted. A safety net: it
+//     would otherwise hold the lane until River's rescuer (an hour), since
+//     the process is alive and the liveness sweep leaves it alone.
 func planRepair(s laneSnapshot) repairAction {
 	if s.jobID == 0 {
 		if s.blockedJobID != nil {
@@ -78,6 +91,9 @@ func planRepair(s laneSnapshot) repairAction {
 		return repairRelease
 	}
 	blockedByHead := s.blockedJobID != nil && *s.blockedJobID == s.jobID
+	if s.orphan && s.jobState == "running" {
+		return repairGiveBack
+	}
 	switch s.jobState {
 	case "pending":
 		return repairPromote
@@ -123,6 +139,8 @@ func (d *Dispatcher) repairLanes(ctx context.Context) int {
 			return moved
 		}
 		for _, s := range page {
+			s.orphan = s.jobState == "running" && s.attemptedBy != "" && s.attemptedBy == d.processID &&
+				s.attemptedAt != nil && s.attemptedAt.Before(cutoff) && !d.runsJob(s.jobID)
 			action := planRepair(s)
 			if action == repairNone {
 				continue
@@ -184,6 +202,16 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 			return err
 		case repairUnblock:
 			return d.lanes.clearBlock(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+		case repairGiveBack:
+			if d.runsJob(s.jobID) {
+				return errLaneChanged
+			}
+			now := time.Now().UTC()
+			if err := riverjob.GiveBack(ctx, tx, d.cfg.Schema, []riverjob.Attempt{{ID: s.jobID, Attempt: s.attempt}}, now); err != nil {
+				return err
+			}
+			promotedQueue, err = riverjob.PromoteHead(ctx, tx, d.cfg.Schema, s.jobID, now)
+			return err
 		}
 		return fmt.Errorf("unknown lane repair action %d", action)
 	})
@@ -203,6 +231,8 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 		d.logger.WarnContext(ctx, "recorded the block of an event lane whose head was discarded", attrs...)
 	case repairUnblock:
 		d.logger.InfoContext(ctx, "the blocked head of an event lane runs again", attrs...)
+	case repairGiveBack:
+		d.logger.ErrorContext(ctx, "made the head of an event lane available again: it was running under this process, which no longer ran it (a bug)", attrs...)
 	}
 	d.wakeRiver(ctx, promotedQueue)
 	return true, nil

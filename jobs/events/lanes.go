@@ -158,10 +158,11 @@ func (l *lanes) advance(ctx context.Context, tx pgx.Tx, consumer, aggregate stri
 }
 
 // advanceMany is advance for the jobs of a group commit, set-based: it
-// locks their lanes in the fixed order, moves each lane whose head is the
-// job's place on, and promotes the next dispatches; it returns the queues
-// they were promoted in.
-func (l *lanes) advanceMany(ctx context.Context, tx pgx.Tx, places []riverjob.LaneSeq) ([]string, error) {
+// locks their lanes in the fixed order and moves each lane whose head is
+// places[i].Seq to nexts[i] (past the events handled); it returns the new
+// head of each lane it moved. The caller promotes (or claims) the next
+// dispatches.
+func (l *lanes) advanceMany(ctx context.Context, tx pgx.Tx, places []riverjob.LaneSeq, nexts []int64) (map[laneKey]int64, error) {
 	n := len(places)
 	consumers, aggs, seqs := make([]string, n), make([]string, n), make([]int64, n)
 	for i, p := range places {
@@ -171,19 +172,21 @@ func (l *lanes) advanceMany(ctx context.Context, tx pgx.Tx, places []riverjob.La
 	if _, err := tx.Exec(ctx, l.lockManySQL, customPlan, consumers, aggs); err != nil {
 		return nil, fmt.Errorf("error locking lanes: %w", err)
 	}
-	rows, err := tx.Query(ctx, l.advanceManySQL, customPlan, consumers, aggs, seqs, now)
+	rows, err := tx.Query(ctx, l.advanceManySQL, customPlan, consumers, aggs, seqs, now, nexts)
 	if err != nil {
 		return nil, fmt.Errorf("error advancing lanes: %w", err)
 	}
-	heads, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (riverjob.LaneSeq, error) {
-		var p riverjob.LaneSeq
-		err := r.Scan(&p.Consumer, &p.AggregateID, &p.Seq)
-		return p, err
+	heads := map[laneKey]int64{}
+	var k laneKey
+	var head int64
+	_, err = pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head}, func() error {
+		heads[k] = head
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("error advancing lanes: %w", err)
 	}
-	return riverjob.PromoteNext(ctx, tx, l.schema, heads, now)
+	return heads, nil
 }
 
 // release moves the lane past a dispatch that was given up (OrderingSkip,
@@ -295,6 +298,7 @@ func (l *lanes) quiet(ctx context.Context, db queue.DBTX, cutoff time.Time, afte
 		s := &page[i]
 		s.jobID, s.jobState, s.cancelRequested = h.ID, string(h.State), h.CancelRequested
 		s.jobArgs, s.lastError = h.Args, h.LastError
+		s.attempt, s.attemptedBy, s.attemptedAt = h.Attempt, h.AttemptedBy, h.AttemptedAt
 	}
 	return page, nil
 }
@@ -434,13 +438,13 @@ JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggrega
 ORDER BY l.consumer, l.aggregate_id
 FOR UPDATE OF l`
 
-// laneAdvanceManySQL is laneAdvanceSQL for many lanes, returning the new
-// heads of the lanes it moved.
+// laneAdvanceManySQL is laneAdvanceSQL for many lanes, each moved from
+// head $3[i] to $5[i], returning the new heads of the lanes it moved.
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
-SET head_seq = l.head_seq + 1, updated_at = $4,
+SET head_seq = u.n, updated_at = $4,
     blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
+FROM unnest($1::text[], $2::text[], $3::bigint[], $5::bigint[]) AS u(c, a, s, n)
 WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s
 RETURNING l.consumer, l.aggregate_id, l.head_seq`
 

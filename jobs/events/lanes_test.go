@@ -32,12 +32,18 @@ type laneBundle struct {
 // setupLanes starts the consumer with the given ordering and retry delays.
 func setupLanes(t *testing.T, ordering events.Ordering, delays ...time.Duration) *laneBundle {
 	t.Helper()
+	return setupLanesChained(t, false, ordering, delays...)
+}
+
+// setupLanesChained is setupLanes with the consumer's LaneChain set to chain.
+func setupLanesChained(t *testing.T, chain bool, ordering events.Ordering, delays ...time.Duration) *laneBundle {
+	t.Helper()
 	db := pgtest.New(t)
 	b := &laneBundle{db: db, rec: &recorder{}, gate: make(chan struct{})}
 	if len(delays) == 0 {
 		delays = []time.Duration{10 * time.Millisecond}
 	}
-	c, err := events.NewConsumer(events.ConsumerConfig{Name: "lanes", Ordering: ordering, RetryDelays: delays})
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "lanes", Ordering: ordering, RetryDelays: delays, LaneChain: chain})
 	require.NoError(t, err)
 	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
 		switch m.Payload.Text {

@@ -10,6 +10,7 @@ type Collector struct {
 
 	forwarded, batches, forwardFailures, staleResets *prometheus.Desc
 	handled, failed, panics, validation, givenUp     *prometheus.Desc
+	chained                                          *prometheus.Desc
 }
 
 // NewCollector returns a collector for f and d (as Install returns them).
@@ -29,13 +30,14 @@ func NewCollector(f *Forwarder, d *Dispatcher) *Collector {
 		panics:          desc("handler_panics_total", "Handler panics recovered."),
 		validation:      desc("validation_failures_total", "Dispatches cancelled because the payload failed decoding or validation."),
 		givenUp:         desc("dispatches_given_up_total", "Dispatches that will not be retried (validation failure or attempts used up)."),
+		chained:         desc("dispatches_chained_total", "Dispatches handled in place by a lane chain (also counted as handled)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.forwarded, c.batches, c.forwardFailures, c.staleResets,
-		c.handled, c.failed, c.panics, c.validation, c.givenUp} {
+		c.handled, c.failed, c.panics, c.validation, c.givenUp, c.chained} {
 		ch <- d
 	}
 }
@@ -55,7 +57,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.dispatcher != nil {
 		s := c.dispatcher.Stats()
 		counters = append(counters, counter{c.handled, s.Handled}, counter{c.failed, s.Failed}, counter{c.panics, s.Panics},
-			counter{c.validation, s.ValidationFailures}, counter{c.givenUp, s.GivenUp})
+			counter{c.validation, s.ValidationFailures}, counter{c.givenUp, s.GivenUp}, counter{c.chained, s.Chained})
 	}
 	for _, m := range counters {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.value))

@@ -26,7 +26,8 @@ func TestCollector(t *testing.T) {
 	for _, mf := range families {
 		names[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
 	}
-	require.Len(t, names, 9)
+	require.Len(t, names, 10)
+	require.Contains(t, names, "tributary_events_dispatches_chained_total")
 	require.Contains(t, names, "tributary_events_forwarded_total")
 	require.Contains(t, names, "tributary_events_handler_panics_total")
 }

@@ -1,0 +1,383 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// A lane chain: once a lane's head dispatch has been handled, the worker
+// that ran it runs the lane's next events too, in place, instead of
+// promoting the next dispatch and waiting for River to fetch it. The
+// completion transaction that moves the lane past the head also claims the
+// lane's next pending dispatch (riverjob.ClaimNext, chainAhead at a time)
+// and makes it running for this process, as River's fetch would; the worker
+// delivers it, and records it (its job completed, the lane moved past it,
+// the next one claimed, in the group commit lane completions share) before
+// it starts the next, until the lane
+// has nothing pending, an event fails, the process stops, or the chain's
+// handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
+// all when it never splits). Every event keeps its own dispatch job, so
+// listing, cancelling, retrying and replaying work as for a lone dispatch.
+//
+// When the chain ends early, one transaction under the lane's lock records
+// the failed event's attempt as River would (retryable, discarded or
+// cancelled; then the consumer's ordering policy, as for a lone dispatch),
+// puts the claimed events that did not run back to pending (their attempt
+// given back), and promotes the lane's head if it is pending. A process that
+// dies mid-chain leaves the claimed jobs running under its name; the
+// liveness sweep or River's rescuer makes them available again, and the
+// dispatcher's lane check runs only the head among them (the claimed jobs
+// are not marked with riverjob.LaneTurnKey). Only the event that was
+// running when the process died runs again, as for a lone dispatch: a
+// lane's handlers never see an event again after its successor.
+
+// chainAhead is how many of a lane's pending dispatches a chain claims at
+// a time: one, so that, as without chains, a lane has at most one running
+// job, the one whose handler runs (an operator who cancels a running lane
+// job cancels the one handler that runs).
+const chainAhead = 1
+
+// chainWallFactor bounds a chain's wall time, its commits included, to
+// this many DispatchBatchSplitAfter: a hot lane's chain hands its worker
+// slot back now and then.
+const chainWallFactor = 20
+
+// chainClaim is how many dispatches a chain claims next, its handlers having
+// run for elapsed over handled events so far: the consumer's DispatchBatch,
+// fewer when the handlers' pace would run past DispatchBatchSplitAfter, and
+// 0 once it has (slow handlers: one job per event, any free worker takes
+// the next one). A consumer without LaneChain, or with DispatchBatch 1,
+// never chains.
+func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
+	limit := c.cfg.DispatchBatch
+	if !c.cfg.LaneChain || limit <= 1 {
+		return 0
+	}
+	split := c.cfg.DispatchBatchSplitAfter
+	if split < 0 {
+		return max(0, limit-handled)
+	}
+	if elapsed >= split {
+		return 0
+	}
+	if handled == 0 || elapsed <= 0 {
+		return limit
+	}
+	per := elapsed / time.Duration(handled)
+	if per <= 0 {
+		return limit
+	}
+	return max(1, min(limit, int((split-elapsed)/per)))
+}
+
+// runChain completes the head job (handled successfully, started at start)
+// and runs the lane's next events in place as long as chainClaim allows. It
+// returns the head job's outcome for River: nil once the head's completion
+// committed, whatever happened to the events after it.
+//
+// Each event is recorded (its job completed, the lane moved past it) before
+// the next one starts, in the group commit the lane completions share, so
+// a crash redelivers at most the event that was running, never one whose
+// successor a handler has seen: a lane's handlers see its events in order,
+// with only immediate repeats.
+func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[dispatchArgs], start time.Time) error {
+	ch := &chain{start: time.Now(), handlers: time.Since(start)}
+	claim := chainClaim(c, ch.handlers, 1)
+	if claim == 0 || len(job.AttemptedBy) == 0 {
+		return d.completeInLane(ctx, job)
+	}
+	req := completionOf(ctx, job)
+	req.claim, req.processID, req.wait = chainAhead, job.AttemptedBy[len(job.AttemptedBy)-1], true
+	if err := d.completer.submit(req); err != nil {
+		return err
+	}
+	handled := 1
+	claimed := req.claimed
+	d.holdClaimed(claimed)
+	for len(claimed) > 0 {
+		for i, cj := range claimed {
+			rest := claimed[i:]
+			if d.chainStops(ctx, c, ch) {
+				d.endChain(ctx, c, job.Args, nil, rest)
+				return nil
+			}
+			if ok, fail := d.deliverClaimed(ctx, c, ch, cj); !ok {
+				if fail != nil {
+					rest = rest[1:]
+				}
+				d.endChain(ctx, c, job.Args, fail, rest)
+				return nil
+			}
+			handled++
+			last := i == len(claimed)-1
+			step := &laneCompletion{ctx: ctx, wait: true, done: make(chan error, 1),
+				place:    riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq},
+				next:     cj.Seq + 1,
+				attempts: []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}},
+				keep:     !last, processID: req.processID}
+			if last && ctx.Err() == nil {
+				step.claim = min(chainAhead, chainClaim(c, ch.handlers, handled))
+			}
+			if err := d.completer.submit(step); err != nil {
+				// Not recorded: the event stays running under this process
+				// and goes back with the rest, so it runs again
+				// (at-least-once).
+				d.logger.ErrorContext(ctx, "error recording a lane chain's progress", "consumer", job.Args.Consumer,
+					"aggregate_id", job.Args.AggregateID, "error", err)
+				d.endChain(ctx, c, job.Args, nil, rest)
+				return nil
+			}
+			d.running.Delete(cj.ID)
+			if last {
+				// The chain goes on with what the step claimed (nothing: the
+				// step promoted the lane's next dispatch, if any).
+				claimed = step.claimed
+				d.holdClaimed(claimed)
+			}
+		}
+	}
+	return nil
+}
+
+// holdClaimed records that this process runs the claimed jobs (for the
+// repair sweep, Dispatcher.runsJob); endChain and each recorded step let go
+// of them.
+func (d *Dispatcher) holdClaimed(cs []riverjob.Claimed) {
+	for _, cj := range cs {
+		d.running.Store(cj.ID, struct{}{})
+	}
+}
+
+// chainFailure is a claimed event whose delivery failed.
+type chainFailure struct {
+	job riverjob.Claimed
+	r   deliveryResult
+	ctx context.Context // the handler's
+}
+
+// chain is a running chain's clock: when it started, and how long its
+// handlers ran.
+type chain struct {
+	start    time.Time
+	handlers time.Duration
+}
+
+// chainStops reports whether a chain stops before its next event: the
+// process is stopping, its handlers ran for DispatchBatchSplitAfter, or it
+// ran chainWallFactor times that.
+func (d *Dispatcher) chainStops(ctx context.Context, c *Consumer, ch *chain) bool {
+	split := c.cfg.DispatchBatchSplitAfter
+	return ctx.Err() != nil || (split > 0 && (ch.handlers >= split || time.Since(ch.start) >= chainWallFactor*split))
+}
+
+// deliverClaimed delivers one claimed event and reports whether it
+// succeeded; a failure to record is returned, and none (nil) when the
+// delivery was interrupted by the shutdown or the event cannot be decoded.
+func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain, cj riverjob.Claimed) (bool, *chainFailure) {
+	var args dispatchArgs
+	if err := json.Unmarshal(cj.Args, &args); err != nil {
+		// Cannot happen for a job the bus inserted; given back, it runs as a
+		// lone job, which reports it.
+		return false, nil
+	}
+	t := time.Now()
+	hctx, stop := d.watchCancel(ctx, cj.ID)
+	r := d.deliver(hctx, c, &args.Event, cj.ID, cj.Attempt, cj.MaxAttempts, cj.Seq)
+	stop()
+	ch.handlers += time.Since(t)
+	if r.err == nil {
+		d.chained.Add(1)
+		return true, nil
+	}
+	if ctx.Err() != nil && r.validation == nil && !isCancel(r.err) {
+		// Interrupted by the shutdown: given back without spending the
+		// attempt, as River snoozes a dispatch a hard stop cancelled.
+		return false, nil
+	}
+	return false, &chainFailure{job: cj, r: r, ctx: hctx}
+}
+
+// chainCancelPoll is how long a chained handler runs before the chain
+// starts looking, that often, for an operator's cancel of its job.
+const chainCancelPoll = time.Second
+
+// watchCancel returns the context for a claimed job's handler: River's
+// producer does not know the job (it runs in place), so it cannot cancel it
+// when an operator cancels it (River's JobCancel only marks a running job);
+// a handler that runs longer than chainCancelPoll has its job's mark looked
+// at every chainCancelPoll, and its context cancelled with
+// river.ErrJobCancelledRemotely once it is there, as River would.
+func (d *Dispatcher) watchCancel(ctx context.Context, jobID int64) (context.Context, func()) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(chainCancelPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-hctx.Done():
+				return
+			case <-t.C:
+				if requested, err := riverjob.CancelRequested(hctx, d.pool, d.cfg.Schema, jobID); err == nil && requested {
+					cancel(river.ErrJobCancelledRemotely)
+					return
+				}
+			}
+		}
+	}()
+	return hctx, func() { close(done); cancel(nil) }
+}
+
+func attemptsOf(cs []riverjob.Claimed) []riverjob.Attempt {
+	out := make([]riverjob.Attempt, len(cs))
+	for i, cj := range cs {
+		out[i] = riverjob.Attempt{ID: cj.ID, Attempt: cj.Attempt}
+	}
+	return out
+}
+
+// endChain records the end of a chain in one transaction under the lane's
+// lock: the failed event's attempt (nil for none) with the consumer's
+// ordering policy, the claimed events in rest back to pending, and the
+// lane's head promoted if it waits. A failure is logged: the jobs stay
+// running under this process until the liveness sweep or River's rescuer
+// makes them available again.
+func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed) {
+	defer func() {
+		// Whatever the outcome: a job this failed to give back is the
+		// repair sweep's (repairGiveBack).
+		if fail != nil {
+			d.running.Delete(fail.job.ID)
+		}
+		for _, cj := range rest {
+			d.running.Delete(cj.ID)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var queues []string
+	blocked := false
+	var err error
+	// A few tries: a job this fails to give back holds its lane until the
+	// repair sweep finds it (repairGiveBack).
+	for try := 0; try < 5; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(100<<try) * time.Millisecond):
+			}
+		}
+		if err = d.endChainTx(ctx, c, head, fail, rest, &queues, &blocked); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		d.logger.ErrorContext(ctx, "error recording the end of a lane chain", "consumer", head.Consumer, "aggregate_id", head.AggregateID, "error", err)
+		return
+	}
+	if blocked {
+		fail.r.logger.get().WarnContext(ctx, "aggregate blocked for this consumer until the dispatch is retried or skipped (tributary lanes retry|skip)", "policy", OrderingBlock)
+	}
+	d.wakeRiver(ctx, queues...)
+}
+
+// endChainTx is endChain's transaction.
+func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
+	var queues []string
+	blocked := false
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		queues, blocked = nil, false
+		lane, ok, err := d.lanes.lock(ctx, tx, head.Consumer, head.AggregateID)
+		if err != nil {
+			return err
+		}
+		now := time.Now().UTC()
+		release := false
+		if fail != nil {
+			var state rivertype.JobState
+			state, release, err = d.failClaimed(ctx, tx, c, fail, now)
+			if err != nil {
+				return err
+			}
+			if state != rivertype.JobStateRetryable && !release && ok && lane.headSeq == fail.job.Seq {
+				reason := blockReason(fail.r, fail.job.Attempt)
+				if blocked, err = d.lanes.block(ctx, tx, head.Consumer, head.AggregateID, fail.job.Seq, fail.job.ID, reason, fail.job.Args); err != nil {
+					return err
+				}
+			}
+		}
+		if err := riverjob.GiveBack(ctx, tx, d.cfg.Schema, attemptsOf(rest), now); err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		if release {
+			q, err := d.lanes.advance(ctx, tx, head.Consumer, head.AggregateID, fail.job.Seq)
+			queues = append(queues, q)
+			return err
+		}
+		if fail == nil {
+			// The head is the first claimed event not handled (now pending),
+			// or one whose progress could not be recorded.
+			queues, err = riverjob.PromoteNext(ctx, tx, d.cfg.Schema,
+				[]riverjob.LaneSeq{{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: lane.headSeq}}, now)
+			return err
+		}
+		return nil
+	})
+	if err == nil {
+		*queuesOut, *blockedOut = queues, blocked
+	}
+	return err
+}
+
+// cancelRequestedTx is Dispatcher.cancelRequested's read in tx: endChain
+// holds a connection already, and a second one from the pool could wait
+// forever once every connection is held by such a transaction.
+func cancelRequestedTx(ctx context.Context, tx pgx.Tx, schema string, jobID int64) bool {
+	requested, err := riverjob.CancelRequested(ctx, tx, schema, jobID)
+	return err == nil && requested
+}
+
+// failClaimed records a claimed event's failed attempt as River's completer
+// would for a lone dispatch, and reports whether the lane moves past it: an
+// operator cancelled it while it ran, or the consumer skips events given up.
+func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, f *chainFailure, now time.Time) (rivertype.JobState, bool, error) {
+	r := f.r
+	st, at := rivertype.JobStateRetryable, now.Add(c.retryDelay(f.job.Attempt))
+	release := false
+	switch {
+	case errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || cancelRequestedTx(ctx, tx, d.cfg.Schema, f.job.ID):
+		st, at, release = rivertype.JobStateCancelled, now, true
+		r.logger.get().InfoContext(ctx, "lane moved on: the dispatch was cancelled while it ran")
+	case r.validation != nil || isCancel(r.err):
+		st, at = rivertype.JobStateCancelled, now
+		release = c.cfg.Ordering == OrderingSkip
+	case r.terminal:
+		st, at = rivertype.JobStateDiscarded, now
+		release = c.cfg.Ordering == OrderingSkip
+	}
+	ae := *attemptError(f.job.Attempt, r.err)
+	ok, err := riverjob.FailRunning(ctx, tx, d.cfg.Schema, riverjob.Attempt{ID: f.job.ID, Attempt: f.job.Attempt}, st, at, ae, now)
+	if err != nil {
+		return "", false, fmt.Errorf("error recording the failed dispatch %d: %w", f.job.ID, err)
+	}
+	if !ok {
+		// No longer this attempt's (rescued after this process lost its
+		// liveness): whoever runs it now decides for the lane.
+		return rivertype.JobStateRetryable, false, nil
+	}
+	return st, release, nil
+}

@@ -1,0 +1,241 @@
+package events_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+)
+
+// chainBacklog emits a "gate" head and then texts on aggregate agg, waits
+// until all of them are forwarded (their dispatch jobs wait behind the
+// head), and returns the ids, head first.
+func (b *laneBundle) chainBacklog(t *testing.T, agg string, texts ...string) []string {
+	t.Helper()
+	ids := []string{b.emit(t, agg, "gate")}
+	for _, text := range texts {
+		ids = append(ids, b.emit(t, agg, text))
+	}
+	b.waitJob(t, ids[0], "running")
+	for _, id := range ids[1:] {
+		b.waitJob(t, id, "pending")
+	}
+	return ids
+}
+
+func (b *laneBundle) jobStateAttempt(t *testing.T, eventID string) (string, int) {
+	t.Helper()
+	var state string
+	var attempt int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT state::text, attempt FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch' AND args->'event'->>'id' = $1`), eventID).Scan(&state, &attempt))
+	return state, attempt
+}
+
+// TestLaneChainRunsBacklogInPlace: once a lane's head is handled, the
+// worker runs the lane's pending events after it in place (no River fetch
+// each), in order, and each event's own dispatch job ends completed.
+func TestLaneChainRunsBacklogInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	texts := make([]string, 30)
+	for i := range texts {
+		texts[i] = fmt.Sprintf("n%d", i)
+	}
+	ids := b.chainBacklog(t, "A", texts...)
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+		return b.rec.count(nil) == len(ids), nil
+	})
+	require.Equal(t, ids, b.handledOrder(), "handled in emit order")
+	require.Positive(t, b.inst.Dispatcher.Stats().Chained, "events after the head ran in place")
+	pgtest.WaitFor(t, 15*time.Second, "every dispatch job to be completed", func() (bool, error) {
+		var n int
+		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/river_job
+            WHERE kind = 'tributary.event.dispatch' AND state = 'completed'`)).Scan(&n)
+		return n == len(ids), err
+	})
+	var head, last int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT head_seq, last_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'A'`)).Scan(&head, &last))
+	require.Equal(t, last+1, head, "the lane moved past every event")
+}
+
+// TestLaneChainNoChainWithDispatchBatch1: DispatchBatch 1 keeps one River
+// job run per event for lanes too.
+func TestLaneChainNoChainWithDispatchBatch1(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	rec := &recorder{}
+	c := fastConsumer(t, "lanes", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch, cfg.LaneChain = 1, true })
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+		rec.add(call{eventID: m.ID})
+		return nil
+	})
+	_, inst := startEvents(t, db, events.ForwarderConfig{}, c)
+	ids := emitLane(t, db, "A", "a", "b", "c", "d", "e")
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) { return rec.count(nil) == len(ids), nil })
+	require.Zero(t, inst.Dispatcher.Stats().Chained)
+}
+
+// TestLaneChainFailureKeepsOrder: an event that fails inside a chain is
+// recorded as a failed attempt of its own job (retried on the consumer's
+// delays); the events behind it stay pending, no attempt spent, and run
+// only after it succeeded.
+func TestLaneChainFailureKeepsOrder(t *testing.T) {
+	t.Parallel()
+	d := 50 * time.Millisecond
+	b := setupLanesChained(t, true, events.OrderingBlock, d, d, d, d, d, d)
+	b.failing.Store(true)
+	ids := b.chainBacklog(t, "A", "a", "flaky", "c", "d")
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "the flaky event to fail twice", func() (bool, error) {
+		_, _, errs := dispatchJob(t, b.db, "lanes", ids[2])
+		return len(errs) > 0 && countSubstr(errs, "downstream is flaky") >= 2, nil
+	})
+	require.Equal(t, ids[:2], b.handledOrder(), "nothing behind the failing event ran")
+	for _, id := range ids[3:] {
+		state, attempt := b.jobStateAttempt(t, id)
+		require.Equal(t, "pending", state)
+		require.Zero(t, attempt, "a claimed event that did not run has its attempt given back")
+	}
+	b.failing.Store(false)
+	b.waitHandled(t, ids[4])
+	require.Equal(t, ids, b.handledOrder())
+}
+
+func countSubstr(s, sub string) int {
+	n := 0
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLaneChainValidationBlocksThenSkip: under OrderingBlock an event that
+// fails validation inside a chain is cancelled and blocks its lane, visibly,
+// with the events behind it waiting; skipping it runs them.
+func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	head := b.emit(t, "V", "gate")
+	a := b.emit(t, "V", "a")
+	bad := b.emitInvalid(t, "V")
+	after := b.emit(t, "V", "after")
+	b.waitJob(t, head, "running")
+	for _, id := range []string{a, bad, after} {
+		b.waitJob(t, id, "pending")
+	}
+	close(b.gate)
+	badJob := b.waitJob(t, bad, "cancelled")
+	pgtest.WaitFor(t, 15*time.Second, "the lane to be listed as blocked", func() (bool, error) {
+		lanes, err := events.ListBlockedLanes(ctx, b.db.Pool, b.db.Schema, events.LaneListParams{})
+		return len(lanes) == 1 && lanes[0].JobID == badJob && lanes[0].AggregateID == "V", err
+	})
+	require.Equal(t, []string{head, a}, b.handledOrder())
+	state, attempt := b.jobStateAttempt(t, after)
+	require.Equal(t, "pending", state)
+	require.Zero(t, attempt)
+
+	_, err := events.SkipLane(ctx, b.db.Client(t), "lanes", "V")
+	require.NoError(t, err)
+	b.waitHandled(t, after)
+	require.Equal(t, []string{head, a, after}, b.handledOrder())
+}
+
+// TestLaneChainSkipPolicy: under OrderingSkip an event given up inside a
+// chain lets the lane move on at once.
+func TestLaneChainSkipPolicy(t *testing.T) {
+	t.Parallel()
+	b := setupLanesChained(t, true, events.OrderingSkip)
+	head := b.emit(t, "S", "gate")
+	bad := b.emitInvalid(t, "S")
+	after := b.emit(t, "S", "after")
+	b.waitJob(t, head, "running")
+	b.waitJob(t, bad, "pending")
+	b.waitJob(t, after, "pending")
+	close(b.gate)
+	b.waitHandled(t, after)
+	b.waitJob(t, bad, "cancelled")
+	require.Equal(t, []string{head, after}, b.handledOrder())
+}
+
+// TestLaneChainShutdownGivesBackTheRest: a stop that interrupts a chain
+// records the events it handled and puts the rest back, the interrupted one
+// included, without spending their attempts: a restart delivers only what
+// was not recorded.
+func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	ids := b.chainBacklog(t, "H", "a", "b", "hang", "c", "d")
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "the chain to reach the hanging event", func() (bool, error) {
+		state, _ := b.jobStateAttempt(t, ids[3])
+		return b.rec.count(nil) == 3 && state == "running", nil
+	})
+	require.Positive(t, b.inst.Dispatcher.Stats().Chained)
+	stopCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_ = b.rt.Stop(stopCtx) // the soft stop times out; the hard stop cancels the handler
+	pgtest.WaitFor(t, 15*time.Second, "the interrupted chain to be recorded", func() (bool, error) {
+		state, _ := b.jobStateAttempt(t, ids[4])
+		return state == "pending", nil
+	})
+	for _, id := range ids[:3] {
+		state, _ := b.jobStateAttempt(t, id)
+		require.Equal(t, "completed", state, "a handled event is recorded")
+	}
+	state, attempt := b.jobStateAttempt(t, ids[3])
+	require.Contains(t, []string{"pending", "available"}, state, "the interrupted event waits to run again")
+	require.Zero(t, attempt, "the interruption spent no attempt")
+	for _, id := range ids[4:] {
+		state, attempt := b.jobStateAttempt(t, id)
+		require.Equal(t, "pending", state)
+		require.Zero(t, attempt)
+	}
+	var head int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT head_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'H'`)).Scan(&head))
+	require.EqualValues(t, 4, head, "the lane's head is the interrupted event")
+}
+
+// TestLaneRepairGivesBackALostRunningHead: a lane head left running under
+// this very process with nothing in the process running it (a lost chain
+// claim) is given back and runs, instead of holding the lane until River's
+// rescuer an hour later; a running head the process does run is left
+// alone.
+func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	head := b.emit(t, "O", "gate")
+	lost := b.emit(t, "O", "lost")
+	headJob := b.waitJob(t, head, "running")
+	lostJob := b.waitJob(t, lost, "pending")
+	// The lane moved on to "lost", claimed by this process 30 s ago (River's rescuer waits an hour) and
+	// then forgotten.
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = 'O'`))
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '30 seconds',
+        attempted_by = ARRAY[$2::text] WHERE id = $1`), lostJob, b.rt.ProcessID())
+	require.NoError(t, err)
+	b.ageLanes(t)
+	b.inst.Dispatcher.RepairLanes(ctx)
+	b.waitHandled(t, lost)
+	b.waitJob(t, lost, "completed")
+	require.Equal(t, []string{lost}, b.handledOrder())
+
+	// The gate's job, running in this process's Work, was not touched.
+	var st string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT state::text FROM /*schema*/river_job WHERE id = $1`), headJob).Scan(&st))
+	require.Equal(t, "running", st)
+	close(b.gate)
+}
