@@ -230,6 +230,13 @@ func taskDetail(t workflow.TaskInfo) string {
 	if len(t.WaitingOn) > 0 {
 		parts = append(parts, "waiting on: "+strings.Join(t.WaitingOn, ", "))
 	}
+	if w := t.WaitingFor; w != nil {
+		wait := fmt.Sprintf("waits for %s %q", w.Kind, w.Name)
+		if w.Until != nil {
+			wait += " until " + w.Until.UTC().Format(time.RFC3339)
+		}
+		parts = append(parts, wait)
+	}
 	if len(t.Output) > 0 {
 		parts = append(parts, "output: "+oneLine(string(t.Output), 80))
 	}
