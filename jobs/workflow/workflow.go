@@ -84,10 +84,6 @@ func TaskStates() []TaskState {
 // finished reports whether the state is final.
 func (s TaskState) finished() bool { return s != TaskPending && s != TaskActive }
 
-// satisfied reports whether a dependency in this state lets its dependents
-// run: completed, or skipped (which counts as done).
-func (s TaskState) satisfied() bool { return s == TaskCompleted || s == TaskSkipped }
-
 // DepFailurePolicy says what a task does when one of its dependencies
 // failed or was cancelled.
 type DepFailurePolicy string
