@@ -180,6 +180,12 @@ func TestWorkerDatabaseLostExits(t *testing.T) {
 	res, err := client.Enqueue(context.Background(), demo.SleepArgs{MS: 60_000}, nil)
 	require.NoError(t, err)
 	db.WaitForJobState(t, res.Job.ID, "running", 30*time.Second)
+	// River runs jobs before the services after it have started; a cut
+	// before the forwarder's LISTEN connection is open fails the start
+	// instead (seen under load), which is another test's case.
+	pgtest.WaitFor(t, 30*time.Second, "the worker to finish starting", func() (bool, error) {
+		return strings.Contains(logs.String(), `msg="runtime started"`), nil
+	})
 
 	cutAt := time.Now()
 	proxy.Cut()
