@@ -54,6 +54,21 @@ func workflowRef(args []string) (string, error) {
 	return args[0], nil
 }
 
+// withWorkflow checks the ID|KEY argument (args[0]), connects, and runs fn
+// with a workflow client and the reference; the pool closes after fn.
+func (a *app) withWorkflow(cmd *cobra.Command, args []string, fn func(wfc *workflow.Client, ref string) error) error {
+	ref, err := workflowRef(args)
+	if err != nil {
+		return err
+	}
+	wfc, done, err := a.workflowClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(wfc, ref)
+}
+
 // workflowActionError turns an operator action's refusal (nothing changed)
 // into a usage error; other errors stay runtime failures.
 func workflowActionError(err error) error {
@@ -174,23 +189,16 @@ func newWorkflowsShowCmd(a *app) *cobra.Command {
 		Short: "Show a workflow and every task: state, attempts, output, errors and what it waits on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := workflowRef(args)
-			if err != nil {
-				return err
-			}
-			wfc, done, err := a.workflowClient(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			d, err := wfc.Get(cmd.Context(), ref)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return a.printJSON(d)
-			}
-			return printWorkflow(a.stdout, d)
+			return a.withWorkflow(cmd, args, func(wfc *workflow.Client, ref string) error {
+				d, err := wfc.Get(cmd.Context(), ref)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return a.printJSON(d)
+				}
+				return printWorkflow(a.stdout, d)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
@@ -254,24 +262,17 @@ func newWorkflowsCancelCmd(a *app) *cobra.Command {
 		Short: "Cancel a running workflow: pending tasks never start, running ones have their context cancelled",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, err := workflowRef(args)
-			if err != nil {
-				return err
-			}
-			wfc, done, err := a.workflowClient(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			res, err := wfc.Cancel(cmd.Context(), ref)
-			if err != nil {
-				return workflowActionError(err)
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			fmt.Fprintf(a.stdout, "workflow %s cancelled: %d tasks cancelled, %d running jobs interrupted\n", res.ID, res.Cancelled, res.Interrupted)
-			return nil
+			return a.withWorkflow(cmd, args, func(wfc *workflow.Client, ref string) error {
+				res, err := wfc.Cancel(cmd.Context(), ref)
+				if err != nil {
+					return workflowActionError(err)
+				}
+				if asJSON {
+					return a.printJSON(res)
+				}
+				fmt.Fprintf(a.stdout, "workflow %s cancelled: %d tasks cancelled, %d running jobs interrupted\n", res.ID, res.Cancelled, res.Interrupted)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -290,24 +291,17 @@ func newWorkflowsRetryCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usagef("invalid --mode: %v", err)
 			}
-			ref, err := workflowRef(args)
-			if err != nil {
-				return err
-			}
-			wfc, done, err := a.workflowClient(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			res, err := wfc.Retry(cmd.Context(), ref, m)
-			if err != nil {
-				return workflowActionError(err)
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			fmt.Fprintf(a.stdout, "workflow %s retried (%s): %d tasks run again: %s\n", res.ID, res.Mode, len(res.Tasks), oneLine(strings.Join(res.Tasks, ", "), 200))
-			return nil
+			return a.withWorkflow(cmd, args, func(wfc *workflow.Client, ref string) error {
+				res, err := wfc.Retry(cmd.Context(), ref, m)
+				if err != nil {
+					return workflowActionError(err)
+				}
+				if asJSON {
+					return a.printJSON(res)
+				}
+				fmt.Fprintf(a.stdout, "workflow %s retried (%s): %d tasks run again: %s\n", res.ID, res.Mode, len(res.Tasks), oneLine(strings.Join(res.Tasks, ", "), 200))
+				return nil
+			})
 		},
 	}
 	var modes []string

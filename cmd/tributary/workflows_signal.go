@@ -29,42 +29,44 @@ send with the same key does nothing. Invalid JSON or an unknown workflow is a
 usage error (exit 2).`,
 		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref, name, raw := args[0], args[1], args[2]
+			name, raw := args[1], args[2]
 			if !json.Valid([]byte(raw)) {
 				return usagef("invalid JSON payload %.80q for signal %q", raw, name)
 			}
-			ctx := cmd.Context()
-			qc, pool, err := a.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			res, err := workflow.NewClient(qc).Signal(ctx, ref, name, json.RawMessage(raw), &workflow.SignalOpts{IdempotencyKey: key})
-			var nf *workflow.NotFoundError
-			var le *workflow.LimitError
-			switch {
-			case errors.As(err, &nf):
-				return usagef("unknown workflow %q: no workflow has that id or key", ref)
-			case errors.As(err, &le):
-				return usagef("%v", err)
-			case errors.Is(err, workflow.ErrInvalidSignal):
-				return usagef("%v", err)
-			case err != nil:
-				return err
-			}
-			if asJSON {
-				return a.printJSON(res)
-			}
-			switch {
-			case res.Duplicate:
-				fmt.Fprintf(a.stdout, "signal %q to workflow %s: already sent with key %q, nothing done\n", name, res.WorkflowID, key)
-			default:
-				fmt.Fprintf(a.stdout, "signal %q sent to workflow %s (signal %d, %d waiting task(s) woken)\n", name, res.WorkflowID, res.SignalID, res.Woken)
-			}
-			return nil
+			return a.withWorkflow(cmd, args, func(wfc *workflow.Client, ref string) error {
+				return a.sendSignal(cmd, wfc, ref, name, json.RawMessage(raw), key, asJSON)
+			})
 		},
 	}
 	cmd.Flags().StringVar(&key, "key", "", "idempotency key: a second send with it does nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// sendSignal sends one signal and prints what happened; a refusal that
+// changed nothing (unknown workflow, a limit, a bad name) is a usage error.
+func (a *app) sendSignal(cmd *cobra.Command, wfc *workflow.Client, ref, name string, payload json.RawMessage, key string, asJSON bool) error {
+	res, err := wfc.Signal(cmd.Context(), ref, name, payload, &workflow.SignalOpts{IdempotencyKey: key})
+	var nf *workflow.NotFoundError
+	var le *workflow.LimitError
+	switch {
+	case errors.As(err, &nf):
+		return usagef("unknown workflow %q: no workflow has that id or key", ref)
+	case errors.As(err, &le):
+		return usagef("%v", err)
+	case errors.Is(err, workflow.ErrInvalidSignal):
+		return usagef("%v", err)
+	case err != nil:
+		return err
+	}
+	if asJSON {
+		return a.printJSON(res)
+	}
+	switch {
+	case res.Duplicate:
+		fmt.Fprintf(a.stdout, "signal %q to workflow %s: already sent with key %q, nothing done\n", name, res.WorkflowID, key)
+	default:
+		fmt.Fprintf(a.stdout, "signal %q sent to workflow %s (signal %d, %d waiting task(s) woken)\n", name, res.WorkflowID, res.SignalID, res.Woken)
+	}
+	return nil
 }

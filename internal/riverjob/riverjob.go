@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 )
 
@@ -162,21 +161,6 @@ func (a *rawArgs) UnmarshalJSON(b []byte) error { a.args = append(a.args[:0], b.
 // River's insert APIs.
 func RawArgs(kind string, args json.RawMessage) river.JobArgs {
 	return rawArgs{kind: kind, args: args}
-}
-
-// CompleteTx completes a running job in tx with River's JobCompleteTx, from
-// the job row a middleware sees. ctx must be the job's work context (River
-// finds its client and the attempt's metadata updates there). It returns the
-// row after the call: a job no longer running at this attempt (rescued and
-// handed on, or finalized by someone else) comes back unchanged, so callers
-// compare its state and attempt with what they expected.
-func CompleteTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) (*rivertype.JobRow, error) {
-	j := &river.Job[rawArgs]{JobRow: job, Args: rawArgs{kind: job.Kind, args: job.EncodedArgs}}
-	done, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, j)
-	if err != nil {
-		return nil, err
-	}
-	return done.JobRow, nil
 }
 
 // Settled is an active workflow task whose job is no longer where an active

@@ -3,7 +3,6 @@ package riverjob_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 
@@ -184,52 +183,6 @@ func TestCompleteRunning(t *testing.T) {
 	ids, err = riverjob.CompleteRunning(ctx, b.db.Pool, b.db.Schema, nil, now)
 	require.NoError(t, err)
 	require.Empty(t, ids)
-}
-
-// completeWorker completes its job in a transaction of its own through
-// CompleteTx, from the row as a middleware sees it.
-type completeWorker struct {
-	river.WorkerDefaults[testArgs]
-	pool interface {
-		Begin(ctx context.Context) (pgx.Tx, error)
-	}
-	got chan *rivertype.JobRow
-}
-
-func (w *completeWorker) Work(ctx context.Context, job *river.Job[testArgs]) error {
-	tx, err := w.pool.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	row, err := riverjob.CompleteTx(ctx, tx, job.JobRow)
-	if err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	w.got <- row
-	return errors.New("ignored: the committed completion wins")
-}
-
-func TestCompleteTx(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	w := &completeWorker{pool: b.db.Pool, got: make(chan *rivertype.JobRow, 1)}
-	rt := pgtest.StartRuntime(t, b.db, queue.RuntimeConfig{}, func(rt *queue.Runtime) { queue.AddWorker(rt, w) })
-	res, err := rt.River().Insert(context.Background(), testArgs{N: 7}, nil)
-	require.NoError(t, err)
-	select {
-	case row := <-w.got:
-		require.Equal(t, res.Job.ID, row.ID)
-		require.Equal(t, rivertype.JobStateCompleted, row.State)
-		require.Equal(t, 1, row.Attempt)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker never ran")
-	}
-	b.db.WaitForJobState(t, res.Job.ID, rivertype.JobStateCompleted, 10*time.Second)
-	require.Empty(t, b.get(t, res.Job.ID).Errors, "the error returned after the committed completion is not recorded")
 }
 
 func TestScanActiveTasks(t *testing.T) {

@@ -34,7 +34,7 @@ CREATE TABLE /*schema*/approval_effect (workflow_id text NOT NULL, step text NOT
 func TestApprovalWorkerProcess(t *testing.T) {
 	schema := os.Getenv("APPROVAL_WORKER_SCHEMA")
 	if schema == "" {
-		t.Skip("a worker process of the approval chaos runs")
+		return // not started as a worker process: nothing to do (the helper-process pattern)
 	}
 	name := os.Getenv("APPROVAL_WORKER_NAME")
 	db := &pgtest.DB{Pool: pgtest.Pool(t), Schema: schema, URL: pgtest.DatabaseURL()}

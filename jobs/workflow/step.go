@@ -163,16 +163,7 @@ func userStepName(name string) error {
 //	})
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
-	tc, err := taskFrom(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("workflow.Step: %w", err)
-	}
-	if err := userStepName(name); err != nil {
-		return zero, err
-	}
-	tc.mu.Lock()
-	rec, err := tc.useStep(ctx, name)
-	tc.mu.Unlock()
+	tc, rec, err := startStep(ctx, "workflow.Step", name)
 	if err != nil {
 		return zero, err
 	}
@@ -200,7 +191,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another attempt of this job (one that was presumed dead) recorded
 		// the step first: its output is the step's.
-		raw, err := tc.readStepOutput(ctx, name)
+		raw, err := tc.readStepOutput(ctx, tc.c.pool, name)
 		if err != nil {
 			return zero, err
 		}
@@ -209,16 +200,40 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return zero, fmt.Errorf("error recording step %q of task %q: %w", name, tc.ref.Task, err)
 	}
-	tc.mu.Lock()
-	tc.remember(name, &stepRecord{kind: "step", output: out, done: true})
-	tc.mu.Unlock()
+	tc.rememberStep(name, out)
 	return v, nil
 }
 
+// startStep is what Step and StepTx do first: find the task, check the
+// name, and mark the step used in this run, returning its record when an
+// earlier attempt of the run finished it.
+func startStep(ctx context.Context, caller, name string) (*taskContext, *stepRecord, error) {
+	tc, err := taskFrom(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", caller, err)
+	}
+	if err := userStepName(name); err != nil {
+		return nil, nil, err
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	rec, err := tc.useStep(ctx, name)
+	return tc, rec, err
+}
+
+// rememberStep keeps a step this attempt recorded for the rest of the run.
+func (tc *taskContext) rememberStep(name string, out json.RawMessage) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	tc.remember(name, &stepRecord{kind: "step", output: out, done: true})
+}
+
 // readStepOutput reads the output of a step another attempt recorded.
-func (tc *taskContext) readStepOutput(ctx context.Context, name string) (json.RawMessage, error) {
+func (tc *taskContext) readStepOutput(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, name string) (json.RawMessage, error) {
 	var raw json.RawMessage
-	if err := tc.c.pool.QueryRow(ctx, tc.c.sql.selectStep, customPlan, tc.ref.JobID, name).Scan(&raw); err != nil {
+	if err := db.QueryRow(ctx, tc.c.sql.selectStep, customPlan, tc.ref.JobID, name).Scan(&raw); err != nil {
 		return nil, fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err)
 	}
 	return raw, nil
@@ -238,16 +253,7 @@ func (tc *taskContext) readStepOutput(ctx context.Context, name string) (json.Ra
 //	})
 func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	var zero T
-	tc, err := taskFrom(ctx)
-	if err != nil {
-		return zero, fmt.Errorf("workflow.StepTx: %w", err)
-	}
-	if err := userStepName(name); err != nil {
-		return zero, err
-	}
-	tc.mu.Lock()
-	rec, err := tc.useStep(ctx, name)
-	tc.mu.Unlock()
+	tc, rec, err := startStep(ctx, "workflow.StepTx", name)
 	if err != nil {
 		return zero, err
 	}
@@ -265,11 +271,9 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 		err := tx.QueryRow(ctx, tc.c.sql.insertStep, customPlan, tc.ref.JobID, name, tc.ref.WorkflowID, tc.ref.Task,
 			"step", nil, nil, false, now).Scan(&inserted)
 		if errors.Is(err, pgx.ErrNoRows) {
-			if err := tx.QueryRow(ctx, tc.c.sql.selectStep, customPlan, tc.ref.JobID, name).Scan(&out); err != nil {
-				return fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err)
-			}
-			recorded = true
-			return nil
+			out, err = tc.readStepOutput(ctx, tx, name)
+			recorded = err == nil
+			return err
 		}
 		if err != nil {
 			return fmt.Errorf("error recording step %q of task %q: %w", name, tc.ref.Task, err)
@@ -288,9 +292,7 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 	if err != nil {
 		return zero, err
 	}
-	tc.mu.Lock()
-	tc.remember(name, &stepRecord{kind: "step", output: out, done: true})
-	tc.mu.Unlock()
+	tc.rememberStep(name, out)
 	if recorded {
 		return decodeStepOutput[T](name, out)
 	}
