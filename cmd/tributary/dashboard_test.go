@@ -28,12 +28,12 @@ func startDashboardProcess(t *testing.T, db *pgtest.DB, env []string, args ...st
 
 // startServing is startDashboardProcess that also returns the process's
 // output.
-func startServing(t *testing.T, db *pgtest.DB, env []string, args ...string) (*exec.Cmd, *syncBuffer, string) {
+func startServing(t *testing.T, db *pgtest.DB, env []string, args ...string) (*exec.Cmd, *pgtest.SyncBuffer, string) {
 	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
-	logs := &syncBuffer{}
+	logs := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,32 +16,14 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startWorker starts `tributary worker` as a real process on the test's
 // schema.
-func startWorker(t *testing.T, db *pgtest.DB, env ...string) (*exec.Cmd, *syncBuffer) {
+func startWorker(t *testing.T, db *pgtest.DB, env ...string) (*exec.Cmd, *pgtest.SyncBuffer) {
 	t.Helper()
 	cmd := exec.Command(binPath, "worker", "--queues", "default=20")
 	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
-	logs := &syncBuffer{}
+	logs := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -63,36 +62,15 @@ type workerProc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	out    *pgtest.SyncBuffer
 }
 
 func (p *workerProc) start() {
 	p.t.Helper()
-	dbURL := pgtest.DatabaseURL()
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestApprovalWorkerProcess$")
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "APPROVAL_WORKER_SCHEMA="+p.schema, "APPROVAL_WORKER_NAME="+p.name,
-		"DATABASE_URL="+dbURL+sep+"pool_max_conns=6")
+		"DATABASE_URL="+pgtest.URLWithPoolMax(6))
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	require.NoError(p.t, cmd.Start())
 	exited := make(chan struct{})
@@ -138,7 +116,7 @@ func runApprovalChaos(t *testing.T, n, kills int, spread, timeout time.Duration)
 
 	procs := make([]*workerProc, 3)
 	for i := range procs {
-		procs[i] = &workerProc{t: t, schema: db.Schema, name: fmt.Sprint("p", i), out: &syncBuffer{}}
+		procs[i] = &workerProc{t: t, schema: db.Schema, name: fmt.Sprint("p", i), out: &pgtest.SyncBuffer{}}
 		procs[i].start()
 	}
 	t.Cleanup(func() {

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -220,22 +219,17 @@ func buildReplicaWorker(t *testing.T) string {
 // is stopped with SIGTERM when the test ends. env adds variables.
 func startReplica(t *testing.T, bin string, db *pgtest.DB, name string, env ...string) (*exec.Cmd, <-chan struct{}) {
 	t.Helper()
-	dbURL := pgtest.DatabaseURL()
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
 	cmd := exec.Command(bin)
 	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+dbURL+sep+"pool_max_conns=8",
+		"DATABASE_URL="+pgtest.URLWithPoolMax(8),
 		"TRIBUTARY_SCHEMA="+db.Schema,
 		"REPLICA_NAME="+name,
 		"REPLICA_FAIL_RATE=0.05",
 		"REPLICA_MAX_LATENCY=2ms",
 	)
 	cmd.Env = append(cmd.Env, env...)
-	stderr := &lockedBuilder{}
+	stderr := &pgtest.SyncBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
@@ -248,23 +242,6 @@ func startReplica(t *testing.T, bin string, db *pgtest.DB, name string, env ...s
 		}
 	})
 	return cmd, exited
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestStaleClaimKilledProcess kills a worker process (SIGKILL) right after

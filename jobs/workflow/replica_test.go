@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,20 +35,15 @@ type replicaProc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
-	stderr *lockedBuilder
+	stderr *pgtest.SyncBuffer
 }
 
 func (p *replicaProc) start() {
 	p.t.Helper()
-	dbURL := pgtest.DatabaseURL()
-	sep := "?"
-	if strings.Contains(dbURL, "?") {
-		sep = "&"
-	}
 	cmd := exec.Command(p.bin)
 	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
-		"DATABASE_URL="+dbURL+sep+"pool_max_conns=5",
+		"DATABASE_URL="+pgtest.URLWithPoolMax(5),
 		"TRIBUTARY_SCHEMA="+p.db.Schema,
 		"REPLICA_NAME="+p.name,
 		"REPLICA_FAIL_RATE=0.05",
@@ -72,23 +66,6 @@ func (p *replicaProc) signal(sig syscall.Signal) {
 	<-exited
 }
 
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // runReplicas inserts n diamond workflows for three worker processes,
 // SIGKILLs (and restarts) the first process kills times while tasks run,
 // and checks that every workflow completed, that no task started before
@@ -107,7 +84,7 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 	require.NoError(t, err, "building the worker: %s", out)
 	procs := make([]*replicaProc, 3)
 	for i := range procs {
-		procs[i] = &replicaProc{t: t, bin: bin, db: db, name: fmt.Sprint("p", i), stderr: &lockedBuilder{}}
+		procs[i] = &replicaProc{t: t, bin: bin, db: db, name: fmt.Sprint("p", i), stderr: &pgtest.SyncBuffer{}}
 		procs[i].start()
 	}
 	t.Cleanup(func() {

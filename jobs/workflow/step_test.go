@@ -36,8 +36,9 @@ func TestStepNotRerunAfterKill(t *testing.T) {
 	require.NoError(t, err)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDurableChildProcess$")
+	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(), "WFTEST_CHILD_SCHEMA="+db.Schema)
-	stderr := &lockedBuilder{}
+	stderr := &pgtest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
