@@ -12,14 +12,15 @@ import (
 
 // Defaults for Config. Each is also documented on its field.
 const (
-	AddrDefault               = "127.0.0.1:8080"
-	CountCapDefault           = 10000
-	PageSizeDefault           = 50
-	PageSizeMax               = 500
-	ThroughputWindowDefault   = 15 * time.Minute
-	QueryTimeoutDefault       = 5 * time.Second
-	SessionTTLDefault         = 12 * time.Hour
-	SessionIdleTimeoutDefault = time.Hour
+	AddrDefault                    = "127.0.0.1:8080"
+	CountCapDefault                = 10000
+	PageSizeDefault                = 50
+	PageSizeMax                    = 500
+	ThroughputWindowDefault        = 15 * time.Minute
+	QueryTimeoutDefault            = 5 * time.Second
+	SessionTTLDefault              = 12 * time.Hour
+	SessionIdleTimeoutDefault      = time.Hour
+	PendingDispatchesMaxAgeDefault = 30 * time.Second
 )
 
 // Config configures a dashboard Server.
@@ -58,6 +59,16 @@ type Config struct {
 	//
 	// Defaults to 5 seconds.
 	QueryTimeout time.Duration
+
+	// PendingDispatchesMaxAge is how old the event consumers' pending
+	// dispatch counts on /metrics may get before a scrape starts a recount
+	// in the background (the scrape itself serves the last count and its
+	// age, tributary_event_consumer_pending_dispatches_age_seconds): the
+	// count reads every unfinished dispatch job, too slow for every scrape
+	// with a large backlog.
+	//
+	// Defaults to 30 seconds.
+	PendingDispatchesMaxAge time.Duration
 
 	// SessionTTL is how long a login through the form lasts at most, used
 	// or not.
@@ -111,6 +122,7 @@ func (c Config) withDefaults(logger *slog.Logger) Config {
 		c.ThroughputWindow = time.Minute
 	}
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
+	c.PendingDispatchesMaxAge = cmp.Or(c.PendingDispatchesMaxAge, PendingDispatchesMaxAgeDefault)
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.SessionIdleTimeout = cmp.Or(c.SessionIdleTimeout, SessionIdleTimeoutDefault)
 	return c

@@ -189,3 +189,35 @@ func TestMetricLanesBlocked(t *testing.T) {
 		return v == 2, nil
 	})
 }
+
+// tributary_event_consumer_pending_dispatches comes from a count shared
+// with the consumers page and redone in the background once older than
+// PendingDispatchesMaxAge: a dispatch that starts and one that finishes
+// both show on later scrapes, with the count's age beside them.
+func TestMetricPendingDispatchesRecounted(t *testing.T) {
+	t.Parallel()
+	_, bundle := setupServer(t, Config{PendingDispatchesMaxAge: 100 * time.Millisecond})
+	db, base := bundle.db, bundle.http.URL
+	w := startLaneWorld(t, db)
+	series := `tributary_event_consumer_pending_dispatches{consumer="audit"}`
+	pgtest.WaitFor(t, 10*time.Second, "the audit consumer's gauge at 0", func() (bool, error) {
+		v, ok := metricValue(t, get(t, base, "/metrics").body, series)
+		return ok && v == 0, nil
+	})
+	id := w.emit(t, db, "A", "gate") // its handler waits: one running dispatch
+	pgtest.WaitFor(t, 10*time.Second, series+" at 1", func() (bool, error) {
+		body := get(t, base, "/metrics").body
+		v, _ := metricValue(t, body, series)
+		_, aged := metricValue(t, body, "tributary_event_consumer_pending_dispatches_age_seconds")
+		return v == 1 && aged, nil
+	})
+	page := get(t, base, "/api/consumers").body
+	require.Contains(t, page, `"pending": 1`, "the page shares the count")
+	require.Contains(t, page, `"pending_counted_at"`)
+	close(w.gate)
+	w.waitHandled(t, id)
+	pgtest.WaitFor(t, 10*time.Second, series+" back at 0", func() (bool, error) {
+		v, _ := metricValue(t, get(t, base, "/metrics").body, series)
+		return v == 0, nil
+	})
+}

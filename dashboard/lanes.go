@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/tributary-run/tributary/jobs/events"
 )
@@ -23,6 +24,10 @@ type LanesPage struct {
 type ConsumersPage struct {
 	notEnabled
 	Consumers []events.ConsumerInfo `json:"consumers"`
+	// PendingCountedAt is when the consumers' Pending were counted: the
+	// page and /metrics share one count, at most
+	// Config.PendingDispatchesMaxAge old plus a recount.
+	PendingCountedAt time.Time `json:"pending_counted_at"`
 }
 
 // laneStateIndex is created by the migration that gave lanes their state
@@ -55,11 +60,18 @@ func (s *Server) Consumers(ctx context.Context) (*ConsumersPage, error) {
 		page.Enabled, page.Reason = false, "the event consumer tables are not in this schema or not migrated (run `tributary migrate up`)"
 		return page, err
 	}
-	list, err := events.ListConsumers(ctx, s.pool, s.schema)
+	list, err := events.ListConsumersUncounted(ctx, s.pool, s.schema)
 	if err != nil {
 		return nil, err
 	}
-	page.Consumers = list
+	pending, takenAt, err := s.pending.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		list[i].Pending = pending[list[i].Name]
+	}
+	page.Consumers, page.PendingCountedAt = list, takenAt
 	return page, nil
 }
 

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,7 @@ type dbCollector struct {
 	objectGzip   *prometheus.Desc
 	blockedLanes *prometheus.Desc
 	pendingDisp  *prometheus.Desc
+	pendingAge   *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 	wf           workflowDescs
 }
@@ -49,7 +51,8 @@ func newDBCollector(s *Server) *dbCollector {
 		objectBytes:  prometheus.NewDesc("tributary_batch_object_bytes", "Uncompressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		objectGzip:   prometheus.NewDesc("tributary_batch_object_compressed_bytes", "Compressed bytes of the written batch objects per stream.", []string{"stream"}, nil),
 		blockedLanes: prometheus.NewDesc("tributary_event_lanes_blocked", "Aggregates of an event consumer held by a given-up head event (lane blocks), per consumer.", []string{"consumer"}, nil),
-		pendingDisp:  prometheus.NewDesc("tributary_event_consumer_pending_dispatches", "Unfinished dispatch jobs of an event consumer (a batched dispatch counts once), per consumer.", []string{"consumer"}, nil),
+		pendingDisp:  prometheus.NewDesc("tributary_event_consumer_pending_dispatches", "Unfinished dispatch jobs of an event consumer (a batched dispatch counts once), per consumer, as of the count tributary_event_consumer_pending_dispatches_age_seconds ago.", []string{"consumer"}, nil),
+		pendingAge:   prometheus.NewDesc("tributary_event_consumer_pending_dispatches_age_seconds", "How long ago the pending dispatches were counted (recounted in the background once older than the dashboard's PendingDispatchesMaxAge).", nil, nil),
 		scrapeErrors: prometheus.NewDesc("tributary_dashboard_scrape_error", "1 when the last scrape could not read the database.", nil, nil),
 		wf:           newWorkflowDescs(),
 	}
@@ -57,7 +60,7 @@ func newDBCollector(s *Server) *dbCollector {
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.queueJobs, c.oldestAge, c.outboxRows, c.outboxLag,
-		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.blockedLanes, c.pendingDisp, c.scrapeErrors} {
+		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.blockedLanes, c.pendingDisp, c.pendingAge, c.scrapeErrors} {
 		ch <- d
 	}
 	c.wf.describe(ch)
@@ -117,24 +120,32 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, failed)
 }
 
-// collectConsumers exports each event consumer's blocked lanes and
-// unfinished dispatches, as the consumers page counts them.
+// collectConsumers exports each event consumer's blocked lanes, read at
+// scrape time, and its unfinished dispatches as last counted (see
+// pendingDispatches), as the consumers page counts them.
 func (c *dbCollector) collectConsumers(ctx context.Context, ch chan<- prometheus.Metric) error {
-	return c.s.readTx(ctx, func(tx pgx.Tx) error {
+	var list []events.ConsumerInfo
+	err := c.s.readTx(ctx, func(tx pgx.Tx) error {
 		ok, err := c.s.tableExists(ctx, tx, laneStateIndex)
 		if err != nil || !ok {
 			return err
 		}
-		list, err := events.ListConsumers(ctx, tx, c.s.schema)
-		if err != nil {
-			return err
-		}
-		for _, ci := range list {
-			ch <- prometheus.MustNewConstMetric(c.blockedLanes, prometheus.GaugeValue, float64(ci.BlockedLanes), ci.Name)
-			ch <- prometheus.MustNewConstMetric(c.pendingDisp, prometheus.GaugeValue, float64(ci.Pending), ci.Name)
-		}
-		return nil
+		list, err = events.ListConsumersUncounted(ctx, tx, c.s.schema)
+		return err
 	})
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	pending, takenAt, err := c.s.pending.get(ctx)
+	if err != nil {
+		return err
+	}
+	for _, ci := range list {
+		ch <- prometheus.MustNewConstMetric(c.blockedLanes, prometheus.GaugeValue, float64(ci.BlockedLanes), ci.Name)
+		ch <- prometheus.MustNewConstMetric(c.pendingDisp, prometheus.GaugeValue, float64(pending[ci.Name]), ci.Name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.pendingAge, prometheus.GaugeValue, time.Since(takenAt).Seconds())
+	return nil
 }
 
 func (c *dbCollector) collectBatches(ctx context.Context, ch chan<- prometheus.Metric) error {

@@ -30,6 +30,7 @@ type Server struct {
 	handler  http.Handler
 
 	throughput *throughputCache
+	pending    *pendingDispatches
 }
 
 // New builds a dashboard on client's pool and schema. Job actions go
@@ -49,6 +50,7 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 
 		throughput: &throughputCache{},
 	}
+	s.pending = &pendingDispatches{s: s, maxAge: cfg.PendingDispatchesMaxAge}
 	var err error
 	if s.pages, err = loadPages(); err != nil {
 		return nil, err

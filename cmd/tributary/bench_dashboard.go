@@ -19,7 +19,8 @@ func newBenchDashboardCmd(a *app) *cobra.Command {
 		Long: `Seed N river_job rows with COPY into a fresh schema (24 hours of history:
 mostly completed, some discarded, cancelled, retryable and scheduled, a backlog
 of available jobs in four queues), VACUUM ANALYZE it, then request the
-overview and the first jobs page (JSON and HTML, plus filtered pages) through
+overview, the first and deep jobs pages (JSON and HTML, plus filtered pages),
+/metrics and, with --workflows seeded beside the jobs, the workflows pages through
 the dashboard's HTTP handler, one request at a time, and print p50/p95/p99.
 In the same run, the baselines: a full GROUP BY count of the table, the
 exact job counts 'tributary stats' prints, and River's own JobList first
@@ -40,6 +41,7 @@ page. The schema is dropped afterwards unless --keep.`,
 	}
 	cmd.Flags().IntVarP(&o.Rows, "n", "n", 1_000_000, "river_job rows to seed")
 	cmd.Flags().IntVar(&o.Requests, "requests", 200, "timed requests per endpoint")
+	cmd.Flags().IntVar(&o.Workflows, "workflows", bench.DashboardWorkflowsDefault, "five-task workflows to seed (a reused schema needs its seeding number; -1: none)")
 	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the seeded schema")
 	cmd.Flags().StringVar(&o.Reuse, "reuse", "", "measure on this schema, seeded by an earlier --keep run, instead of seeding")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")

@@ -55,8 +55,9 @@ func InsertAttempted(ctx context.Context, tx pgx.Tx, schema, queue string, jobs 
 }
 
 // CountUnfinishedDispatches counts each consumer's unfinished dispatch jobs
-// (both kinds; waiting, running or retrying) through River's state-first
-// index: it reads the unfinished jobs, not the whole table.
+// (both kinds; waiting, running or retrying) through the partial index of
+// unfinished dispatch jobs (tributary_dispatch_unfinished_idx): it reads
+// the dispatch backlog, not the table's unfinished jobs or its dispatch jobs.
 func CountUnfinishedDispatches(ctx context.Context, db DBTX, schema string) (map[string]int64, error) {
 	rows, err := db.Query(ctx, q(schema, countUnfinishedDispatchesSQL))
 	if err != nil {
@@ -114,10 +115,13 @@ FROM unnest($3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[], $8:
 // dispatchKinds are both kinds of dispatch job, as a SQL list.
 const dispatchKinds = `('` + DispatchKind + `', '` + DispatchBatchKind + `')`
 
+// countUnfinishedDispatchesSQL says finalized_at IS NULL, not the five
+// unfinished states, so that the planner matches the partial index's
+// predicate; River's check constraint (finalized_or_finalized_at_null)
+// makes the two the same rows.
 const countUnfinishedDispatchesSQL = `
 SELECT args ->> 'consumer', count(*) FROM /*schema*/river_job
-WHERE state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
-  AND kind IN ` + dispatchKinds + `
+WHERE finalized_at IS NULL AND kind IN ` + dispatchKinds + `
 GROUP BY 1`
 
 const deleteWaitingDispatchesSQL = `

@@ -29,3 +29,16 @@ func VacuumAnalyze(ctx context.Context, db DBTX, schema string) error {
 }
 
 const vacuumAnalyzeSQL = `VACUUM ANALYZE /*schema*/river_job`
+
+// AllVisible returns how many pages of River's job table the visibility
+// map marks all-visible and how many it has, as of its last VACUUM: the
+// dashboard's capped counts are index-only scans, which read the heap for
+// every page not marked.
+func AllVisible(ctx context.Context, db DBTX, schema string) (visible, pages int64, err error) {
+	if err := db.QueryRow(ctx, q(schema, allVisibleSQL)).Scan(&visible, &pages); err != nil {
+		return 0, 0, fmt.Errorf("error reading the visibility of River's job table: %w", err)
+	}
+	return visible, pages, nil
+}
+
+const allVisibleSQL = `SELECT relallvisible::bigint, relpages::bigint FROM pg_class WHERE oid = '/*schema*/river_job'::regclass`

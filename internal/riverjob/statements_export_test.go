@@ -20,6 +20,7 @@ func Statements() map[string]string {
 		"JobListSQL":       JobListSQL,
 		"JobKindsSQL":      JobKindsSQL,
 		"vacuumAnalyzeSQL": vacuumAnalyzeSQL,
+		"allVisibleSQL":    allVisibleSQL,
 
 		"wakeSQL":              wakeSQL,
 		"jobStateSQL":          jobStateSQL,

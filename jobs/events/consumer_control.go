@@ -38,8 +38,36 @@ type ConsumerInfo struct {
 }
 
 // ListConsumers lists every consumer by name. Pending is counted over the
-// unfinished jobs (River's state index), not the whole job table.
+// unfinished dispatch jobs (CountPendingDispatches), not the whole job
+// table.
 func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]ConsumerInfo, error) {
+	out, err := ListConsumersUncounted(ctx, db, schema)
+	if err != nil {
+		return nil, err
+	}
+	pending, err := CountPendingDispatches(ctx, db, schema)
+	if err != nil {
+		return nil, fmt.Errorf("error listing consumers: %w", err)
+	}
+	for i := range out {
+		out[i].Pending = pending[out[i].Name]
+	}
+	return out, nil
+}
+
+// CountPendingDispatches counts each consumer's unfinished dispatch jobs
+// (ConsumerInfo.Pending) by consumer name. It reads every one of them, so
+// its cost grows with the backlog (a few hundred milliseconds for 20,000
+// jobs scattered over a 10,000,000-job table): a caller asked often (the
+// dashboard's /metrics) reads it on a schedule of its own.
+func CountPendingDispatches(ctx context.Context, db queue.DBTX, schema string) (map[string]int64, error) {
+	return riverjob.CountUnfinishedDispatches(ctx, db, schema)
+}
+
+// ListConsumersUncounted is ListConsumers with Pending left 0, for a
+// caller that counts those with CountPendingDispatches on its own
+// schedule; the rest costs a read of the consumer and lane tables.
+func ListConsumersUncounted(ctx context.Context, db queue.DBTX, schema string) ([]ConsumerInfo, error) {
 	rows, err := db.Query(ctx, queue.Qualify(schema, listConsumersSQL), time.Now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("error listing consumers: %w", err)
@@ -60,16 +88,12 @@ func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]Consume
 	if err != nil {
 		return nil, fmt.Errorf("error listing consumers: %w", err)
 	}
-	pending, err := riverjob.CountUnfinishedDispatches(ctx, db, schema)
-	if err != nil {
-		return nil, fmt.Errorf("error listing consumers: %w", err)
-	}
 	blocked, err := newLanes(schema).blockedCounts(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("error listing consumers: %w", err)
 	}
 	for i := range out {
-		out[i].Pending, out[i].BlockedLanes = pending[out[i].Name], blocked[out[i].Name]
+		out[i].BlockedLanes = blocked[out[i].Name]
 	}
 	return out, nil
 }

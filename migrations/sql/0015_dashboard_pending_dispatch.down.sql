@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS tributary_dispatch_unfinished_idx;
