@@ -1,8 +1,12 @@
 package queue
 
 import (
+	"context"
+	"reflect"
+
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel"
 )
 
 // tracingMiddleware is River's own OpenTelemetry middleware
@@ -10,11 +14,54 @@ import (
 // job inserted gets an insert span and every job worked a work span
 // ("river.work/KIND"), whose context the job's code runs in. The inserting
 // span's W3C trace context is stored in the job's metadata and linked from
-// the work span. Without providers (otel.SetTracerProvider) the spans are
-// no-ops. Every River client tributary creates has it, outermost.
+// the work span. Without providers (otel.SetTracerProvider,
+// otel.SetMeterProvider) it is skipped, job by job (see otelConfigured).
+// Every River client tributary creates has it, outermost.
 func tracingMiddleware() rivertype.Middleware {
-	return otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
+	return tracing{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 		EnableTracePropagation:      true,
 		EnableWorkSpanJobKindSuffix: true,
-	})
+	})}
+}
+
+// tracing is otelriver's middleware, bypassed while the process has set no
+// provider: its spans and instruments would then do nothing, but it still
+// built them (a span, the attribute set of three instruments sorted and
+// hashed, the job's metadata decoded for a link): most of the CPU per job
+// that tributary's runtime spent over a bare River client in `bench jobs`
+// (docs/BENCHMARKS.md). Its other methods (River's metric hook) are
+// otelriver's own.
+type tracing struct{ *otelriver.Middleware }
+
+func (t tracing) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if !otelConfigured() {
+		return doInner(ctx)
+	}
+	return t.Middleware.Work(ctx, job, doInner)
+}
+
+func (t tracing) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	if !otelConfigured() {
+		return doInner(ctx)
+	}
+	return t.Middleware.InsertMany(ctx, params, doInner)
+}
+
+// otelGlobalPackage is where OpenTelemetry's default global providers live:
+// until a process sets its own, otel.GetTracerProvider and
+// otel.GetMeterProvider return these delegating no-ops.
+const otelGlobalPackage = "go.opentelemetry.io/otel/internal/global"
+
+// otelConfigured reports whether the process has set a global tracer or
+// meter provider. It is asked per job (two atomic loads), so a provider set
+// after the runtime was created counts from the next job on, as it did when
+// otelriver ran unconditionally (its tracer delegates to the provider set
+// later). TestOtelConfigured pins the otel internals this relies on.
+func otelConfigured() bool {
+	return !isOtelDefault(otel.GetTracerProvider()) || !isOtelDefault(otel.GetMeterProvider())
+}
+
+func isOtelDefault(provider any) bool {
+	t := reflect.TypeOf(provider)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == otelGlobalPackage
 }
