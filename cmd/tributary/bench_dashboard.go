@@ -15,13 +15,14 @@ func newBenchDashboardCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "dashboard",
-		Short: "Time the dashboard's overview and first jobs page on a job table of N rows",
+		Short: "Time the dashboard's pages and /metrics on a job table of N rows and seeded workflows",
 		Long: `Seed N river_job rows with COPY into a fresh schema (24 hours of history:
 mostly completed, some discarded, cancelled, retryable and scheduled, a backlog
-of available jobs in four queues), VACUUM ANALYZE it, then request the
+of available jobs in four queues, dispatch jobs of five event consumers) and
+--workflows five-task workflows, VACUUM ANALYZE them, then request the
 overview, the first and deep jobs pages (JSON and HTML, plus filtered pages),
-/metrics and, with --workflows seeded beside the jobs, the workflows pages through
-the dashboard's HTTP handler, one request at a time, and print p50/p95/p99.
+/metrics, the consumers page and the workflows pages through the dashboard's
+HTTP handler, one request at a time, and print p50/p95/p99.
 In the same run, the baselines: a full GROUP BY count of the table, the
 exact job counts 'tributary stats' prints, and River's own JobList first
 page. The schema is dropped afterwards unless --keep.`,
