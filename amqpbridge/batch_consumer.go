@@ -71,6 +71,7 @@ type BatchConsumer struct {
 	bc BatchConsumerConfig
 
 	flushes, flushFailures, handedOff uint64
+	handOffTime, slotWait             time.Duration
 	statsMu                           sync.Mutex
 }
 
@@ -123,6 +124,12 @@ type BatchStats struct {
 	Flushes       uint64 // successful hand-offs
 	FlushFailures uint64 // failed hand-offs (batch nacked)
 	HandedOff     uint64 // messages acked after a hand-off
+	// HandOffTime is the time hand-offs took, summed over the batches (with
+	// HandOffConcurrency above 1 they overlap). SlotWait is the time the
+	// consumer held a full batch because every hand-off slot was busy: the
+	// hand-off, not the broker, was the slower side then.
+	HandOffTime time.Duration
+	SlotWait    time.Duration
 }
 
 // Stats returns the consumer's counters.
@@ -132,6 +139,7 @@ func (c *BatchConsumer) Stats() BatchStats {
 	return BatchStats{
 		ConsumerStats: c.consumerStats(),
 		Flushes:       c.flushes, FlushFailures: c.flushFailures, HandedOff: c.handedOff,
+		HandOffTime: c.handOffTime, SlotWait: c.slotWait,
 	}
 }
 
@@ -164,6 +172,7 @@ type pendingBatch struct {
 	start time.Time
 	done  chan struct{}
 	err   error
+	took  time.Duration // set before done closes
 }
 
 // consume runs one session until it is lost (false) or Stop was called
@@ -210,6 +219,7 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 		buf = batch{}
 		if c.bc.HandOffConcurrency == 1 {
 			pb.err = c.bc.HandOff(c.ctx, pb.items)
+			pb.took = time.Since(pb.start)
 			close(pb.done)
 			c.settleBatch(run, sess, pb, stop == nil)
 			return
@@ -217,10 +227,17 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 		go func() {
 			defer close(pb.done)
 			pb.err = c.bc.HandOff(c.ctx, pb.items)
+			pb.took = time.Since(pb.start)
 		}()
 		inflight = append(inflight, pb)
-		for len(inflight) >= c.bc.HandOffConcurrency {
-			settleOldest()
+		if len(inflight) >= c.bc.HandOffConcurrency {
+			waited := time.Now()
+			for len(inflight) >= c.bc.HandOffConcurrency {
+				settleOldest()
+			}
+			c.statsMu.Lock()
+			c.slotWait += time.Since(waited)
+			c.statsMu.Unlock()
 		}
 	}
 	oldestDone := func() <-chan struct{} {
@@ -339,6 +356,7 @@ func (c *BatchConsumer) settleBatch(run *queue.Run, sess *consumerSession, pb *p
 	}
 	c.stats.acked.Add(uint64(n))
 	c.statsMu.Lock()
+	c.handOffTime += pb.took
 	c.flushes++
 	c.handedOff += uint64(n)
 	c.statsMu.Unlock()

@@ -3,7 +3,7 @@ package amqpbridge
 import (
 	"cmp"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -155,25 +155,33 @@ type JobEnqueuer interface {
 
 // JobInserter returns an InsertBatchFunc that turns each delivery's JSON body
 // into the arguments of a job of kind, inserted with River's batch insert. A
-// body that is not JSON, or JSON that River's jsonb column cannot hold (a
-// \u0000 escape, say: queue.CheckArgs), is a permanent failure: its insert
-// would fail every time, and roll back the rest of its batch with it.
+// body that is empty, not JSON, or JSON that River's jsonb column cannot
+// hold (a \u0000 escape, say: queue.CheckArgs) is a permanent failure: its
+// insert would fail every time, and roll back the rest of its batch with it.
+// The body is checked once, by the enqueue (queue.CheckArgs, which reports
+// it as a *queue.ArgsError), not again here: on this path the JSON checks
+// were the largest cost of the process after the broker's frames.
 func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) InsertBatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
 		items := make([]queue.EnqueueItem, len(batch))
 		for i, d := range batch {
-			if !json.Valid(d.Body) {
-				return Permanent(fmt.Errorf("message %q is not valid JSON for job kind %q", d.MessageID, kind))
+			if len(d.Body) == 0 { // RawArgs would store it as {}
+				return Permanent(fmt.Errorf("message %q has an empty body, not JSON for job kind %q", d.MessageID, kind))
 			}
-			args := queue.RawArgs{KindName: kind, JSON: d.Body}
-			if err := queue.CheckArgs(args); err != nil {
-				return Permanent(fmt.Errorf("message %q: %w", d.MessageID, err))
-			}
-			items[i] = queue.EnqueueItem{Args: args, Opts: opts}
+			items[i] = queue.EnqueueItem{Args: queue.RawArgs{KindName: kind, JSON: d.Body}, Opts: opts}
 		}
-		if _, err := client.EnqueueManyTx(ctx, tx, items); err != nil {
+		_, err := client.EnqueueManyTx(ctx, tx, items)
+		var argsErr *queue.ArgsError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &argsErr) && len(batch) == 1:
+			return Permanent(fmt.Errorf("message %q: %w", batch[0].MessageID, err))
+		case errors.As(err, &argsErr):
+			// insertBatch tries each delivery alone, naming the bad ones.
+			return Permanent(fmt.Errorf("a message of the batch of %d: %w", len(batch), err))
+		default:
 			return fmt.Errorf("error inserting %d %q jobs: %w", len(items), kind, err)
 		}
-		return nil
 	}
 }

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tributary-run/tributary/amqpbridge"
@@ -70,6 +74,96 @@ type AMQPResult struct {
 	// InsertOnly is the rate of the inbound bridge's inserts (same batch
 	// size and concurrency) with no broker involved.
 	InsertOnly float64 `json:"insert_only_jobs_per_sec"`
+	// InboundBareCPU, InboundBridgeCPU and InsertOnlyCPU are the CPU spent
+	// per message (medians over the rounds) by the broker, the database
+	// backends and this process: on a machine where the CPU is the limit,
+	// they bound the inbound ratio whatever the rates of a noisy run.
+	InboundBareCPU   amqpCPU `json:"inbound_bare_cpu_per_msg"`
+	InboundBridgeCPU amqpCPU `json:"inbound_tributary_cpu_per_msg"`
+	InsertOnlyCPU    amqpCPU `json:"insert_only_cpu_per_msg"`
+}
+
+// amqpCPU is CPU per message, split by who spent it. Broker and Database
+// are zero (unknown) when that server's processes cannot be read here.
+type amqpCPU struct {
+	Broker   time.Duration `json:"broker_ns"`
+	Database time.Duration `json:"database_ns"`
+	Self     time.Duration `json:"process_ns"`
+}
+
+func (c amqpCPU) String() string {
+	us := func(d time.Duration) string {
+		if d <= 0 {
+			return "?"
+		}
+		return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1e3)
+	}
+	return fmt.Sprintf("%s us/msg (broker %s + Postgres %s + this process %s)", us(c.Broker+c.Database+c.Self), us(c.Broker), us(c.Database), us(c.Self))
+}
+
+// cpuMeter reads the CPU of this process, of the benchmark's Postgres
+// backends and of the broker (a local RabbitMQ, found by its beam.smp
+// process), so a side's CPU per message can be told apart from the
+// machine's load.
+type cpuMeter struct {
+	db     *cpuPool // nil: database CPU unknown
+	broker uint32   // 0: broker CPU unknown
+}
+
+func newCPUMeter(db *cpuPool) cpuMeter {
+	m := cpuMeter{db: db}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.ParseUint(d.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile("/proc/" + d.Name() + "/comm"); err == nil && strings.TrimSpace(string(comm)) == "beam.smp" {
+			m.broker = uint32(pid)
+			break
+		}
+	}
+	return m
+}
+
+// start returns a function that gives the CPU per message of n messages
+// since start was called.
+func (m cpuMeter) start() func(n int) amqpCPU {
+	var dbMark cpuMark
+	if m.db != nil {
+		dbMark = m.db.mark()
+	}
+	self := selfCPU()
+	broker, _ := processCPU(m.broker)
+	return func(n int) amqpCPU {
+		var c amqpCPU
+		c.Self = selfCPU() - self
+		if m.db != nil {
+			_, c.Database = m.db.since(dbMark)
+		}
+		if m.broker != 0 {
+			if now, ok := processCPU(m.broker); ok {
+				c.Broker = now - broker
+			}
+		}
+		n = max(1, n)
+		return amqpCPU{Broker: c.Broker / time.Duration(n), Database: c.Database / time.Duration(n), Self: c.Self / time.Duration(n)}
+	}
+}
+
+func medianCPU(cs []amqpCPU) amqpCPU {
+	pick := func(f func(amqpCPU) time.Duration) time.Duration {
+		v := make([]float64, len(cs))
+		for i, c := range cs {
+			v[i] = float64(f(c))
+		}
+		return time.Duration(median(v))
+	}
+	return amqpCPU{
+		Broker:   pick(func(c amqpCPU) time.Duration { return c.Broker }),
+		Database: pick(func(c amqpCPU) time.Duration { return c.Database }),
+		Self:     pick(func(c amqpCPU) time.Duration { return c.Self }),
+	}
 }
 
 // RunAMQP measures the AMQP bridge beside bare amqp091-go loops in the same
@@ -132,7 +226,20 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	}()
 
 	var pubBare, pubBridge, inBare, inBridge []float64
+	var inStats []amqpbridge.BatchStats
+	var cpuBare, cpuBridge []amqpCPU
 	withDB := opts.DB != nil && opts.Jobs != nil
+	var dbCPU *cpuPool
+	if p, ok := opts.DB.(*pgxpool.Pool); ok && withDB {
+		// The bridge's transactions on a pool of their own, so the CPU of
+		// its backends can be read.
+		if dbCPU, err = newCPUPool(ctx, p); err != nil {
+			return res, err
+		}
+		defer dbCPU.Close()
+		opts.DB = dbCPU
+	}
+	meter := newCPUMeter(dbCPU)
 	for round := range opts.Rounds {
 		// Alternate who goes first, so neither side always gets the warmer
 		// broker.
@@ -150,13 +257,18 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		}
 		consumers := []func() error{
 			func() error {
+				cpu := meter.start()
 				d, err := bareConsume(ctx, conn, bareQ, opts.Messages, opts.Prefetch)
 				inBare = append(inBare, rate(opts.Messages, d))
+				cpuBare = append(cpuBare, cpu(opts.Messages))
 				return wrap("bare consume", err)
 			},
 			func() error {
-				d, err := bridgeInbound(ctx, cfg, bridgeQ, opts)
+				cpu := meter.start()
+				d, st, err := bridgeInbound(ctx, cfg, bridgeQ, opts)
 				inBridge = append(inBridge, rate(opts.Messages, d))
+				cpuBridge = append(cpuBridge, cpu(opts.Messages))
+				inStats = append(inStats, st)
 				return wrap("bridge inbound", err)
 			},
 		}
@@ -178,7 +290,10 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		}
 		fmt.Fprintf(w, "round %d: publish bare %.0f, tributary %.0f msg/s", round+1, pubBare[round], pubBridge[round])
 		if withDB {
-			fmt.Fprintf(w, "; inbound bare %.0f, tributary %.0f msg/s", inBare[round], inBridge[round])
+			st := inStats[round]
+			fmt.Fprintf(w, "; inbound bare %.0f, tributary %.0f msg/s (%d transactions of %.0f on average, %.2fs of inserts, %.2fs waited for an inserter)\n  CPU: bare %s; tributary %s",
+				inBare[round], inBridge[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), st.HandOffTime.Seconds(), st.SlotWait.Seconds(),
+				cpuBare[round], cpuBridge[round])
 		}
 		fmt.Fprintln(w)
 	}
@@ -197,14 +312,24 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	res.InboundRatios = ratios(inBridge, inBare)
 	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
 		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
+	res.InboundBareCPU, res.InboundBridgeCPU = medianCPU(cpuBare), medianCPU(cpuBridge)
 	// The bridge's ceiling on this machine right now: the same inserts
 	// without RabbitMQ.
+	cpu := meter.start()
 	d, err := dbOnly(ctx, opts)
 	if err != nil {
 		return res, fmt.Errorf("database-only insert: %w", err)
 	}
 	res.InsertOnly = rate(opts.Messages, d)
+	res.InsertOnlyCPU = cpu(opts.Messages)
 	fmt.Fprintf(w, "reference: the same River batch inserts without RabbitMQ %.0f jobs/s (the inbound bridge's ceiling here)\n", res.InsertOnly)
+	fmt.Fprintf(w, "CPU per message (medians): bare consume %s; tributary inbound %s; inserts alone %s\n", res.InboundBareCPU, res.InboundBridgeCPU, res.InsertOnlyCPU)
+	if b, t := res.InboundBareCPU, res.InboundBridgeCPU; b.Broker > 0 && t.Database > 0 {
+		// Where the CPU is what limits both sides, the ratio cannot
+		// exceed this.
+		fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio: %.2f (bare CPU / tributary CPU per message)\n",
+			float64(b.Broker+b.Database+b.Self)/float64(t.Broker+t.Database+t.Self))
+	}
 	fmt.Fprintf(w, "(rates: medians of %d rounds, alternating which side goes first; ratios: median of the per-round ratios, each from two back-to-back runs)\n", opts.Rounds)
 	return res, nil
 }
@@ -409,16 +534,16 @@ func dbOnly(ctx context.Context, opts AMQPOptions) (time.Duration, error) {
 	return time.Since(start), firstErr
 }
 
-func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions) (time.Duration, error) {
+func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions) (time.Duration, amqpbridge.BatchStats, error) {
 	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
 		Queue: q, DB: opts.DB, Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
 		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),
 	})
 	if err != nil {
-		return 0, err
+		return 0, amqpbridge.BatchStats{}, err
 	}
 	if err := in.Start(ctx); err != nil {
-		return 0, err
+		return 0, amqpbridge.BatchStats{}, err
 	}
 	// Like the bare loop, timed from the subscription on (Start returns once
 	// subscribed; the dial and declarations are not part of the rate).
@@ -430,10 +555,9 @@ func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AM
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, amqpbridge.BatchStats{}, ctx.Err()
 		}
 	}
-	st := in.Stats()
-	opts.Logger.Debug("inbound bench round done", "flushes", st.Flushes, "failures", st.FlushFailures, "handed_off", st.HandedOff)
-	return time.Since(start), nil
+	took := time.Since(start)
+	return took, in.Stats(), nil
 }

@@ -55,6 +55,9 @@ type BatchResult struct {
 	// BaseHeapInUse the value just before it started.
 	PeakHeapInUse uint64 `json:"peak_heap_inuse_bytes,omitempty"`
 	BaseHeapInUse uint64 `json:"base_heap_inuse_bytes,omitempty"`
+	// CPU is what this process and the phase's Postgres backends spent
+	// (the database part is zero where their /proc entries cannot be read).
+	CPU cpuUse `json:"cpu"`
 }
 
 // RunBatch measures batch flushes in four phases, each on a fresh schema:
@@ -70,7 +73,7 @@ func RunBatch(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, w io.Writ
 		return nil, err
 	}
 	rep := &BatchReport{Options: o, Results: results, CPUs: runtime.NumCPU()}
-	fmt.Fprintf(w, "%d CPUs; 2 x max bytes = %.1f MiB\n", rep.CPUs, float64(2*o.MaxBytes)/(1<<20))
+	fmt.Fprintf(w, "%d CPUs; 2 x max bytes = %.1f MiB; gzip level %d on both paths\n", rep.CPUs, float64(2*o.MaxBytes)/(1<<20), batch.CompressionLevelDefault)
 	return rep, nil
 }
 
@@ -79,6 +82,13 @@ func printBatchResult(w io.Writer, r BatchResult) {
 	if r.PeakHeapInUse > 0 {
 		line += fmt.Sprintf("  peak heap in use %.1f MiB (%.1f MiB before)", float64(r.PeakHeapInUse)/(1<<20), float64(r.BaseHeapInUse)/(1<<20))
 	}
+	per := func(d time.Duration) string {
+		if d <= 0 {
+			return "?"
+		}
+		return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1e3/float64(r.Items))
+	}
+	line += fmt.Sprintf("  CPU per item: process %s us, Postgres %s us", per(r.CPU.Self), per(r.CPU.Database))
 	fmt.Fprintln(w, line)
 }
 
@@ -162,13 +172,14 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 			return nil, err
 		}
 		hs := startHeapSampler()
+		self := selfCPU()
 		start := time.Now()
 		for i := 0; i < len(payloads); i += o.MaxEvents {
 			if err := hand(ctx, payloads[i:min(i+o.MaxEvents, len(payloads))]); err != nil {
 				return nil, err
 			}
 		}
-		r := BatchResult{Name: "direct", Items: o.N, Duration: time.Since(start)}
+		r := BatchResult{Name: "direct", Items: o.N, Duration: time.Since(start), CPU: cpuUse{Self: selfCPU() - self}}
 		hs.finish(&r)
 		_ = sink.Close()
 		add(r)
@@ -181,6 +192,7 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 			return nil, err
 		}
 		hs := startHeapSampler()
+		mark := env.pool.mark()
 		start := time.Now()
 		if err := env.rt.Start(ctx); err != nil {
 			env.close()
@@ -191,6 +203,7 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 			err = env.waitWritten(ctx, o.N)
 		}
 		r := BatchResult{Name: "end-to-end", Items: o.N, Duration: time.Since(start)}
+		r.CPU.Self, r.CPU.Database = env.pool.since(mark)
 		hs.finish(&r)
 		env.close()
 		if err != nil {
@@ -205,15 +218,19 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 		if err != nil {
 			return nil, err
 		}
+		mark := env.pool.mark()
 		start := time.Now()
 		if err := stageAll(ctx, env.stager, payloads, o); err != nil {
 			env.close()
 			return nil, err
 		}
-		add(BatchResult{Name: "stage", Items: o.N, Duration: time.Since(start)})
+		r := BatchResult{Name: "stage", Items: o.N, Duration: time.Since(start)}
+		r.CPU.Self, r.CPU.Database = env.pool.since(mark)
+		add(r)
 
 		payloads = nil // the drain's memory is the flusher's alone
 		hs := startHeapSampler()
+		mark = env.pool.mark()
 		start = time.Now()
 		err = env.rt.Start(ctx)
 		if err == nil {
@@ -222,7 +239,8 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 		if err == nil {
 			err = env.waitWritten(ctx, o.N)
 		}
-		r := BatchResult{Name: "drain", Items: o.N, Duration: time.Since(start)}
+		r = BatchResult{Name: "drain", Items: o.N, Duration: time.Since(start)}
+		r.CPU.Self, r.CPU.Database = env.pool.since(mark)
 		hs.finish(&r)
 		env.close()
 		if err != nil {
@@ -236,7 +254,7 @@ func runBatchBench(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, logg
 // batchBenchEnv is a fresh schema with a runtime (not started) that runs
 // the flush worker and the age timer.
 type batchBenchEnv struct {
-	pool        *pgxpool.Pool
+	pool        *cpuPool // the phase's own, so its backends' CPU can be read
 	schema      string
 	rt          *queue.Runtime
 	stager      *batch.Stager
@@ -246,11 +264,18 @@ type batchBenchEnv struct {
 }
 
 func newBatchBenchEnv(ctx context.Context, pool *pgxpool.Pool, o BatchOptions, streams batch.Config, logger *slog.Logger) (*batchBenchEnv, error) {
-	schema, drop, err := TempSchema(ctx, pool, "bench_batch")
+	cp, err := newCPUPool(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	env := &batchBenchEnv{pool: pool, schema: schema, drop: drop}
+	pool = cp.Pool
+	schema, dropSchema, err := TempSchema(ctx, pool, "bench_batch")
+	if err != nil {
+		cp.Close()
+		return nil, err
+	}
+	drop := func() { dropSchema(); cp.Close() }
+	env := &batchBenchEnv{pool: cp, schema: schema, drop: drop}
 	for s := 0; s < o.Streams; s++ {
 		env.streamNames = append(env.streamNames, fmt.Sprintf("bench-%d", s))
 	}

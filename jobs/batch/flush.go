@@ -32,6 +32,12 @@ const (
 	FlushRetryMaxDefault         = 5 * time.Minute
 	FlushMaxBatchesPerJobDefault = 20
 	FlushJobTimeoutDefault       = 10 * time.Minute
+	// CompressionLevelDefault is the gzip level of every object, written
+	// by the flush worker or by SinkHandOff. BestSpeed: on the flush path
+	// gzip was the largest cost, level 6 took 2.5 times as long per item
+	// and made objects of JSON with random letters only 0.7% smaller
+	// (docs/BENCHMARKS.md, "Batch flushes").
+	CompressionLevelDefault = gzip.BestSpeed
 )
 
 // FlusherConfig configures the flush worker.
@@ -73,9 +79,10 @@ type FlusherConfig struct {
 	// Defaults to 10 minutes.
 	JobTimeout time.Duration
 
-	// CompressionLevel is the gzip level.
+	// CompressionLevel is the gzip level (gzip.BestSpeed to
+	// gzip.BestCompression; gzip.DefaultCompression is level 6).
 	//
-	// Defaults to gzip.DefaultCompression.
+	// Defaults to CompressionLevelDefault (gzip.BestSpeed).
 	CompressionLevel int
 }
 
@@ -121,7 +128,7 @@ func NewFlushWorker(client *queue.Client, cfg FlusherConfig) (*FlushWorker, erro
 	cfg.MaxBatchesPerJob = cmp.Or(cfg.MaxBatchesPerJob, FlushMaxBatchesPerJobDefault)
 	cfg.JobTimeout = cmp.Or(cfg.JobTimeout, FlushJobTimeoutDefault)
 	if cfg.CompressionLevel == 0 {
-		cfg.CompressionLevel = gzip.DefaultCompression
+		cfg.CompressionLevel = CompressionLevelDefault
 	}
 	if _, err := gzip.NewWriterLevel(io.Discard, cfg.CompressionLevel); err != nil {
 		return nil, fmt.Errorf("invalid gzip level %d: %w", cfg.CompressionLevel, err)
@@ -287,7 +294,7 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 		var count int
 		var bytes int64
 		measure := func(limit int) error {
-			err := tx.QueryRow(ctx, w.q(measureClaimSQL), stream, limit, sc.MaxBytes).Scan(
+			err := queryHead(ctx, tx, w.q(measureClaimSQL), []any{stream, limit, sc.MaxBytes},
 				&h.events, &h.bytes, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
 			if err != nil {
 				return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)

@@ -45,7 +45,8 @@ func (s *Stager) ValidateItem(stream string, payload []byte) error {
 // batch replaces its object in the same hour instead of adding one; a batch
 // that is redelivered in another composition or hour is written again
 // (at-least-once). The whole object is built in memory (the batch is already
-// in memory), so it needs about the batch's size again.
+// in memory), so it needs about the batch's size again. Objects are
+// compressed at CompressionLevelDefault, as the flush worker's are.
 func SinkHandOff(sink Sink, prefix, stream string) (HandOffFunc, error) {
 	if err := ValidateStream(stream); err != nil {
 		return nil, err
@@ -60,7 +61,10 @@ func SinkHandOff(sink Sink, prefix, stream string) (HandOffFunc, error) {
 		}
 		h := sha256.New()
 		var buf bytes.Buffer
-		zw := gzip.NewWriter(&buf)
+		zw, err := gzip.NewWriterLevel(&buf, CompressionLevelDefault)
+		if err != nil {
+			return err
+		}
 		for _, l := range lines {
 			h.Write(l)
 			h.Write([]byte{'\n'})

@@ -240,7 +240,7 @@ func measureHeadFor(ctx context.Context, db queue.DBTX, schema, stream string, s
 func measureHead(ctx context.Context, db queue.DBTX, schema, stream string, limit int) (head, error) {
 	var h head
 	var oldest *time.Time
-	if err := db.QueryRow(ctx, queue.Qualify(schema, dueSQL), stream, limit).Scan(&h.events, &h.bytes, &oldest); err != nil {
+	if err := queryHead(ctx, db, queue.Qualify(schema, dueSQL), []any{stream, limit}, &h.events, &h.bytes, &oldest); err != nil {
 		return head{}, fmt.Errorf("error measuring stream %q: %w", stream, err)
 	}
 	if oldest != nil {
