@@ -125,7 +125,11 @@ func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions
 				return nil, err
 			}
 			res := sr.res
-			fmt.Fprintf(w, "round %d  %-18s %8d tasks in %7.2fs  %8.0f tasks/s  (insert %6.0f/s; %s)\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, sr.insert, sr.cpu.String(res.Jobs))
+			batches := ""
+			if sr.batches > 0 {
+				batches = fmt.Sprintf("; %.1f tasks per completion transaction", float64(res.Jobs)/float64(sr.batches))
+			}
+			fmt.Fprintf(w, "round %d  %-18s %8d tasks in %7.2fs  %8.0f tasks/s  (insert %6.0f/s; %s%s)\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, sr.insert, sr.cpu.String(res.Jobs), batches)
 			rep.DiamondRounds[i] = append(rep.DiamondRounds[i], res)
 			insertRates[i] = append(insertRates[i], sr.insert)
 			procCPU[i] = append(procCPU[i], float64(sr.cpu.Self.Microseconds())/float64(res.Jobs))
@@ -193,6 +197,7 @@ func loadAvg() string {
 // of its database backends can be told apart).
 type workflowSide struct {
 	rt     *queue.Runtime
+	coord  *workflow.Coordinator
 	client *workflow.Client
 	pool   *cpuPool
 	drop   func()
@@ -228,7 +233,7 @@ func newWorkflowSide(ctx context.Context, base *pgxpool.Pool, prefix string, log
 		return nil, err
 	}
 	demo.Register(rt)
-	return &workflowSide{rt: rt, client: workflow.NewClient(rt.Client), pool: cp, drop: drop}, nil
+	return &workflowSide{rt: rt, coord: coord, client: workflow.NewClient(rt.Client), pool: cp, drop: drop}, nil
 }
 
 // run starts the runtime, waits until n jobs completed, stops it and
@@ -288,14 +293,15 @@ func plainJobs(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (
 	if err != nil {
 		return sideResult{}, err
 	}
-	return sideResult{result("plain jobs", n, d), ins, use}, nil
+	return sideResult{res: result("plain jobs", n, d), insert: ins, cpu: use}, nil
 }
 
 // sideResult is one side's round of the diamonds part.
 type sideResult struct {
-	res    JobsResult
-	insert float64 // rows/s of the insert before the run
-	cpu    cpuUse
+	res     JobsResult
+	insert  float64 // rows/s of the insert before the run
+	cpu     cpuUse
+	batches int64 // the coordinator's completion transactions (diamonds)
 }
 
 func diamondWorkflow() *workflow.Workflow {
@@ -335,7 +341,7 @@ func diamonds(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (s
 	if err != nil {
 		return sideResult{}, err
 	}
-	return sideResult{result("diamond workflows", n, d), ins, use}, nil
+	return sideResult{res: result("diamond workflows", n, d), insert: ins, cpu: use, batches: s.coord.Stats().Batches}, nil
 }
 
 // runOne inserts wf, works it until it finished and returns its tasks and

@@ -205,13 +205,7 @@ func insertExpanded(ctx context.Context, tx pgx.Tx, sql *statements, rc *river.C
 		if d.opts.InsertOpts != nil {
 			opts = *d.opts.InsertOpts
 		}
-		meta := map[string]json.RawMessage{}
-		if err := json.Unmarshal(d.metadata, &meta); err != nil {
-			return err
-		}
-		meta[metaWorkflow], _ = json.Marshal(wf)
-		meta[metaTask], _ = json.Marshal(d.name)
-		if opts.Metadata, err = json.Marshal(meta); err != nil {
+		if err := identify(&opts, d.args, wf, d.name, d.metadata); err != nil {
 			return err
 		}
 		opts.Pending = true
@@ -227,7 +221,7 @@ func insertExpanded(ctx context.Context, tx pgx.Tx, sql *statements, rc *river.C
 		deps := append([]string(nil), d.deps...)
 		trows[i] = taskRow{
 			Name: d.name, Position: len(existing) + i, Kind: job.Kind, Args: job.EncodedArgs, Queue: job.Queue,
-			Priority: job.Priority, MaxAttempts: job.MaxAttempts, Tags: nonNil(job.Tags), Metadata: d.metadata,
+			Priority: job.Priority, MaxAttempts: job.MaxAttempts, Tags: ownTags(job.Tags), Metadata: d.metadata,
 			Deps: deps, Dependents: nonNil(append(dependents[d.name], d.extraDependents...)), PendingDeps: len(deps),
 			OnDepFailure: d.opts.OnDepFailure, State: TaskPending, JobID: job.ID,
 		}

@@ -15,12 +15,6 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// Metadata keys the workflow writes on each task's job.
-const (
-	metaWorkflow = "tributary_workflow"
-	metaTask     = "tributary_task"
-)
-
 // customPlan runs a statement unnamed, planned for its parameters and the
 // tables' sizes at that moment (see internal/riverjob and the events
 // package: plans cached while tributary's tables were small kept their shape
@@ -164,13 +158,7 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		if t.opts.InsertOpts != nil {
 			opts = *t.opts.InsertOpts
 		}
-		meta := map[string]json.RawMessage{}
-		if err := json.Unmarshal(t.metadata, &meta); err != nil {
-			return nil, fmt.Errorf("error reading the metadata of task %q: %w", t.name, err)
-		}
-		meta[metaWorkflow], _ = json.Marshal(id.String())
-		meta[metaTask], _ = json.Marshal(t.name)
-		if opts.Metadata, err = json.Marshal(meta); err != nil {
+		if err := identify(&opts, t.args, id.String(), t.name, t.metadata); err != nil {
 			return nil, err
 		}
 		opts.Pending = len(t.deps) > 0 || queued
@@ -213,7 +201,7 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		}
 		rows[i] = taskRow{
 			Name: t.name, Position: t.position, Kind: job.Kind, Args: job.EncodedArgs, Queue: job.Queue,
-			Priority: job.Priority, MaxAttempts: job.MaxAttempts, Tags: nonNil(job.Tags), Metadata: t.metadata,
+			Priority: job.Priority, MaxAttempts: job.MaxAttempts, Tags: ownTags(job.Tags), Metadata: t.metadata,
 			Deps: nonNil(t.deps), Dependents: nonNil(dependents[t.name]), PendingDeps: pendingDeps,
 			OnDepFailure: t.opts.OnDepFailure, RunIf: t.opts.RunIf, State: state, JobID: job.ID, ReadyAt: readyAt,
 		}

@@ -1,9 +1,7 @@
 package workflow
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -17,26 +15,6 @@ type middleware struct{ c *Coordinator }
 
 // IsMiddleware implements rivertype.Middleware.
 func (middleware) IsMiddleware() bool { return true }
-
-// taskMeta is the part of a job's metadata that makes it a workflow task.
-type taskMeta struct {
-	Workflow string `json:"tributary_workflow"`
-	Task     string `json:"tributary_task"`
-}
-
-var metaWorkflowKey = []byte(`"` + metaWorkflow + `"`)
-
-func taskMetaOf(job *rivertype.JobRow) (taskMeta, bool) {
-	// Most jobs are not tasks: skip decoding their metadata.
-	if !bytes.Contains(job.Metadata, metaWorkflowKey) {
-		return taskMeta{}, false
-	}
-	var m taskMeta
-	if err := json.Unmarshal(job.Metadata, &m); err != nil || m.Workflow == "" || m.Task == "" {
-		return taskMeta{}, false
-	}
-	return m, true
-}
 
 // Work runs a job; for a workflow task it records the end of the job's
 // last attempt (success, attempts used up, cancelled) with the job's

@@ -357,21 +357,13 @@ func (c *Client) retry(ctx context.Context, tx pgx.Tx, id string, recs []taskRec
 		} else if waiting == 0 {
 			undecided = append(undecided, r.Name)
 		}
-		meta := map[string]json.RawMessage{}
-		if err := json.Unmarshal(r.metadata, &meta); err != nil {
-			return nil, nil, fmt.Errorf("error reading the metadata of task %q: %w", r.Name, err)
-		}
-		meta[metaWorkflow], _ = json.Marshal(id)
-		meta[metaTask], _ = json.Marshal(r.Name)
-		metadata, err := json.Marshal(meta)
-		if err != nil {
+		args := riverjob.RawArgs(r.Kind, r.Args)
+		opts := &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: r.MaxAttempts, Tags: nonNil(r.Tags),
+			Pending: row.State == TaskPending}
+		if err := identify(opts, args, id, r.Name, r.metadata); err != nil {
 			return nil, nil, err
 		}
-		params = append(params, river.InsertManyParams{
-			Args: riverjob.RawArgs(r.Kind, r.Args),
-			InsertOpts: &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: r.MaxAttempts, Tags: r.Tags,
-				Metadata: metadata, Pending: row.State == TaskPending},
-		})
+		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 		names = append(names, r.Name)
 		resets = append(resets, row)
 		if r.State == TaskPending {

@@ -66,7 +66,7 @@ func TestRecordOutlivesRiverJobs(t *testing.T) {
 	job, err := b.rt.River().JobGet(ctx, taskByName(t, d, "a").JobID)
 	require.NoError(t, err)
 	require.Equal(t, 2, job.Priority, "the retried job has the task's insert options")
-	require.Equal(t, []string{"tag1"}, job.Tags)
+	require.Equal(t, []string{"tag1", "tributary_wf_" + res.ID, "tributary_task_a"}, job.Tags, "the task's tags and its identity")
 	require.Equal(t, "wftest.step", job.Kind)
 	require.JSONEq(t, `{"name":"a","fail_attempts":1}`, string(job.EncodedArgs))
 }

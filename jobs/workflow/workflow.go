@@ -417,6 +417,9 @@ func validateInsertOpts(t *taskDef) error {
 		if len(tag) > 255 || !riverTag.MatchString(tag) {
 			return fmt.Errorf("has invalid tag %q: want 3 to 255 letters, digits, '_' and '-', starting and ending with a letter or digit", tag)
 		}
+		if isIdentityTag(tag) {
+			return fmt.Errorf("has tag %q, which starts like the tags the workflow writes (%q, %q)", tag, tagWorkflowPrefix, tagTaskPrefix)
+		}
 	}
 	if len(o.Metadata) > 0 {
 		var m map[string]json.RawMessage

@@ -164,6 +164,11 @@ func TestValidation(t *testing.T) {
 			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{Metadata: []byte(`{"tributary_task":"x"}`)}})
 			return wf
 		}, workflow.ErrInvalidTask, `"tributary_task"`},
+		{"ReservedTag", func() *workflow.Workflow {
+			wf := workflow.New("w", nil)
+			wf.Add("a", step("a"), &workflow.TaskOpts{InsertOpts: &river.InsertOpts{Tags: []string{"tributary_wf_x"}}})
+			return wf
+		}, workflow.ErrInvalidTask, `"tributary_wf_x"`},
 	}
 	db := pgtest.New(t)
 	client := workflow.NewClient(db.Client(t))
