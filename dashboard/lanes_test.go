@@ -98,7 +98,7 @@ func waitDispatch(t *testing.T, db *pgtest.DB, eventID, state string) int64 {
 	pgtest.WaitFor(t, 20*time.Second, "the dispatch of "+eventID+" to be "+state, func() (bool, error) {
 		var s string
 		err := db.Pool.QueryRow(context.Background(), db.Q(`SELECT id, state::text FROM /*schema*/river_job
-            WHERE kind = 'tributary.event.dispatch' AND args->'event'->>'id' = $1`), eventID).Scan(&id, &s)
+            WHERE kind = 'tributary.event.dispatch' AND (args->>'event')::jsonb->>'id' = $1`), eventID).Scan(&id, &s)
 		return err == nil && s == state, nil
 	})
 	return id

@@ -24,7 +24,7 @@ func laneDispatch(t *testing.T, db *pgtest.DB, consumer, eventID string) (id int
 	t.Helper()
 	_ = db.Pool.QueryRow(context.Background(), db.Q(`
         SELECT id, state::text FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND args->'event'->>'id' = $2`),
+        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2`),
 		consumer, eventID).Scan(&id, &state)
 	return id, state
 }

@@ -26,10 +26,7 @@ func CompleteRunning(ctx context.Context, db DBTX, schema string, attempts []Att
 	if len(attempts) == 0 {
 		return nil, nil
 	}
-	ids, nums := make([]int64, len(attempts)), make([]int32, len(attempts))
-	for i, a := range attempts {
-		ids[i], nums[i] = a.ID, int32(a.Attempt)
-	}
+	ids, nums := attemptArrays(attempts)
 	rows, err := db.Query(ctx, q(schema, completeRunningSQL), customPlan, ids, nums, now)
 	if err != nil {
 		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
@@ -39,6 +36,31 @@ func CompleteRunning(ctx context.Context, db DBTX, schema string, attempts []Att
 		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
 	}
 	return out, nil
+}
+
+// QueueCompleteRunning queues CompleteRunning's statement on b and sets
+// *completed to the ids of the jobs it completed when b's results are read.
+func QueueCompleteRunning(b *pgx.Batch, schema string, attempts []Attempt, now time.Time, completed *[]int64) {
+	if len(attempts) == 0 {
+		return
+	}
+	ids, nums := attemptArrays(attempts)
+	b.Queue(q(schema, completeRunningSQL), ids, nums, now).Query(func(rows pgx.Rows) error {
+		out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
+		}
+		*completed = out
+		return nil
+	})
+}
+
+func attemptArrays(attempts []Attempt) (ids []int64, nums []int32) {
+	ids, nums = make([]int64, len(attempts)), make([]int32, len(attempts))
+	for i, a := range attempts {
+		ids[i], nums[i] = a.ID, int32(a.Attempt)
+	}
+	return ids, nums
 }
 
 // completeRunningSQL reaches the jobs through their primary key alone

@@ -487,3 +487,49 @@ func TestDispatchCountsAndDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"c1": 1, "c2": 1}, counts)
 }
+
+// TestQueuedAtHead runs the group commit's promotion, claim and completion
+// as one pipelined batch: only the places whose lane's head is at them are
+// promoted or claimed.
+func TestQueuedAtHead(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	_, err := f.db.Pool.Exec(ctx, f.db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
+VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now()), ('c', 'e', 1, 2, now())`))
+	require.NoError(t, err)
+	a2 := f.dispatchAt(t, "c", "a", 2, &river.InsertOpts{Pending: true, Queue: "qa"})
+	b2 := f.dispatchAt(t, "c", "b", 2, &river.InsertOpts{Pending: true, Queue: "qb"})
+	d2 := f.dispatchAt(t, "c", "d", 2, &river.InsertOpts{Pending: true})
+	d3 := f.dispatchAt(t, "c", "d", 3, &river.InsertOpts{Pending: true})
+	e2 := f.dispatchAt(t, "c", "e", 2, &river.InsertOpts{Pending: true})
+	running := f.dispatchAt(t, "c", "x", 1, nil)
+	f.start(t, running.ID, "w")
+
+	var queues []string
+	var completed []int64
+	claimed := make([][]riverjob.Claimed, 2)
+	f.inTx(t, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		riverjob.QueuePromoteAtHead(b, f.db.Schema, []riverjob.LaneSeq{
+			{Consumer: "c", AggregateID: "a", Seq: 2}, {Consumer: "c", AggregateID: "b", Seq: 2},
+		}, now, &queues)
+		riverjob.QueueClaimAtHead(b, f.db.Schema, []riverjob.LaneClaim{
+			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "d", Seq: 2}, N: 5},
+			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "e", Seq: 2}, N: 5},
+		}, "p", now, claimed)
+		riverjob.QueueCompleteRunning(b, f.db.Schema, []riverjob.Attempt{{ID: running.ID, Attempt: 1}}, now, &completed)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	require.Equal(t, []string{"qa"}, queues, "lane b's head is not at 2")
+	require.Equal(t, rivertype.JobStateAvailable, f.job(t, a2.ID).State)
+	require.Equal(t, rivertype.JobStatePending, f.job(t, b2.ID).State)
+	require.Len(t, claimed[0], 2)
+	require.Equal(t, []int64{d2.ID, d3.ID}, []int64{claimed[0][0].ID, claimed[0][1].ID})
+	require.Equal(t, rivertype.JobStateRunning, f.job(t, d3.ID).State)
+	require.Empty(t, claimed[1], "lane e's head is not at 2")
+	require.Equal(t, rivertype.JobStatePending, f.job(t, e2.ID).State)
+	require.Equal(t, []int64{running.ID}, completed)
+	require.Equal(t, rivertype.JobStateCompleted, f.job(t, running.ID).State)
+}

@@ -69,6 +69,29 @@ func PromoteNext(ctx context.Context, tx pgx.Tx, schema string, places []LaneSeq
 	return queues, nil
 }
 
+// QueuePromoteAtHead queues on b the promotion of PromoteNext at each place
+// whose lane's head is at it, and appends the queues of the jobs it promoted
+// to *queues when b's results are read. b runs in a transaction that has
+// locked the places' lanes and moved their heads in statements queued
+// before, so this one's snapshot sees what PromoteNext's would. A lane whose
+// head is elsewhere (this transaction did not move it there) is left alone;
+// one already at the place by another move has its head job promoted
+// already, or promotes a pending one that should have been.
+func QueuePromoteAtHead(b *pgx.Batch, schema string, places []LaneSeq, now time.Time, queues *[]string) {
+	if len(places) == 0 {
+		return
+	}
+	consumers, aggs, seqs := laneArrays(places)
+	b.Queue(q(schema, promoteAtHeadSQL), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("error promoting the next dispatches: %w", err)
+		}
+		*queues = append(*queues, got...)
+		return nil
+	})
+}
+
 // PromoteHead makes dispatch id, its lane's head, available if it is still
 // pending, marked with LaneTurnKey, and returns its queue; "" when it was not
 // pending.
@@ -230,10 +253,19 @@ const dispatchAt = `p.kind = '` + DispatchKind + `'
 // probes tributary_dispatch_lane_idx with the place's key. As a plain join,
 // the plan Postgres picked while river_job had no statistics yet walked the
 // whole partial index for each batch (docs/ARCHITECTURE.md, "Plans").
-const promoteNextSQL = `
+const promoteNextSQL = promoteSet + promotePlaces + promoteLookup
+
+// promoteAtHeadSQL is promoteNextSQL for the places whose lane's head is at
+// them (QueuePromoteAtHead).
+const promoteAtHeadSQL = promoteSet + promotePlaces + atLaneHead + promoteLookup
+
+const (
+	promoteSet = `
 UPDATE /*schema*/river_job j
-SET state = 'available', scheduled_at = $4, metadata = j.metadata || ` + laneTurnJSON + `
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
+SET state = 'available', scheduled_at = $4, metadata = j.metadata || ` + laneTurnJSON
+	promotePlaces = `
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)`
+	promoteLookup = `
 CROSS JOIN LATERAL (
     SELECT p.id FROM /*schema*/river_job p
     WHERE p.state = 'pending' AND ` + dispatchAt + `
@@ -241,6 +273,12 @@ CROSS JOIN LATERAL (
 ) next
 WHERE j.id = next.id AND j.state = 'pending'
 RETURNING j.queue`
+)
+
+// atLaneHead keeps the places u(c, a, s) whose lane (the events package's
+// tributary_event_lane) has its head at s.
+const atLaneHead = `
+JOIN /*schema*/tributary_event_lane ln ON ln.consumer = u.c AND ln.aggregate_id = u.a AND ln.head_seq = u.s`
 
 const promoteHeadSQL = `
 UPDATE /*schema*/river_job SET state = 'available', scheduled_at = $2, metadata = metadata || ` + laneTurnJSON + `
@@ -294,47 +332,43 @@ type Claimed struct {
 	Args        []byte
 }
 
-// ClaimNext takes, for each claim, the lane's pending dispatches at Seq,
-// Seq+1, ... (up to N, stopping at the first gap: a dispatch not pending,
-// not inserted yet, or several at one place) and makes them running for
-// processID, counting an attempt as River's fetch does, in tx. It returns
-// them per claim in lane order. The caller holds each lane's row lock and
-// has just moved the lane's head to Seq, in a statement of its own (see
-// PromoteNext). The claimed jobs are not marked with LaneTurnKey: if one is
+// QueueClaimAtHead queues on b, for each claim whose lane's head is at its
+// Seq (as QueuePromoteAtHead), the claim of the lane's pending dispatches at
+// Seq, Seq+1, ... (up to N, stopping at the first gap: a dispatch not
+// pending, not inserted yet, or several at one place): they become running
+// for processID, an attempt counted as River's fetch counts it. When b's
+// results are read, out[i] (len(out) == len(claims)) gets claim i's jobs in
+// lane order. The claimed jobs are not marked with LaneTurnKey: if one is
 // rescued (its process died), the dispatcher checks its lane before running
 // it, so only the lane's head runs.
-func ClaimNext(ctx context.Context, tx pgx.Tx, schema string, claims []LaneClaim, processID string, now time.Time) ([][]Claimed, error) {
-	out := make([][]Claimed, len(claims))
-	if len(claims) == 0 {
-		return out, nil
-	}
+func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed) {
 	n := len(claims)
+	if n == 0 {
+		return
+	}
 	consumers, aggs, seqs, counts := make([]string, n), make([]string, n), make([]int64, n), make([]int32, n)
 	for i, c := range claims {
 		consumers[i], aggs[i], seqs[i], counts[i] = c.Consumer, c.AggregateID, c.Seq, int32(c.N)
 	}
-	rows, err := tx.Query(ctx, q(schema, claimNextSQL), customPlan, consumers, aggs, seqs, counts, now, processID)
-	if err != nil {
-		return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ord int
-		var c Claimed
-		var attempt, maxAttempts int32
-		if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
-			return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+	b.Queue(q(schema, claimAtHeadSQL), consumers, aggs, seqs, counts, now, processID).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var ord int
+			var c Claimed
+			var attempt, maxAttempts int32
+			if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
+				return fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+			}
+			c.Attempt, c.MaxAttempts = int(attempt), int(maxAttempts)
+			out[ord-1] = append(out[ord-1], c)
 		}
-		c.Attempt, c.MaxAttempts = int(attempt), int(maxAttempts)
-		out[ord-1] = append(out[ord-1], c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
-	}
-	for _, cs := range out {
-		slices.SortFunc(cs, func(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) })
-	}
-	return out, nil
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+		}
+		for _, cs := range out {
+			slices.SortFunc(cs, func(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) })
+		}
+		return nil
+	})
 }
 
 // GiveBack puts claimed dispatches that did not run back to pending with
@@ -344,10 +378,7 @@ func GiveBack(ctx context.Context, tx pgx.Tx, schema string, attempts []Attempt,
 	if len(attempts) == 0 {
 		return nil
 	}
-	ids, nums := make([]int64, len(attempts)), make([]int32, len(attempts))
-	for i, a := range attempts {
-		ids[i], nums[i] = a.ID, int32(a.Attempt)
-	}
+	ids, nums := attemptArrays(attempts)
 	if _, err := tx.Exec(ctx, q(schema, giveBackSQL), customPlan, ids, nums, now); err != nil {
 		return fmt.Errorf("error putting %d claimed dispatches back to pending: %w", len(attempts), err)
 	}
@@ -375,15 +406,15 @@ func FailRunning(ctx context.Context, tx pgx.Tx, schema string, a Attempt, state
 	return tag.RowsAffected() == 1, nil
 }
 
-// claimNextSQL: for each lane ($1..$4: consumer, aggregate, head, count),
-// the pending dispatches from the head on, numbered in seq order, each one
+// claimAtHeadSQL: for each lane ($1..$4: consumer, aggregate, head, count)
+// whose head is there, the pending dispatches from the head on, numbered in seq order, each one
 // probe range of tributary_dispatch_lane_idx; those without a gap before
 // them are made running. attempted_by is capped at 100 entries as River
 // caps it.
-const claimNextSQL = `
+const claimAtHeadSQL = `
 WITH cand AS MATERIALIZED (
     SELECT u.ord, u.s, x.id, x.seq, x.rn
-    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)` + atLaneHead + `
     CROSS JOIN LATERAL (
         SELECT p.id, ((p.args ->> 'seq')::bigint) AS seq,
                row_number() OVER (ORDER BY ((p.args ->> 'seq')::bigint), p.id) AS rn

@@ -20,7 +20,7 @@ func dispatchJob(t *testing.T, db *pgtest.DB, consumer, eventID string) (id int6
 	t.Helper()
 	err := db.Pool.QueryRow(context.Background(), db.Q(`
         SELECT id, state::text, coalesce(errors::text, '') FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND args->'event'->>'id' = $2`),
+        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2`),
 		consumer, eventID).Scan(&id, &state, &errs)
 	if err != nil {
 		return 0, "", ""

@@ -13,14 +13,20 @@ import (
 
 // SelectClaim runs the forwarder's claim query.
 func (f *Forwarder) SelectClaim(ctx context.Context, tx pgx.Tx) (ids []string, candidates int, err error) {
-	return f.selectClaim(ctx, tx, time.Now(), nil)
+	return f.selectClaim(ctx, tx, time.Now(), claimScope{})
+}
+
+// SelectClaimShare runs the forwarder's claim query as the forward loop
+// that claims share of shares.
+func (f *Forwarder) SelectClaimShare(ctx context.Context, tx pgx.Tx, share, shares int) (ids []string, candidates int, err error) {
+	return f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
 }
 
 // ForwardOnce claims one batch, publishes it and records the outcome, as
 // one round of a forward loop. more reports that rows were sent out of a
 // full batch, so another may be waiting.
 func (f *Forwarder) ForwardOnce(ctx context.Context) (more bool, err error) {
-	res, err := f.forwardOnce(ctx, ctx, nil)
+	res, err := f.forwardOnce(ctx, ctx, claimScope{})
 	return res.more(), err
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -233,6 +234,23 @@ func TestForwarderFailures(t *testing.T) {
 	})
 }
 
+// spreadOutbox is a new schema holding n PENDING notes over aggregates
+// agg-0 ..., the i-th of agg-(i mod aggregates), and a forwarder (not
+// started) claiming claimSize at a time.
+func spreadOutbox(t *testing.T, n, aggregates, claimSize int) (*pgtest.DB, *events.Forwarder) {
+	t.Helper()
+	db := pgtest.New(t)
+	items := make([]events.Emission, n)
+	for i := range items {
+		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: "x"}, Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}}
+	}
+	_, err := newEmitter(t, db).EmitMany(context.Background(), db.Pool, items)
+	require.NoError(t, err)
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, ClaimSize: claimSize, Publishers: []outbox.Publisher{&watchPublisher{}}})
+	require.NoError(t, err)
+	return db, f
+}
+
 // TestClaimLocksOnlyItsCandidates claims 10 rows of an outbox holding 2,000
 // PENDING rows of 2,000 aggregates, in a schema without statistics (the
 // state in which Postgres planned the claim as scan, filter, then sort): the
@@ -240,18 +258,8 @@ func TestForwarderFailures(t *testing.T) {
 // aggregate of the backlog.
 func TestClaimLocksOnlyItsCandidates(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
 	ctx := context.Background()
-	em := newEmitter(t, db)
-	items := make([]events.Emission, 2000)
-	for i := range items {
-		items[i] = events.Emission{Def: noteEvent, Payload: noteV1{Text: "x"}, Meta: events.Meta{AggregateID: fmt.Sprintf("agg-%d", i)}}
-	}
-	_, err := em.EmitMany(ctx, db.Pool, items)
-	require.NoError(t, err)
-
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, ClaimSize: 10, Publishers: []outbox.Publisher{&watchPublisher{}}})
-	require.NoError(t, err)
+	db, f := spreadOutbox(t, 2000, 2000, 10)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
@@ -262,6 +270,43 @@ func TestClaimLocksOnlyItsCandidates(t *testing.T) {
 	var locks int
 	require.NoError(t, tx.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()`).Scan(&locks))
 	require.Equal(t, 10, locks, "one advisory lock per claimed aggregate")
+}
+
+// TestClaimSharesRunTogether: with 100 aggregates of two PENDING rows each
+// (every aggregate once, then again), two forward loops claim at the same
+// time, each in its share of the aggregates. Without shares the second
+// loop's candidates were the first loop's aggregates, whose advisory locks
+// the first held until it committed: it claimed nothing, and ordered events
+// were forwarded one batch at a time.
+func TestClaimSharesRunTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, f := spreadOutbox(t, 200, 100, 100)
+	aggregates := func(ids []string) map[string]bool {
+		rows, err := db.Pool.Query(ctx, db.Q(`SELECT aggregate_id FROM /*schema*/tributary_outbox WHERE id = ANY($1::uuid[])`), ids)
+		require.NoError(t, err)
+		aggs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		set := map[string]bool{}
+		for _, a := range aggs {
+			set[a] = true
+		}
+		return set
+	}
+	var claimed []map[string]bool
+	for share := range 2 {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		ids, _, err := f.SelectClaimShare(ctx, tx, share, 2)
+		require.NoError(t, err)
+		require.NotEmpty(t, ids, "loop %d claims while the other holds its batch", share)
+		claimed = append(claimed, aggregates(ids))
+	}
+	for a := range claimed[0] {
+		require.False(t, claimed[1][a], "aggregate %s claimed by both loops", a)
+	}
+	require.Equal(t, 100, len(claimed[0])+len(claimed[1]), "together the loops claim every aggregate")
 }
 
 func TestServiceContract(t *testing.T) {

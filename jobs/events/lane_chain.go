@@ -18,7 +18,7 @@ import (
 // that ran it runs the lane's next events too, in place, instead of
 // promoting the next dispatch and waiting for River to fetch it. The
 // completion transaction that moves the lane past the head also claims the
-// lane's next pending dispatch (riverjob.ClaimNext, chainAhead at a time)
+// lane's next pending dispatch (riverjob.QueueClaimAtHead, chainAhead at a time)
 // and makes it running for this process, as River's fetch would; the worker
 // delivers it, and records it (its job completed, the lane moved past it,
 // the next one claimed, in the group commit lane completions share) before

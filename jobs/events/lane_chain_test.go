@@ -33,7 +33,7 @@ func (b *laneBundle) jobStateAttempt(t *testing.T, eventID string) (string, int)
 	var state string
 	var attempt int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT state::text, attempt FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND args->'event'->>'id' = $1`), eventID).Scan(&state, &attempt))
+        WHERE kind = 'tributary.event.dispatch' AND (args->>'event')::jsonb->>'id' = $1`), eventID).Scan(&state, &attempt))
 	return state, attempt
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -158,69 +159,75 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	}
 	places, nexts := make([]riverjob.LaneSeq, len(batch)), make([]int64, len(batch))
 	var attempts []riverjob.Attempt
+	// A lane moved past its handled events either hands its next events to
+	// the chain that asked for them or promotes its next dispatch; one whose
+	// chain claimed them already does neither.
+	var promote []riverjob.LaneSeq
+	var claims []riverjob.LaneClaim
+	var claimOf []int
 	for i, req := range batch {
 		places[i], nexts[i] = req.place, req.next
 		attempts = append(attempts, req.attempts...)
+		next := riverjob.LaneSeq{Consumer: req.place.Consumer, AggregateID: req.place.AggregateID, Seq: req.next}
+		switch {
+		case req.keep:
+		case req.claim > 0:
+			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: req.claim})
+			claimOf = append(claimOf, i)
+		default:
+			promote = append(promote, next)
+		}
 	}
+	// Set-based and pipelined: one statement per step for the whole batch,
+	// all sent in one round trip with the transaction's start; the commit
+	// (or the rollback) is the second. Each step is a statement of its own,
+	// so the promotion and the claim take their snapshot after the lanes'
+	// locks were granted (riverjob.PromoteNext).
+	now := time.Now().UTC()
+	schema := c.d.cfg.Schema
 	var queues []string
-	claimed := make([][]riverjob.Claimed, len(batch))
-	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
-		// Set-based: one statement per step for the whole batch, lanes
-		// locked in the forwarder's order first.
-		moved, err := c.d.lanes.advanceMany(ctx, tx, places, nexts)
-		if err != nil {
-			return err
-		}
-		// A lane that moved either hands its next events to the chain that
-		// asked for them or promotes its next dispatch.
-		var promote []riverjob.LaneSeq
-		var claims []riverjob.LaneClaim
-		var claimOf []int
-		for i, req := range batch {
-			head, ok := moved[laneKey{req.place.Consumer, req.place.AggregateID}]
-			if !ok || head != req.next || req.keep {
-				continue
-			}
-			place := riverjob.LaneSeq{Consumer: req.place.Consumer, AggregateID: req.place.AggregateID, Seq: head}
-			if req.claim > 0 {
-				claims = append(claims, riverjob.LaneClaim{LaneSeq: place, N: req.claim})
-				claimOf = append(claimOf, i)
-				continue
-			}
-			promote = append(promote, place)
-		}
-		now := time.Now().UTC()
-		if queues, err = riverjob.PromoteNext(ctx, tx, c.d.cfg.Schema, promote, now); err != nil {
-			return err
-		}
-		if len(claims) > 0 {
-			// One process: every chain of this dispatcher runs in it.
-			got, err := riverjob.ClaimNext(ctx, tx, c.d.cfg.Schema, claims, batch[claimOf[0]].processID, now)
-			if err != nil {
-				return err
-			}
-			for j, i := range claimOf {
-				claimed[i] = got[j]
-			}
-		}
-		// The jobs complete as River's JobCompleteTx completes them; River's
-		// completer later finds them finalized and leaves them alone.
-		completed, err := riverjob.CompleteRunning(ctx, tx, c.d.cfg.Schema, attempts, now)
-		if err != nil {
-			return err
-		}
-		if len(completed) != len(attempts) {
-			return fmt.Errorf("only %d of %d dispatch jobs were still running", len(completed), len(attempts))
-		}
-		return nil
-	})
-	if err == nil {
-		for i, req := range batch {
-			req.claimed = claimed[i]
-		}
+	var completed []int64
+	got := make([][]riverjob.Claimed, len(claims))
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	// The statements go out prepared (a batch takes the connection's mode);
+	// custom plans keep them planned for their parameters, as customPlan.
+	b.Queue(forceCustomPlanSQL)
+	c.d.lanes.queueAdvanceMany(b, places, nexts, now)
+	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
+	if len(claims) > 0 {
+		// One process: every chain of this dispatcher runs in it.
+		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got)
 	}
-	return queues, err
+	// The jobs complete as River's JobCompleteTx completes them; River's
+	// completer later finds them finalized and leaves them alone.
+	riverjob.QueueCompleteRunning(b, schema, attempts, now, &completed)
+	err := c.d.pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+		err := conn.SendBatch(ctx, b).Close()
+		if err == nil && len(completed) != len(attempts) {
+			err = fmt.Errorf("only %d of %d dispatch jobs were still running", len(completed), len(attempts))
+		}
+		end := "COMMIT"
+		if err != nil {
+			end = "ROLLBACK"
+		}
+		if _, endErr := conn.Exec(ctx, end); endErr != nil && err == nil {
+			err = fmt.Errorf("error committing lane completions: %w", endErr)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range claimOf {
+		batch[i].claimed = got[j]
+	}
+	return queues, nil
 }
+
+// forceCustomPlanSQL makes the rest of the transaction plan every statement
+// for its parameters.
+const forceCustomPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
 
 // completeOneTx completes one lane job with River's own JobCompleteTx.
 func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) ([]string, error) {

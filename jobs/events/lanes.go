@@ -32,7 +32,7 @@ import (
 // The lanes type below is the one owner of the lane table and of a lane's
 // moves: every statement on tributary_event_lane (but the idle lanes'
 // clean-up, retention.go) is here, for the bus (reserve), the dispatcher
-// (advance, block, the guard), the group commit (advanceMany), the repair
+// (advance, block, the guard), the group commit (queueAdvanceMany), the repair
 // sweep (quiet) and the operator actions alike. Its River side (promote,
 // look up, put back) is riverjob's. Every transaction that locks a lane
 // locks it before any of its jobs, and several lanes in (consumer,
@@ -157,36 +157,19 @@ func (l *lanes) advance(ctx context.Context, tx pgx.Tx, consumer, aggregate stri
 	return queues[0], nil
 }
 
-// advanceMany is advance for the jobs of a group commit, set-based: it
-// locks their lanes in the fixed order and moves each lane whose head is
-// places[i].Seq to nexts[i] (past the events handled); it returns the new
-// head of each lane it moved. The caller promotes (or claims) the next
-// dispatches.
-func (l *lanes) advanceMany(ctx context.Context, tx pgx.Tx, places []riverjob.LaneSeq, nexts []int64) (map[laneKey]int64, error) {
+// queueAdvanceMany queues on b advance's lane part for the jobs of a group
+// commit, set-based: lock their lanes in the fixed order, then move each
+// lane whose head is places[i].Seq to nexts[i] (past the events handled).
+// The statements queued after it promote or claim the next dispatches of
+// the lanes whose head is now at nexts[i] (riverjob.QueuePromoteAtHead).
+func (l *lanes) queueAdvanceMany(b *pgx.Batch, places []riverjob.LaneSeq, nexts []int64, now time.Time) {
 	n := len(places)
 	consumers, aggs, seqs := make([]string, n), make([]string, n), make([]int64, n)
 	for i, p := range places {
 		consumers[i], aggs[i], seqs[i] = p.Consumer, p.AggregateID, p.Seq
 	}
-	now := time.Now().UTC()
-	if _, err := tx.Exec(ctx, l.lockManySQL, customPlan, consumers, aggs); err != nil {
-		return nil, fmt.Errorf("error locking lanes: %w", err)
-	}
-	rows, err := tx.Query(ctx, l.advanceManySQL, customPlan, consumers, aggs, seqs, now, nexts)
-	if err != nil {
-		return nil, fmt.Errorf("error advancing lanes: %w", err)
-	}
-	heads := map[laneKey]int64{}
-	var k laneKey
-	var head int64
-	_, err = pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head}, func() error {
-		heads[k] = head
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error advancing lanes: %w", err)
-	}
-	return heads, nil
+	b.Queue(l.lockManySQL, consumers, aggs)
+	b.Queue(l.advanceManySQL, consumers, aggs, seqs, now, nexts)
 }
 
 // release moves the lane past a dispatch that was given up (OrderingSkip,
@@ -439,14 +422,13 @@ ORDER BY l.consumer, l.aggregate_id
 FOR UPDATE OF l`
 
 // laneAdvanceManySQL is laneAdvanceSQL for many lanes, each moved from
-// head $3[i] to $5[i], returning the new heads of the lanes it moved.
+// head $3[i] to $5[i].
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
 SET head_seq = u.n, updated_at = $4,
     blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
 FROM unnest($1::text[], $2::text[], $3::bigint[], $5::bigint[]) AS u(c, a, s, n)
-WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s
-RETURNING l.consumer, l.aggregate_id, l.head_seq`
+WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
 
 const laneBlockSQL = `
 UPDATE /*schema*/tributary_event_lane
