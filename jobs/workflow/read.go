@@ -209,7 +209,13 @@ type taskRecord struct {
 }
 
 func (c *Client) readTaskRecords(ctx context.Context, db queue.DBTX, id string) ([]taskRecord, error) {
-	rows, err := db.Query(ctx, c.sql.selectTasks, customPlan, id)
+	return c.queryTaskRecords(ctx, db, id, c.sql.selectTasks, id)
+}
+
+// queryTaskRecords reads the task rows of workflow id that sql (selectTasksSQL's
+// columns) selects with args.
+func (c *Client) queryTaskRecords(ctx context.Context, db queue.DBTX, id, sql string, args ...any) ([]taskRecord, error) {
+	rows, err := db.Query(ctx, sql, append([]any{customPlan}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the tasks of workflow %s: %w", id, err)
 	}
@@ -244,19 +250,7 @@ func (c *Client) readTasks(ctx context.Context, db queue.DBTX, id string) ([]Tas
 	for _, r := range recs {
 		state[r.Name] = r.State
 	}
-	out := make([]TaskInfo, len(recs))
-	for i, r := range recs {
-		t := r.TaskInfo
-		if t.State == TaskPending {
-			for _, d := range t.Deps {
-				if !state[d].finished() {
-					t.WaitingOn = append(t.WaitingOn, d)
-				}
-			}
-		}
-		out[i] = t
-	}
-	return out, nil
+	return withWaitingOn(recs, state), nil
 }
 
 // addJobs adds River's live detail from the tasks' jobs that still exist,
