@@ -124,11 +124,25 @@ func (c *Client) GetTaskPage(ctx context.Context, ref string, offset, limit int)
 	if limit < 1 || limit > TaskPageMax {
 		return nil, fmt.Errorf("invalid task page size %d: want 1 to %d", limit, TaskPageMax)
 	}
+	return c.readDetails(ctx, ref, func(ctx context.Context, tx queue.DBTX, id string) ([]TaskInfo, error) {
+		recs, err := c.queryTaskRecords(ctx, tx, id, queue.Qualify(c.schema, taskPageSQL), id, limit, offset)
+		if err != nil {
+			return nil, err
+		}
+		return c.addWaitingOn(ctx, tx, id, recs)
+	})
+}
+
+// readDetails reads the workflow ref names with the tasks readTasks reads
+// (Get: every one; GetTaskPage: a page) and their steps and jobs.
+func (c *Client) readDetails(ctx context.Context, ref string, readTasks func(ctx context.Context, tx queue.DBTX, id string) ([]TaskInfo, error)) (*Details, error) {
 	id, err := c.resolve(ctx, c.qc.Pool(), ref)
 	if err != nil {
 		return nil, err
 	}
-	// One snapshot, as Get.
+	// One snapshot for the workflow row, its tasks and their jobs: read one
+	// after another, a completion committing in between shows a task done
+	// beside counts that still say active.
 	var d Details
 	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var input []byte
@@ -139,11 +153,7 @@ func (c *Client) GetTaskPage(ctx context.Context, ref string, offset, limit int)
 			return fmt.Errorf("error reading workflow %s: %w", id, err)
 		}
 		d.Input = input
-		recs, err := c.queryTaskRecords(ctx, tx, id, queue.Qualify(c.schema, taskPageSQL), id, limit, offset)
-		if err != nil {
-			return err
-		}
-		tasks, err := c.addWaitingOn(ctx, tx, id, recs)
+		tasks, err := readTasks(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -165,7 +175,7 @@ func (c *Client) GetTaskPage(ctx context.Context, ref string, offset, limit int)
 // addWaitingOn is readTasks's WaitingOn for a page of task rows: the
 // states of the pending tasks' dependencies are read by name, on the page
 // or not.
-func (c *Client) addWaitingOn(ctx context.Context, tx pgx.Tx, id string, recs []taskRecord) ([]TaskInfo, error) {
+func (c *Client) addWaitingOn(ctx context.Context, tx queue.DBTX, id string, recs []taskRecord) ([]TaskInfo, error) {
 	var deps []string
 	for _, r := range recs {
 		if r.State == TaskPending {
