@@ -21,6 +21,7 @@ const (
 	SessionTTLDefault              = 12 * time.Hour
 	SessionIdleTimeoutDefault      = time.Hour
 	PendingDispatchesMaxAgeDefault = 30 * time.Second
+	MetricsCountsMaxAgeDefault     = 5 * time.Second
 )
 
 // Config configures a dashboard Server.
@@ -69,6 +70,21 @@ type Config struct {
 	//
 	// Defaults to 30 seconds.
 	PendingDispatchesMaxAge time.Duration
+
+	// MetricsCountsMaxAge is how old the job and workflow counts on
+	// /metrics (tributary_jobs, tributary_queue_jobs,
+	// tributary_queue_oldest_available_age_seconds, tributary_workflows,
+	// tributary_workflows_running_tasks*) may get before a scrape reads them
+	// again in the background; the scrape itself serves the last read and
+	// its age (tributary_dashboard_counts_age_seconds). Those capped counts
+	// read up to the count cap of index entries per state, per queue and
+	// per workflow status, most of a scrape on a large table; with it, one
+	// read serves every scrape of the interval and a scrape waits for none
+	// but the first. A scraper at a longer interval than this sees counts
+	// one interval old.
+	//
+	// Defaults to 5 seconds.
+	MetricsCountsMaxAge time.Duration
 
 	// SessionTTL is how long a login through the form lasts at most, used
 	// or not.
@@ -123,6 +139,7 @@ func (c Config) withDefaults(logger *slog.Logger) Config {
 	}
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, QueryTimeoutDefault)
 	c.PendingDispatchesMaxAge = cmp.Or(c.PendingDispatchesMaxAge, PendingDispatchesMaxAgeDefault)
+	c.MetricsCountsMaxAge = cmp.Or(c.MetricsCountsMaxAge, MetricsCountsMaxAgeDefault)
 	c.SessionTTL = cmp.Or(c.SessionTTL, SessionTTLDefault)
 	c.SessionIdleTimeout = cmp.Or(c.SessionIdleTimeout, SessionIdleTimeoutDefault)
 	return c

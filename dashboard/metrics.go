@@ -12,11 +12,14 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// dbCollector reads gauges from the database at scrape time: jobs per
-// state, live jobs per queue, the oldest available job's age per queue,
-// the outbox backlog and forward lag, the batch tables and workflows per
-// status with the tasks of running ones per state. It reuses the overview's capped
-// counts, so a scrape costs what a page load costs.
+// dbCollector reads gauges from the database: jobs per state, live jobs
+// per queue, the oldest available job's age per queue and the workflows
+// per status with the tasks of running ones per state from one read shared
+// by the scrapes (metricsCounts: the overview's capped counts, whose cost
+// grows with the tables up to the count cap, kept with their age), the
+// outbox backlog and forward lag, the batch tables and the event
+// consumers' blocked lanes at scrape time, and their pending dispatches
+// as last counted.
 type dbCollector struct {
 	s *Server
 
@@ -33,6 +36,7 @@ type dbCollector struct {
 	blockedLanes *prometheus.Desc
 	pendingDisp  *prometheus.Desc
 	pendingAge   *prometheus.Desc
+	countsAge    *prometheus.Desc
 	scrapeErrors *prometheus.Desc
 	wf           workflowDescs
 }
@@ -53,6 +57,7 @@ func newDBCollector(s *Server) *dbCollector {
 		blockedLanes: prometheus.NewDesc("tributary_event_lanes_blocked", "Aggregates of an event consumer held by a given-up head event (lane blocks), per consumer.", []string{"consumer"}, nil),
 		pendingDisp:  prometheus.NewDesc("tributary_event_consumer_pending_dispatches", "Unfinished dispatch jobs of an event consumer (a batched dispatch counts once), per consumer, as of the count tributary_event_consumer_pending_dispatches_age_seconds ago.", []string{"consumer"}, nil),
 		pendingAge:   prometheus.NewDesc("tributary_event_consumer_pending_dispatches_age_seconds", "How long ago the pending dispatches were counted (recounted in the background once older than the dashboard's PendingDispatchesMaxAge).", nil, nil),
+		countsAge:    prometheus.NewDesc("tributary_dashboard_counts_age_seconds", "How long ago the job and workflow counts (tributary_jobs, tributary_queue_jobs, tributary_queue_oldest_available_age_seconds, tributary_workflows, tributary_workflows_running_tasks*) were read: one read is shared by the scrapes, re-read in the background once older than the dashboard's MetricsCountsMaxAge.", nil, nil),
 		scrapeErrors: prometheus.NewDesc("tributary_dashboard_scrape_error", "1 when the last scrape could not read the database.", nil, nil),
 		wf:           newWorkflowDescs(),
 	}
@@ -60,7 +65,7 @@ func newDBCollector(s *Server) *dbCollector {
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.queueJobs, c.oldestAge, c.outboxRows, c.outboxLag,
-		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.blockedLanes, c.pendingDisp, c.pendingAge, c.scrapeErrors} {
+		c.stagedItems, c.stagedBytes, c.objects, c.objectBytes, c.objectGzip, c.blockedLanes, c.pendingDisp, c.pendingAge, c.countsAge, c.scrapeErrors} {
 		ch <- d
 	}
 	c.wf.describe(ch)
@@ -70,26 +75,23 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.QueryTimeout)
 	defer cancel()
 	failed := 0.0
-	var ov *queue.JobStats
-	err := c.s.readTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		ov, err = c.s.jobStats(ctx, tx)
-		return err
-	})
-	if err != nil {
-		c.s.logger.WarnContext(ctx, "metrics scrape could not read the job overview", "error", err)
+	if mc, takenAt, err := c.s.counts.get(ctx); err != nil {
+		c.s.logger.WarnContext(ctx, "metrics scrape could not read the job and workflow counts", "error", err)
 		failed = 1
 	} else {
-		for _, sc := range ov.States {
+		for _, sc := range mc.Jobs.States {
 			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(sc.N), sc.State)
 		}
-		for _, q := range ov.Queues {
+		for _, q := range mc.Jobs.Queues {
 			for _, state := range queue.LiveJobStates() {
 				ch <- prometheus.MustNewConstMetric(c.queueJobs, prometheus.GaugeValue, float64(q.States[state].N), q.Queue, state)
 			}
 			ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, q.OldestAvailableAgeSeconds, q.Queue)
 		}
+		c.wf.emit(ch, mc.Workflows)
+		ch <- prometheus.MustNewConstMetric(c.countsAge, prometheus.GaugeValue, time.Since(takenAt).Seconds())
 	}
+	var err error
 	var ob *OutboxPage
 	err = c.s.readTx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -113,11 +115,28 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 		c.s.logger.WarnContext(ctx, "metrics scrape could not read the batch tables", "error", err)
 		failed = 1
 	}
-	if err := c.collectWorkflows(ctx, ch); err != nil {
-		c.s.logger.WarnContext(ctx, "metrics scrape could not read the workflow tables", "error", err)
-		failed = 1
-	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeErrors, prometheus.GaugeValue, failed)
+}
+
+// metricsCounts are the values of the gauges read through capped counts
+// (at most the count cap of index entries per state, per queue and state
+// and per workflow status: at 10,000,000 jobs most of a scrape), shared by
+// the scrapes through an agedRead.
+type metricsCounts struct {
+	Jobs      *queue.JobStats
+	Workflows workflowCounts
+}
+
+func (s *Server) readMetricsCounts(ctx context.Context, tx pgx.Tx) (*metricsCounts, error) {
+	jobs, err := s.jobStats(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	wc, err := s.readWorkflowCounts(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return &metricsCounts{Jobs: jobs, Workflows: wc}, nil
 }
 
 // collectConsumers exports each event consumer's blocked lanes, read at

@@ -40,7 +40,7 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
 		demo.Register(rt)
 		var err error
-		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Logger: pgtest.Logger(t)})
+		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Logger: pgtest.Logger(t), MetricsCountsMaxAge: 50 * time.Millisecond})
 		require.NoError(t, err)
 	})
 	base := "http://" + svc.Addr()
@@ -94,7 +94,11 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 		body = scrape()
 		worked, _ := metricValue(t, body, `tributary_jobs_worked_total{kind="demo.noop",outcome="completed",queue="default"}`)
 		failed, _ := metricValue(t, body, `tributary_jobs_failed_total{kind="demo.fail",queue="default"}`)
-		return worked == 3 && failed == 2, nil
+		// The counts come from a read shared by the scrapes, redone in the
+		// background once older than MetricsCountsMaxAge.
+		completed, _ := metricValue(t, body, `tributary_jobs{state="completed"}`)
+		discarded, _ := metricValue(t, body, `tributary_jobs{state="discarded"}`)
+		return worked == 3 && failed == 2 && completed == 3 && discarded == 2, nil
 	})
 	for series, want := range map[string]float64{
 		`tributary_jobs_worked_total{kind="demo.fail",outcome="failed",queue="default"}`: 2,
@@ -123,7 +127,7 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 // and the coordinator's counters (NewWorkflowCollector) after real work.
 func TestWorkflowMetrics(t *testing.T) {
 	t.Parallel()
-	b := setupWorkflows(t, Config{})
+	b := setupWorkflows(t, Config{MetricsCountsMaxAge: 50 * time.Millisecond})
 	id := b.start(t, workflowdemo.FanoutName, `{"width":4,"fail":1}`, nil)
 	b.waitStatus(t, id, workflow.StatusFailed)
 	// A running one whose tasks wait: its job sits on a queue nobody works.
@@ -137,7 +141,8 @@ func TestWorkflowMetrics(t *testing.T) {
 	pgtest.WaitFor(t, 10*time.Second, "the coordinator's counters on /metrics", func() (bool, error) {
 		body = get(t, b.base, "/metrics").body
 		v, _ := metricValue(t, body, `tributary_workflows_task_outcomes_total{outcome="completed"}`)
-		return v == 5, nil // split, three parts, sum
+		running, _ := metricValue(t, body, `tributary_workflows{status="running"}`)
+		return v == 5 && running == 1, nil // split, three parts, sum
 	})
 	for series, want := range map[string]float64{
 		`tributary_workflows{status="failed"}`:                      1,
@@ -161,3 +166,36 @@ func TestWorkflowMetrics(t *testing.T) {
 }
 
 func idleOpts() *river.InsertOpts { return &river.InsertOpts{Queue: "idle"} }
+
+// TestMetricsCountsShared checks that the job and workflow gauges come from
+// one read shared by the scrapes, with its age, while the overview reads
+// the counts live.
+func TestMetricsCountsShared(t *testing.T) {
+	t.Parallel()
+	srv, bundle := setupServer(t, Config{MetricsCountsMaxAge: time.Hour})
+	base := bundle.http.URL
+	series := `tributary_queue_jobs{queue="idle",state="available"}`
+	first := get(t, base, "/metrics").body
+	_, ok := metricValue(t, first, series)
+	require.False(t, ok, "no idle queue yet")
+	_, ok = metricValue(t, first, `tributary_dashboard_counts_age_seconds`)
+	require.True(t, ok)
+
+	_, err := bundle.db.Pool.Exec(context.Background(), bundle.db.Q(`INSERT INTO /*schema*/river_job (args, kind, max_attempts, queue, state)
+		VALUES ('{}', 'demo.noop', 1, 'idle', 'available')`))
+	require.NoError(t, err)
+	ov, err := srv.Overview(context.Background())
+	require.NoError(t, err)
+	live := map[string]int64{}
+	for _, q := range ov.Queues {
+		live[q.Queue] = q.States["available"].N
+	}
+	require.EqualValues(t, 1, live["idle"], "the overview counts live")
+
+	second := get(t, base, "/metrics").body
+	_, ok = metricValue(t, second, series)
+	require.False(t, ok, "the scrape serves the shared read, not younger than an hour")
+	age, ok := metricValue(t, second, `tributary_dashboard_counts_age_seconds`)
+	require.True(t, ok)
+	require.GreaterOrEqual(t, age, 0.0)
+}

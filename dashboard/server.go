@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -30,7 +33,8 @@ type Server struct {
 	handler  http.Handler
 
 	throughput *throughputCache
-	pending    *pendingDispatches
+	pending    *agedRead[map[string]int64]
+	counts     *agedRead[*metricsCounts]
 }
 
 // New builds a dashboard on client's pool and schema. Job actions go
@@ -50,7 +54,11 @@ func New(client *queue.Client, cfg Config) (*Server, error) {
 
 		throughput: &throughputCache{},
 	}
-	s.pending = &pendingDispatches{s: s, maxAge: cfg.PendingDispatchesMaxAge}
+	s.pending = &agedRead[map[string]int64]{s: s, maxAge: cfg.PendingDispatchesMaxAge, what: "the event consumers' pending dispatches",
+		read: func(ctx context.Context, tx pgx.Tx) (map[string]int64, error) {
+			return events.CountPendingDispatches(ctx, tx, s.schema)
+		}}
+	s.counts = &agedRead[*metricsCounts]{s: s, maxAge: cfg.MetricsCountsMaxAge, what: "the job and workflow counts of /metrics", read: s.readMetricsCounts}
 	var err error
 	if s.pages, err = loadPages(); err != nil {
 		return nil, err

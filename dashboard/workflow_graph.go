@@ -36,6 +36,7 @@ type graphNode struct {
 	State string
 	X, Y  int
 	Title string // the tooltip
+	Href  string // the task's row in the task table, on whichever page it is
 }
 
 type graphEdge struct {

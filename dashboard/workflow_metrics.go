@@ -7,10 +7,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // workflowDescs are the dashboard's workflow gauges, read from the
-// workflow rows at scrape time.
+// workflow rows with the job counts (metricsCounts).
 type workflowDescs struct {
 	workflows *prometheus.Desc
 	tasks     *prometheus.Desc
@@ -31,40 +32,54 @@ func (d workflowDescs) describe(ch chan<- *prometheus.Desc) {
 	ch <- d.capped
 }
 
-// collectWorkflows emits the workflow gauges; a schema without the workflow
-// tables emits none.
-func (c *dbCollector) collectWorkflows(ctx context.Context, ch chan<- prometheus.Metric) error {
-	return c.s.readTx(ctx, func(tx pgx.Tx) error {
-		ok, err := c.s.tableExists(ctx, tx, workflowIndex)
-		if err != nil || !ok {
-			return err
-		}
-		wfc := c.s.workflows()
-		counts, err := wfc.StatusCounts(ctx, tx, c.s.cfg.CountCap)
-		if err != nil {
-			return err
-		}
-		tasks, capped, err := wfc.RunningTaskCounts(ctx, tx, c.s.cfg.CountCap)
-		if err != nil {
-			return err
-		}
-		for _, st := range workflow.Statuses() {
-			ch <- prometheus.MustNewConstMetric(c.wf.workflows, prometheus.GaugeValue, float64(counts[st].N), string(st))
-		}
-		for _, p := range []struct {
-			state workflow.TaskState
-			n     int
-		}{{workflow.TaskPending, tasks.Pending}, {workflow.TaskActive, tasks.Active}, {workflow.TaskCompleted, tasks.Completed},
-			{workflow.TaskFailed, tasks.Failed}, {workflow.TaskCancelled, tasks.Cancelled}, {workflow.TaskSkipped, tasks.Skipped}} {
-			ch <- prometheus.MustNewConstMetric(c.wf.tasks, prometheus.GaugeValue, float64(p.n), string(p.state))
-		}
-		cappedValue := 0.0
-		if capped {
-			cappedValue = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.wf.capped, prometheus.GaugeValue, cappedValue)
-		return nil
-	})
+// workflowCounts are the workflow gauges' values, read with the job
+// counts (metricsCounts); Enabled is false in a schema without the
+// workflow tables, which emits none.
+type workflowCounts struct {
+	Enabled bool
+	Status  map[workflow.Status]queue.Count
+	Tasks   workflow.Counts
+	Capped  bool
+}
+
+func (s *Server) readWorkflowCounts(ctx context.Context, tx pgx.Tx) (workflowCounts, error) {
+	var wc workflowCounts
+	ok, err := s.tableExists(ctx, tx, workflowIndex)
+	if err != nil || !ok {
+		return wc, err
+	}
+	wfc := s.workflows()
+	if wc.Status, err = wfc.StatusCounts(ctx, tx, s.cfg.CountCap); err != nil {
+		return wc, err
+	}
+	if wc.Tasks, wc.Capped, err = wfc.RunningTaskCounts(ctx, tx, s.cfg.CountCap); err != nil {
+		return wc, err
+	}
+	wc.Enabled = true
+	return wc, nil
+}
+
+// emit sends the workflow gauges of wc.
+func (d workflowDescs) emit(ch chan<- prometheus.Metric, wc workflowCounts) {
+	if !wc.Enabled {
+		return
+	}
+	for _, st := range workflow.Statuses() {
+		ch <- prometheus.MustNewConstMetric(d.workflows, prometheus.GaugeValue, float64(wc.Status[st].N), string(st))
+	}
+	tasks := wc.Tasks
+	for _, p := range []struct {
+		state workflow.TaskState
+		n     int
+	}{{workflow.TaskPending, tasks.Pending}, {workflow.TaskActive, tasks.Active}, {workflow.TaskCompleted, tasks.Completed},
+		{workflow.TaskFailed, tasks.Failed}, {workflow.TaskCancelled, tasks.Cancelled}, {workflow.TaskSkipped, tasks.Skipped}} {
+		ch <- prometheus.MustNewConstMetric(d.tasks, prometheus.GaugeValue, float64(p.n), string(p.state))
+	}
+	cappedValue := 0.0
+	if wc.Capped {
+		cappedValue = 1
+	}
+	ch <- prometheus.MustNewConstMetric(d.capped, prometheus.GaugeValue, cappedValue)
 }
 
 // WorkflowCollector exports a workflow Coordinator's counters (its Stats)

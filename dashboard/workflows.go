@@ -183,20 +183,33 @@ type WorkflowPage struct {
 	RetryModes []workflow.RetryMode `json:"retry_modes"`
 }
 
-// workflowView adds the graph for the page.
+// workflowView adds the graph and the task table's page for the page.
 type workflowView struct {
 	*WorkflowPage
 	Graph *taskGraph
-	// Shown are the tasks the table lists (at most taskTableMax).
+	// Shown are the tasks the table lists: taskTablePage of them from the
+	// Offset-th on, in position order.
 	Shown []workflow.TaskInfo
+	// First and Last number the shown tasks from 1.
+	First, Last int
+	// PrevURL and NextURL are the table's neighbouring pages, if any.
+	PrevURL, NextURL string
 }
 
-// taskTableMax bounds the task table of the page; the JSON API has every
-// task.
-const taskTableMax = 1000
+// taskTablePage is the task table's page size: the page reads and renders
+// at most that many tasks, so its cost does not grow with the workflow's
+// width; the JSON API has every task.
+const taskTablePage = 100
 
 // GetWorkflow reads a workflow by id or key with every task.
 func (s *Server) GetWorkflow(ctx context.Context, ref string) (*WorkflowPage, error) {
+	return s.getWorkflow(ctx, ref, func(ctx context.Context, wfc *workflow.Client) (*workflow.Details, error) {
+		return wfc.Get(ctx, ref)
+	})
+}
+
+// getWorkflow reads a workflow with read and adds its actions.
+func (s *Server) getWorkflow(ctx context.Context, ref string, read func(context.Context, *workflow.Client) (*workflow.Details, error)) (*WorkflowPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.QueryTimeout)
 	defer cancel()
 	if ok, err := s.tableExists(ctx, s.pool, "tributary_workflow"); err != nil {
@@ -204,7 +217,7 @@ func (s *Server) GetWorkflow(ctx context.Context, ref string) (*WorkflowPage, er
 	} else if !ok {
 		return nil, notFoundf("workflows are not enabled: %s", workflowsNotEnabled)
 	}
-	d, err := s.workflows().Get(ctx, ref)
+	d, err := read(ctx, s.workflows())
 	var nf *workflow.NotFoundError
 	if errors.As(err, &nf) {
 		return nil, notFoundf("%v", err)
@@ -232,31 +245,101 @@ func parseWorkflowRef(raw string) (string, error) {
 	return raw, nil
 }
 
+// GetWorkflowTasks reads a workflow by id or key with limit of its tasks
+// after the first offset (workflow.Client.GetTaskPage).
+func (s *Server) GetWorkflowTasks(ctx context.Context, ref string, offset, limit int) (*WorkflowPage, error) {
+	return s.getWorkflow(ctx, ref, func(ctx context.Context, wfc *workflow.Client) (*workflow.Details, error) {
+		return wfc.GetTaskPage(ctx, ref, offset, limit)
+	})
+}
+
+// parseTaskOffset reads the workflow page's tasks= parameter: how many
+// tasks the table's page skips.
+func parseTaskOffset(q url.Values) (int, error) {
+	raw := strings.TrimSpace(q.Get("tasks"))
+	if raw == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < 0 {
+		return 0, badRequestf("invalid tasks=%q: want the number of tasks to skip, 0 or more", truncateUTF8(raw, 64))
+	}
+	return n, nil
+}
+
 func (s *Server) handleWorkflow(w http.ResponseWriter, r *http.Request) error {
-	if _, err := pageQuery(r); err != nil {
+	q, err := pageQuery(r, "tasks")
+	if err != nil {
 		return err
 	}
 	ref, err := parseWorkflowRef(r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	page, err := s.GetWorkflow(r.Context(), ref)
+	if isAPI(r) {
+		if q.Has("tasks") {
+			return badRequestf("unknown parameter %q: the JSON API has every task", "tasks")
+		}
+		page, err := s.GetWorkflow(r.Context(), ref)
+		if err != nil {
+			return err
+		}
+		return s.render(w, r, "", "", "", page)
+	}
+	offset, err := parseTaskOffset(q)
 	if err != nil {
 		return err
 	}
-	if isAPI(r) {
-		return s.render(w, r, "", "", "", page)
+	page, err := s.GetWorkflowTasks(r.Context(), ref, offset, taskTablePage)
+	if err != nil {
+		return err
 	}
-	v := workflowView{WorkflowPage: page, Shown: page.Tasks}
-	if len(page.Tasks) <= GraphMaxTasks {
-		g := layoutGraph(page.Tasks)
+	v := workflowView{WorkflowPage: page, Shown: page.Tasks, First: offset + 1, Last: offset + len(page.Tasks)}
+	if page.TaskCount <= GraphMaxTasks {
+		// The graph needs every task: at most GraphMaxTasks of them.
+		all := page
+		if len(page.Tasks) < page.TaskCount {
+			if all, err = s.GetWorkflow(r.Context(), ref); err != nil {
+				return err
+			}
+		}
+		g := layoutGraph(all.Tasks)
+		linkNodes(&g, all.Tasks, offset, "/workflows/"+url.PathEscape(ref))
 		v.Graph = &g
 	}
-	if len(v.Shown) > taskTableMax {
-		v.Shown = v.Shown[:taskTableMax]
+	base := "/workflows/" + url.PathEscape(ref)
+	if offset > 0 {
+		v.PrevURL = base
+		if prev := offset - taskTablePage; prev > 0 {
+			v.PrevURL += "?tasks=" + strconv.Itoa(prev)
+		}
+	}
+	if next := offset + taskTablePage; next < page.TaskCount {
+		v.NextURL = base + "?tasks=" + strconv.Itoa(next)
 	}
 	title := "Workflow " + page.Name
 	return s.render(w, r, "workflow", title, "workflows", v)
+}
+
+// linkNodes points each node of g at its task's row: on the page shown
+// (from offset) or on the page of taskTablePage rows that holds it; tasks
+// are the workflow's, in the table's position order.
+func linkNodes(g *taskGraph, tasks []workflow.TaskInfo, offset int, base string) {
+	pos := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		pos[t.Name] = i
+	}
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		href := ""
+		if p := pos[n.Name]; p < offset || p >= offset+taskTablePage {
+			href = base
+			if start := p / taskTablePage * taskTablePage; start > 0 {
+				href += "?tasks=" + strconv.Itoa(start)
+			}
+		}
+		n.Href = href + "#task-" + n.Name
+	}
 }
 
 // workflowActionResult is the JSON answer of a workflow action.

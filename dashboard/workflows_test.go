@@ -296,3 +296,56 @@ func taskOf(t *testing.T, d *workflow.Details, name string) workflow.TaskInfo {
 	t.Fatalf("workflow %s has no task %q", d.ID, name)
 	return workflow.TaskInfo{}
 }
+
+// TestWorkflowPageTaskTablePages checks that the workflow page lists a
+// wide workflow's tasks a page at a time (taskTablePage), with links to the
+// neighbouring pages, while the graph still has every task and a task off
+// the page still shows what it waits on.
+func TestWorkflowPageTaskTablePages(t *testing.T) {
+	t.Parallel()
+	b := setupWorkflows(t, Config{})
+	const width = 2*taskTablePage + 50
+	wf := workflow.New("wide", nil)
+	wf.Add("root", demo.NoopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
+	for i := range width {
+		wf.Add(fmt.Sprintf("leaf-%03d", i), demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"root"}, InsertOpts: idleOpts()})
+	}
+	res, err := b.wfc.Insert(context.Background(), wf)
+	require.NoError(t, err)
+	id := res.ID
+	rows := func(body string) int { return strings.Count(body, `<tr id="task-`) }
+
+	first := get(t, b.base, "/workflows/"+id)
+	require.Equal(t, 200, first.status, first.body)
+	require.Equal(t, taskTablePage, rows(first.body), "the first page of the table")
+	require.Contains(t, first.body, `id="task-root"`)
+	require.Contains(t, first.body, fmt.Sprintf(`href="/workflows/%s?tasks=%d"`, id, taskTablePage))
+	require.NotContains(t, first.body, `id="tasks-prev"`)
+	require.Equal(t, width+1, strings.Count(first.body, `class="wf-node `), "the graph has every task")
+	require.Contains(t, first.body, `<a href="#task-leaf-000">`, "a node on this page links to its row")
+	require.Contains(t, first.body, fmt.Sprintf(`<a href="/workflows/%s?tasks=%d#task-leaf-%03d">`, id, 2*taskTablePage, width-1), "a node on a later page links to it")
+
+	last := get(t, b.base, fmt.Sprintf("/workflows/%s?tasks=%d", id, 2*taskTablePage))
+	require.Equal(t, 200, last.status, last.body)
+	require.Equal(t, width+1-2*taskTablePage, rows(last.body))
+	require.Contains(t, last.body, fmt.Sprintf(`id="task-leaf-%03d"`, width-1))
+	require.NotContains(t, last.body, `id="task-root"`)
+	require.Contains(t, last.body, "waiting on: root", "the dependency is not on this page")
+	require.Contains(t, last.body, fmt.Sprintf(`href="/workflows/%s?tasks=%d"`, id, taskTablePage))
+	require.NotContains(t, last.body, `id="tasks-next"`)
+
+	for _, tc := range []struct{ path, mention string }{
+		{"/workflows/" + id + "?tasks=-1", `invalid tasks=&#34;-1&#34;`},
+		{"/workflows/" + id + "?tasks=x", `invalid tasks=&#34;x&#34;`},
+		{"/api/workflows/" + id + "?tasks=100", `the JSON API has every task`},
+	} {
+		res := get(t, b.base, tc.path)
+		require.Equal(t, 400, res.status, tc.path)
+		require.Contains(t, res.body, tc.mention, tc.path)
+	}
+	api := get(t, b.base, "/api/workflows/"+id)
+	require.Equal(t, 200, api.status, api.body)
+	var d workflow.Details
+	api.json(t, &d)
+	require.Len(t, d.Tasks, width+1, "the JSON API has every task")
+}

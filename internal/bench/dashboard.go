@@ -242,7 +242,8 @@ const deepJobsPages = 200
 // the jobs page deepJobsPages pages in, the jobs in the middle and near the
 // start of the table (unfiltered and filtered), and, with workflows seeded,
 // the workflows pages: the list, filtered lists, its middle by cursor and
-// the pages of a five-task and of the wide workflow.
+// the pages of a five-task and of the wide workflow (its first and a later
+// page of tasks, and its JSON with every task).
 func deepPages(get func(string) (*httptest.ResponseRecorder, error), workflows int) ([]endpoint, error) {
 	var page struct {
 		Jobs       []struct{ ID int64 } `json:"jobs"`
@@ -315,6 +316,8 @@ func deepPages(get func(string) (*httptest.ResponseRecorder, error), workflows i
 		endpoint{"dashboard GET /workflows/ID (5 tasks, HTML)", "/workflows/" + middleWF},
 		endpoint{"dashboard GET /api/workflows/ID (5 tasks)", "/api/workflows/" + middleWF},
 		endpoint{fmt.Sprintf("dashboard GET /workflows/ID (%d tasks, HTML)", WideTasks+2), "/workflows/" + wide},
+		endpoint{fmt.Sprintf("dashboard GET /workflows/ID?tasks=900 (%d tasks, HTML)", WideTasks+2), "/workflows/" + wide + "?tasks=900"},
+		endpoint{fmt.Sprintf("dashboard GET /api/workflows/ID (%d tasks)", WideTasks+2), "/api/workflows/" + wide},
 	), nil
 }
 

@@ -37,6 +37,7 @@ func TestRunDashboard(t *testing.T) {
 		"dashboard GET /api/workflows?after=<middle>",
 		"dashboard GET /workflows/ID (5 tasks, HTML)",
 		"dashboard GET /workflows/ID (1002 tasks, HTML)",
+		"dashboard GET /workflows/ID?tasks=900 (1002 tasks, HTML)",
 	} {
 		require.True(t, names[name], "no %q in %v", name, names)
 	}

@@ -160,40 +160,7 @@ func (c *Client) Summary(ctx context.Context, ref string) (*Summary, error) {
 // Get returns the workflow ref names (its id, else its caller key) with
 // every task, or a *NotFoundError (errors.Is ErrNotFound).
 func (c *Client) Get(ctx context.Context, ref string) (*Details, error) {
-	id, err := c.resolve(ctx, c.qc.Pool(), ref)
-	if err != nil {
-		return nil, err
-	}
-	// One snapshot for the workflow row, its tasks and their jobs: read one
-	// after another, a completion committing in between shows a task done
-	// beside counts that still say active.
-	var d Details
-	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var input []byte
-		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return &NotFoundError{Ref: ref}
-			}
-			return fmt.Errorf("error reading workflow %s: %w", id, err)
-		}
-		d.Input = input
-		tasks, err := c.readTasks(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if err := c.addWaits(ctx, tx, tasks); err != nil {
-			return err
-		}
-		if err := c.addJobs(ctx, tx, tasks); err != nil {
-			return err
-		}
-		d.Tasks = tasks
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &d, nil
+	return c.readDetails(ctx, ref, c.readTasks)
 }
 
 const selectTasksSQL = `
@@ -209,7 +176,13 @@ type taskRecord struct {
 }
 
 func (c *Client) readTaskRecords(ctx context.Context, db queue.DBTX, id string) ([]taskRecord, error) {
-	rows, err := db.Query(ctx, c.sql.selectTasks, customPlan, id)
+	return c.queryTaskRecords(ctx, db, id, c.sql.selectTasks, id)
+}
+
+// queryTaskRecords reads the task rows of workflow id that sql (selectTasksSQL's
+// columns) selects with args.
+func (c *Client) queryTaskRecords(ctx context.Context, db queue.DBTX, id, sql string, args ...any) ([]taskRecord, error) {
+	rows, err := db.Query(ctx, sql, append([]any{customPlan}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the tasks of workflow %s: %w", id, err)
 	}
@@ -244,19 +217,7 @@ func (c *Client) readTasks(ctx context.Context, db queue.DBTX, id string) ([]Tas
 	for _, r := range recs {
 		state[r.Name] = r.State
 	}
-	out := make([]TaskInfo, len(recs))
-	for i, r := range recs {
-		t := r.TaskInfo
-		if t.State == TaskPending {
-			for _, d := range t.Deps {
-				if !state[d].finished() {
-					t.WaitingOn = append(t.WaitingOn, d)
-				}
-			}
-		}
-		out[i] = t
-	}
-	return out, nil
+	return withWaitingOn(recs, state), nil
 }
 
 // addJobs adds River's live detail from the tasks' jobs that still exist,

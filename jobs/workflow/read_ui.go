@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -96,4 +97,120 @@ func (c *Client) RunningTaskCounts(ctx context.Context, db queue.DBTX, countCap 
 		return Counts{}, false, fmt.Errorf("error summing the tasks of running workflows: %w", err)
 	}
 	return counts, n >= countCap, nil
+}
+
+// TaskPageMax bounds GetTaskPage's limit.
+const TaskPageMax = 1000
+
+// taskPageSQL is selectTasksSQL (which ends in ORDER BY position) cut to
+// the page of $2 tasks after the first $3: the planner sorts the
+// workflow's task rows found by the primary key (a top-N sort of their
+// positions), and only the page's rows are sent and decoded.
+const taskPageSQL = selectTasksSQL + ` LIMIT $2 OFFSET $3`
+
+// depStatesSQL reads the states of the named tasks of a workflow by its
+// primary key.
+const depStatesSQL = `SELECT name, state FROM /*schema*/tributary_workflow_task WHERE workflow_id = $1::uuid AND name = ANY($2::text[])`
+
+// GetTaskPage is Get with one page of the tasks: the limit tasks after the
+// first offset in position order (Details.Tasks; Summary.TaskCount says how
+// many there are). Reading and decoding follow limit, not the workflow's
+// width, so an operator page of a 1,000-task fan-out costs what a page of
+// a small one does.
+func (c *Client) GetTaskPage(ctx context.Context, ref string, offset, limit int) (*Details, error) {
+	if offset < 0 {
+		return nil, fmt.Errorf("invalid task offset %d: want 0 or more", offset)
+	}
+	if limit < 1 || limit > TaskPageMax {
+		return nil, fmt.Errorf("invalid task page size %d: want 1 to %d", limit, TaskPageMax)
+	}
+	return c.readDetails(ctx, ref, func(ctx context.Context, tx queue.DBTX, id string) ([]TaskInfo, error) {
+		recs, err := c.queryTaskRecords(ctx, tx, id, queue.Qualify(c.schema, taskPageSQL), id, limit, offset)
+		if err != nil {
+			return nil, err
+		}
+		return c.addWaitingOn(ctx, tx, id, recs)
+	})
+}
+
+// readDetails reads the workflow ref names with the tasks readTasks reads
+// (Get: every one; GetTaskPage: a page) and their steps and jobs.
+func (c *Client) readDetails(ctx context.Context, ref string, readTasks func(ctx context.Context, tx queue.DBTX, id string) ([]TaskInfo, error)) (*Details, error) {
+	id, err := c.resolve(ctx, c.qc.Pool(), ref)
+	if err != nil {
+		return nil, err
+	}
+	// One snapshot for the workflow row, its tasks and their jobs: read one
+	// after another, a completion committing in between shows a task done
+	// beside counts that still say active.
+	var d Details
+	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var input []byte
+		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return &NotFoundError{Ref: ref}
+			}
+			return fmt.Errorf("error reading workflow %s: %w", id, err)
+		}
+		d.Input = input
+		tasks, err := readTasks(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := c.addWaits(ctx, tx, tasks); err != nil {
+			return err
+		}
+		if err := c.addJobs(ctx, tx, tasks); err != nil {
+			return err
+		}
+		d.Tasks = tasks
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// addWaitingOn is readTasks's WaitingOn for a page of task rows: the
+// states of the pending tasks' dependencies are read by name, on the page
+// or not.
+func (c *Client) addWaitingOn(ctx context.Context, tx queue.DBTX, id string, recs []taskRecord) ([]TaskInfo, error) {
+	var deps []string
+	for _, r := range recs {
+		if r.State == TaskPending {
+			deps = append(deps, r.Deps...)
+		}
+	}
+	state := make(map[string]TaskState, len(deps))
+	if len(deps) > 0 {
+		rows, err := tx.Query(ctx, queue.Qualify(c.schema, depStatesSQL), customPlan, id, deps)
+		if err != nil {
+			return nil, fmt.Errorf("error reading the dependencies of workflow %s: %w", id, err)
+		}
+		var name string
+		var st TaskState
+		if _, err := pgx.ForEachRow(rows, []any{&name, &st}, func() error { state[name] = st; return nil }); err != nil {
+			return nil, fmt.Errorf("error reading the dependencies of workflow %s: %w", id, err)
+		}
+	}
+	return withWaitingOn(recs, state), nil
+}
+
+// withWaitingOn returns the tasks of recs, each pending one with the
+// dependencies that state (by task name) says have not finished.
+func withWaitingOn(recs []taskRecord, state map[string]TaskState) []TaskInfo {
+	out := make([]TaskInfo, len(recs))
+	for i, r := range recs {
+		t := r.TaskInfo
+		if t.State == TaskPending {
+			for _, d := range t.Deps {
+				if !state[d].finished() {
+					t.WaitingOn = append(t.WaitingOn, d)
+				}
+			}
+		}
+		out[i] = t
+	}
+	return out
 }
