@@ -469,7 +469,7 @@ func TestDispatchCountsAndDelete(t *testing.T) {
 	counts, err := riverjob.CountUnfinishedDispatches(ctx, f.db.Pool, f.db.Schema)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"c1": 5, "c2": 1}, counts)
-	// The count reads migration 0015's partial index of unfinished dispatch
+	// The count reads migration 0014's partial index of unfinished dispatch
 	// jobs, not River's state and kind indexes (a BitmapAnd that grows with
 	// the table).
 	require.Contains(t, f.explain(t, "countUnfinishedDispatchesSQL"), "tributary_dispatch_unfinished_idx")
