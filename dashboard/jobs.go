@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -257,7 +258,7 @@ func detailOf(row *rivertype.JobRow) *JobDetail {
 			ScheduledAt: row.ScheduledAt, AttemptedAt: row.AttemptedAt, FinalizedAt: row.FinalizedAt,
 			ErrorCount: len(row.Errors),
 		},
-		Args:        json.RawMessage(row.EncodedArgs),
+		Args:        json.RawMessage(events.ReadableArgs(row.Kind, row.EncodedArgs)),
 		Metadata:    json.RawMessage(row.Metadata),
 		Tags:        row.Tags,
 		AttemptedBy: row.AttemptedBy,

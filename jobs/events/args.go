@@ -112,3 +112,53 @@ func unpackEvent(raw json.RawMessage, ev *outbox.Event) error {
 	}
 	return nil
 }
+
+// ReadableArgs returns a dispatch job's args with its event (a batch's
+// events) as JSON objects, the shape an operator reads and the one jobs had
+// before packing; the dashboard's job page shows them so. Args of other
+// kinds, and args that do not decode, come back unchanged.
+func ReadableArgs(kind string, args []byte) []byte {
+	var v any
+	switch kind {
+	case DispatchKind:
+		var w dispatchArgsJSON
+		if json.Unmarshal(args, &w) != nil || !unpackRaw(&w.Event) {
+			return args
+		}
+		v = w
+	case DispatchBatchKind:
+		var w dispatchBatchArgsJSON
+		if json.Unmarshal(args, &w) != nil {
+			return args
+		}
+		for i := range w.Events {
+			if !unpackRaw(&w.Events[i]) {
+				return args
+			}
+		}
+		v = w
+	default:
+		return args
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(v) != nil {
+		return args
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// unpackRaw replaces a packed event (a JSON string) by the JSON it holds;
+// an event already an object stays. It reports whether raw is an event.
+func unpackRaw(raw *json.RawMessage) bool {
+	if len(*raw) == 0 || (*raw)[0] != '"' {
+		return len(*raw) > 0 && (*raw)[0] == '{'
+	}
+	var s string
+	if json.Unmarshal(*raw, &s) != nil || !json.Valid([]byte(s)) {
+		return false
+	}
+	*raw = json.RawMessage(s)
+	return true
+}

@@ -77,3 +77,46 @@ func TestDispatchArgsPackedAndOldShape(t *testing.T) {
 	var bad dispatchArgs
 	require.ErrorContains(t, json.Unmarshal([]byte(`{"consumer":"c","event":"{not json"}`), &bad), "error decoding an event")
 }
+
+// TestReadableArgs: the dashboard's reading of dispatch args shows each
+// event as an object, for a lone dispatch and a batch; old-shape args read
+// the same; other kinds and undecodable args come back unchanged.
+func TestReadableArgs(t *testing.T) {
+	one, err := json.Marshal(dispatchArgs{Consumer: "c", AggregateID: "a-1", Seq: 3, Event: testEvent("e-1")})
+	require.NoError(t, err)
+	var packed map[string]any
+	require.NoError(t, json.Unmarshal(one, &packed))
+	require.IsType(t, "", packed["event"], "stored packed")
+
+	readable := ReadableArgs(DispatchKind, one)
+	var got struct {
+		Consumer string       `json:"consumer"`
+		Seq      int64        `json:"seq"`
+		Event    outbox.Event `json:"event"`
+	}
+	require.NoError(t, json.Unmarshal(readable, &got), "%s", readable)
+	require.Equal(t, "c", got.Consumer)
+	require.EqualValues(t, 3, got.Seq)
+	require.Equal(t, "e-1", got.Event.ID)
+	require.Contains(t, string(readable), `"payload":{"text":"<x> & \"y\""}`, "payload as stored, unescaped")
+
+	batch, err := json.Marshal(dispatchBatchArgs{Consumer: "c", Events: []outbox.Event{testEvent("e-2"), testEvent("e-3")}})
+	require.NoError(t, err)
+	var gotBatch struct {
+		Events []outbox.Event `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(ReadableArgs(DispatchBatchKind, batch), &gotBatch))
+	require.Len(t, gotBatch.Events, 2)
+	require.Equal(t, "e-3", gotBatch.Events[1].ID)
+
+	oldShape := []byte(`{"consumer":"c","event":{"id":"e-4"}}`)
+	require.JSONEq(t, string(oldShape), string(ReadableArgs(DispatchKind, oldShape)))
+	for _, tc := range []struct{ kind, args string }{
+		{"demo.noop", `{"event":"{\"id\":1}"}`},
+		{DispatchKind, `{"consumer":"c","event":"not json"}`},
+		{DispatchKind, `not json`},
+		{DispatchBatchKind, `{"events":[1]}`},
+	} {
+		require.Equal(t, tc.args, string(ReadableArgs(tc.kind, []byte(tc.args))), "%s %s", tc.kind, tc.args)
+	}
+}
