@@ -46,7 +46,9 @@ type BatchConsumerConfig struct {
 	TimerInterval time.Duration
 	// FlushWhenIdle flushes as soon as no further delivery is waiting,
 	// instead of waiting for a threshold. The inbound bridge uses it: low
-	// latency at low rates, full batches under load.
+	// latency at low rates, full batches under load. While every hand-off
+	// slot is busy, an idle pause does not end the batch: it keeps taking
+	// deliveries until a slot frees or it is full.
 	FlushWhenIdle bool
 	// IdleWait is the pause that counts as idle for FlushWhenIdle. Defaults
 	// to 2ms.
@@ -215,6 +217,17 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 		if len(buf.items) == 0 {
 			return
 		}
+		if len(inflight) >= c.bc.HandOffConcurrency {
+			// Every slot is busy: wait for the oldest (deliveries wait in
+			// the broker's window meanwhile).
+			waited := time.Now()
+			for len(inflight) >= c.bc.HandOffConcurrency {
+				settleOldest()
+			}
+			c.statsMu.Lock()
+			c.slotWait += time.Since(waited)
+			c.statsMu.Unlock()
+		}
 		pb := &pendingBatch{items: buf.items, start: time.Now(), done: make(chan struct{})}
 		buf = batch{}
 		if c.bc.HandOffConcurrency == 1 {
@@ -230,15 +243,6 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 			pb.took = time.Since(pb.start)
 		}()
 		inflight = append(inflight, pb)
-		if len(inflight) >= c.bc.HandOffConcurrency {
-			waited := time.Now()
-			for len(inflight) >= c.bc.HandOffConcurrency {
-				settleOldest()
-			}
-			c.statsMu.Lock()
-			c.slotWait += time.Since(waited)
-			c.statsMu.Unlock()
-		}
 	}
 	oldestDone := func() <-chan struct{} {
 		if len(inflight) == 0 {
@@ -293,12 +297,21 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 					}
 				}
 				idle.Stop()
-				flush()
+				if full() || len(inflight) < c.bc.HandOffConcurrency {
+					flush()
+				}
+				// Else every hand-off slot is busy: a batch flushed now
+				// would only wait for one. It stays open and keeps growing
+				// (up to full) until a slot frees, below: fuller batches
+				// exactly when the hand-offs are the slower side.
 			} else if full() {
 				flush()
 			}
 		case <-oldestDone():
 			settleOldest()
+			if c.bc.FlushWhenIdle {
+				flush() // what gathered while every slot was busy
+			}
 		case <-ticker.C:
 			if len(buf.items) > 0 && time.Since(buf.oldest) >= c.bc.MaxAge {
 				flush()

@@ -179,6 +179,47 @@ func TestBatchConsumer(t *testing.T) {
 		require.Equal(t, uint64(2), c.Stats().Flushes)
 	})
 
+	// With FlushWhenIdle, a pause ends a batch only when a hand-off slot is
+	// free; while every slot is busy the batch keeps growing, so a slow sink
+	// gets fewer, fuller batches instead of one per pause.
+	t.Run("BatchGrowsWhileEverySlotIsBusy", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("batchgrow"))
+		gate := make(chan struct{})
+		var openGate sync.Once
+		t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+		started := make(chan []string, 10)
+		c := startBatchConsumer(t, cfg, BatchConsumerConfig{Queue: b.queue, MaxEvents: 10, Prefetch: 20, HandOffConcurrency: 2,
+			FlushWhenIdle: true, IdleWait: time.Nanosecond, MaxAge: time.Hour,
+			HandOff: func(ctx context.Context, batch []*Delivery) error {
+				bodies := make([]string, len(batch))
+				for i, d := range batch {
+					bodies[i] = string(d.Body)
+				}
+				started <- bodies
+				if bodies[0] == "0" || bodies[0] == "1" { // both slots stay busy
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}})
+		publishRaw(t, b.ch, c.Topology().Main, []byte("0"), nil)
+		require.Equal(t, []string{"0"}, <-started)
+		publishRaw(t, b.ch, c.Topology().Main, []byte("1"), nil)
+		require.Equal(t, []string{"1"}, <-started)
+		for i := 2; i <= 6; i++ {
+			publishRaw(t, b.ch, c.Topology().Main, []byte(fmt.Sprint(i)), nil)
+		}
+		amqptest.Eventually(t, 5*time.Second, "the consumer takes deliveries while both slots are busy", func() bool { return c.Stats().Delivered == 7 })
+		openGate.Do(func() { close(gate) })
+		require.Equal(t, []string{"2", "3", "4", "5", "6"}, <-started, "one batch of what gathered")
+		amqptest.Eventually(t, 5*time.Second, "all acked", func() bool { return c.Stats().HandedOff == 7 })
+		require.Equal(t, uint64(3), c.Stats().Flushes)
+	})
+
 	// One multiple-ack settles a batch (the tag of its last delivery nobody
 	// settled alone). It must never settle a message that was not handed
 	// off: not one of an earlier batch whose hand-off failed (batches
