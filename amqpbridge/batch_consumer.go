@@ -256,6 +256,34 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 		}
 	}
 
+	// gather (FlushWhenIdle) takes what keeps arriving, up to a full batch,
+	// until a pause of IdleWait, and flushes it. (A non-blocking receive is
+	// not enough: amqp091-go hands deliveries over one at a time from its
+	// own goroutine, so it would often see none.) While every hand-off slot
+	// is busy, a batch flushed at a pause would only wait for one: it stays
+	// open and keeps growing (up to full) until a slot frees, so the
+	// batches are fuller exactly when the hand-offs are the slower side.
+	gather := func() {
+		idle.Reset(c.bc.IdleWait)
+	more:
+		for !full() {
+			select {
+			case raw, ok := <-sess.deliveries:
+				if !ok {
+					break more
+				}
+				add(raw)
+				idle.Reset(c.bc.IdleWait)
+			case <-idle.C:
+				break more
+			}
+		}
+		idle.Stop()
+		if full() || len(inflight) < c.bc.HandOffConcurrency {
+			flush()
+		}
+	}
+
 	for {
 		select {
 		case <-stop:
@@ -278,39 +306,14 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 			}
 			add(raw)
 			if c.bc.FlushWhenIdle {
-				// Take what keeps arriving, up to a full batch; a pause of
-				// IdleWait ends the batch. (A non-blocking receive is not
-				// enough: amqp091-go hands deliveries over one at a time
-				// from its own goroutine, so it would often see none.)
-				idle.Reset(c.bc.IdleWait)
-			more:
-				for !full() {
-					select {
-					case raw, ok := <-sess.deliveries:
-						if !ok {
-							break more
-						}
-						add(raw)
-						idle.Reset(c.bc.IdleWait)
-					case <-idle.C:
-						break more
-					}
-				}
-				idle.Stop()
-				if full() || len(inflight) < c.bc.HandOffConcurrency {
-					flush()
-				}
-				// Else every hand-off slot is busy: a batch flushed now
-				// would only wait for one. It stays open and keeps growing
-				// (up to full) until a slot frees, below: fuller batches
-				// exactly when the hand-offs are the slower side.
+				gather()
 			} else if full() {
 				flush()
 			}
 		case <-oldestDone():
 			settleOldest()
-			if c.bc.FlushWhenIdle {
-				flush() // what gathered while every slot was busy
+			if c.bc.FlushWhenIdle && len(buf.items) > 0 {
+				gather() // a slot is free: what gathered meanwhile, and what follows it
 			}
 		case <-ticker.C:
 			if len(buf.items) > 0 && time.Since(buf.oldest) >= c.bc.MaxAge {
