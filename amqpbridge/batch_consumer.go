@@ -46,7 +46,9 @@ type BatchConsumerConfig struct {
 	TimerInterval time.Duration
 	// FlushWhenIdle flushes as soon as no further delivery is waiting,
 	// instead of waiting for a threshold. The inbound bridge uses it: low
-	// latency at low rates, full batches under load.
+	// latency at low rates, full batches under load. While every hand-off
+	// slot is busy, an idle pause does not end the batch: it keeps taking
+	// deliveries until a slot frees or it is full.
 	FlushWhenIdle bool
 	// IdleWait is the pause that counts as idle for FlushWhenIdle. Defaults
 	// to 2ms.
@@ -215,6 +217,17 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 		if len(buf.items) == 0 {
 			return
 		}
+		if len(inflight) >= c.bc.HandOffConcurrency {
+			// Every slot is busy: wait for the oldest (deliveries wait in
+			// the broker's window meanwhile).
+			waited := time.Now()
+			for len(inflight) >= c.bc.HandOffConcurrency {
+				settleOldest()
+			}
+			c.statsMu.Lock()
+			c.slotWait += time.Since(waited)
+			c.statsMu.Unlock()
+		}
 		pb := &pendingBatch{items: buf.items, start: time.Now(), done: make(chan struct{})}
 		buf = batch{}
 		if c.bc.HandOffConcurrency == 1 {
@@ -230,15 +243,6 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 			pb.took = time.Since(pb.start)
 		}()
 		inflight = append(inflight, pb)
-		if len(inflight) >= c.bc.HandOffConcurrency {
-			waited := time.Now()
-			for len(inflight) >= c.bc.HandOffConcurrency {
-				settleOldest()
-			}
-			c.statsMu.Lock()
-			c.slotWait += time.Since(waited)
-			c.statsMu.Unlock()
-		}
 	}
 	oldestDone := func() <-chan struct{} {
 		if len(inflight) == 0 {
@@ -249,6 +253,34 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 	drain := func() {
 		for len(inflight) > 0 {
 			settleOldest()
+		}
+	}
+
+	// gather (FlushWhenIdle) takes what keeps arriving, up to a full batch,
+	// until a pause of IdleWait, and flushes it. (A non-blocking receive is
+	// not enough: amqp091-go hands deliveries over one at a time from its
+	// own goroutine, so it would often see none.) While every hand-off slot
+	// is busy, a batch flushed at a pause would only wait for one: it stays
+	// open and keeps growing (up to full) until a slot frees, so the
+	// batches are fuller exactly when the hand-offs are the slower side.
+	gather := func() {
+		idle.Reset(c.bc.IdleWait)
+	more:
+		for !full() {
+			select {
+			case raw, ok := <-sess.deliveries:
+				if !ok {
+					break more
+				}
+				add(raw)
+				idle.Reset(c.bc.IdleWait)
+			case <-idle.C:
+				break more
+			}
+		}
+		idle.Stop()
+		if full() || len(inflight) < c.bc.HandOffConcurrency {
+			flush()
 		}
 	}
 
@@ -274,31 +306,15 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 			}
 			add(raw)
 			if c.bc.FlushWhenIdle {
-				// Take what keeps arriving, up to a full batch; a pause of
-				// IdleWait ends the batch. (A non-blocking receive is not
-				// enough: amqp091-go hands deliveries over one at a time
-				// from its own goroutine, so it would often see none.)
-				idle.Reset(c.bc.IdleWait)
-			more:
-				for !full() {
-					select {
-					case raw, ok := <-sess.deliveries:
-						if !ok {
-							break more
-						}
-						add(raw)
-						idle.Reset(c.bc.IdleWait)
-					case <-idle.C:
-						break more
-					}
-				}
-				idle.Stop()
-				flush()
+				gather()
 			} else if full() {
 				flush()
 			}
 		case <-oldestDone():
 			settleOldest()
+			if c.bc.FlushWhenIdle && len(buf.items) > 0 {
+				gather() // a slot is free: what gathered meanwhile, and what follows it
+			}
 		case <-ticker.C:
 			if len(buf.items) > 0 && time.Since(buf.oldest) >= c.bc.MaxAge {
 				flush()

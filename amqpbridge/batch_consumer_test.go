@@ -179,6 +179,118 @@ func TestBatchConsumer(t *testing.T) {
 		require.Equal(t, uint64(2), c.Stats().Flushes)
 	})
 
+	// With FlushWhenIdle, a pause ends a batch only when a hand-off slot is
+	// free; while every slot is busy the batch keeps growing, so a slow sink
+	// gets fewer, fuller batches instead of one per pause.
+	t.Run("BatchGrowsWhileEverySlotIsBusy", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("batchgrow"))
+		gate := make(chan struct{})
+		var openGate sync.Once
+		t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+		started := make(chan []string, 10)
+		c := startBatchConsumer(t, cfg, BatchConsumerConfig{Queue: b.queue, MaxEvents: 10, Prefetch: 20, HandOffConcurrency: 2,
+			FlushWhenIdle: true, IdleWait: time.Nanosecond, MaxAge: time.Hour,
+			HandOff: func(ctx context.Context, batch []*Delivery) error {
+				bodies := make([]string, len(batch))
+				for i, d := range batch {
+					bodies[i] = string(d.Body)
+				}
+				started <- bodies
+				if bodies[0] == "0" || bodies[0] == "1" { // both slots stay busy
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}})
+		publishRaw(t, b.ch, c.Topology().Main, []byte("0"), nil)
+		require.Equal(t, []string{"0"}, <-started)
+		publishRaw(t, b.ch, c.Topology().Main, []byte("1"), nil)
+		require.Equal(t, []string{"1"}, <-started)
+		for i := 2; i <= 6; i++ {
+			publishRaw(t, b.ch, c.Topology().Main, []byte(fmt.Sprint(i)), nil)
+		}
+		amqptest.Eventually(t, 5*time.Second, "the consumer takes deliveries while both slots are busy", func() bool { return c.Stats().Delivered == 7 })
+		openGate.Do(func() { close(gate) })
+		require.Equal(t, []string{"2", "3", "4", "5", "6"}, <-started, "one batch of what gathered")
+		amqptest.Eventually(t, 5*time.Second, "all acked", func() bool { return c.Stats().HandedOff == 7 })
+		require.Equal(t, uint64(3), c.Stats().Flushes)
+	})
+
+	// One multiple-ack settles a batch (the tag of its last delivery nobody
+	// settled alone). It must never settle a message that was not handed
+	// off: not one of an earlier batch whose hand-off failed (batches
+	// finish out of order with concurrent hand-offs), and not one a
+	// hand-off dead-lettered alone in the middle of its batch.
+	t.Run("MultipleAckNeverCoversAFailedMessage", func(t *testing.T) {
+		t.Parallel()
+		cfg, b := testConfig(t, amqptest.UniqueName("batchmulti"))
+		gate := make(chan struct{})
+		var openGate sync.Once
+		t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
+		var (
+			mu       sync.Mutex
+			attempts = map[string]int{} // hand-offs that saw the body
+			accepted = map[string]int{} // hand-offs that returned nil for it
+		)
+		secondDone := make(chan struct{})
+		c := startBatchConsumer(t, cfg, BatchConsumerConfig{Queue: b.queue, MaxEvents: 3, Prefetch: 6, HandOffConcurrency: 2, MaxAge: time.Hour,
+			HandOff: func(ctx context.Context, batch []*Delivery) error {
+				mu.Lock()
+				first := attempts[string(batch[0].Body)] == 0
+				for _, d := range batch {
+					attempts[string(d.Body)]++
+				}
+				mu.Unlock()
+				switch {
+				case string(batch[0].Body) == "0" && first:
+					// The first batch fails, but only after the second one
+					// was handed off and is waiting for its ack.
+					select {
+					case <-gate:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+					return errors.New("sink down")
+				case string(batch[0].Body) == "3":
+					if err := batch[1].Nack(Permanent(errors.New("cannot parse"))); err != nil {
+						return err
+					}
+					defer close(secondDone)
+				}
+				mu.Lock()
+				for _, d := range batch {
+					if string(d.Body) != "poison" {
+						accepted[string(d.Body)]++
+					}
+				}
+				mu.Unlock()
+				return nil
+			}})
+		for _, body := range []string{"0", "1", "2", "3", "poison", "5"} {
+			publishRaw(t, b.ch, c.Topology().Main, []byte(body), nil)
+		}
+		<-secondDone
+		failed := amqptest.Get(t, b.ch, c.Topology().Failed, 5*time.Second)
+		require.Equal(t, "poison", string(failed.Body))
+		require.Equal(t, uint64(0), c.Stats().HandedOff, "the second batch waits for the first")
+		openGate.Do(func() { close(gate) })
+
+		amqptest.Eventually(t, 10*time.Second, "all handed off", func() bool { return c.Stats().HandedOff == 5 })
+		require.Equal(t, uint64(1), c.Stats().FlushFailures)
+		mu.Lock()
+		require.Equal(t, map[string]int{"0": 2, "1": 2, "2": 2, "3": 1, "poison": 1, "5": 1}, attempts,
+			"the failed batch came back, whatever the later batch's multiple-ack covered; nothing else did")
+		require.Equal(t, map[string]int{"0": 1, "1": 1, "2": 1, "3": 1, "5": 1}, accepted)
+		mu.Unlock()
+		require.Equal(t, uint64(1), c.Stats().Generation, "no ack hit a settled tag (the broker would have closed the channel)")
+		require.Equal(t, 0, amqptest.Depth(t, b.ch, c.Topology().Main))
+		require.Equal(t, 0, amqptest.Depth(t, b.ch, c.Topology().Failed), "poison was dead-lettered once")
+	})
+
 	t.Run("PoisonMessageNackedAloneRestAcked", func(t *testing.T) {
 		t.Parallel()
 		cfg, b := testConfig(t, amqptest.UniqueName("batchpoison"))
