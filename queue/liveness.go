@@ -102,6 +102,9 @@ type liveness struct {
 	// onLost is called once, from any goroutine, when the process must
 	// stop working.
 	onLost func(cause error)
+	// afterSweep, when set, runs after each sweep (the runtime's check
+	// for its own lost jobs).
+	afterSweep func(ctx context.Context)
 
 	base   time.Time    // monotonic origin of lastOK
 	lastOK atomic.Int64 // send time of the last confirmed heartbeat, as nanoseconds since base
@@ -350,6 +353,9 @@ func (l *liveness) sweepLoop(ctx context.Context) {
 		next, err := l.sweeper.sweep(ctx, l.timeout)
 		if err != nil && ctx.Err() == nil {
 			l.logger.WarnContext(ctx, "liveness sweep failed", "error", err)
+		}
+		if l.afterSweep != nil && ctx.Err() == nil {
+			l.afterSweep(ctx)
 		}
 		wait := l.interval
 		if next > 0 && next < wait {

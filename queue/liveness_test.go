@@ -494,3 +494,55 @@ func TestLivenessRuntime(t *testing.T) {
 		require.ErrorContains(t, err, `process id "twin" is in use by a live process`)
 	})
 }
+
+// TestLostCompletionRunsAgain: a job running in the database under a live
+// process that no longer runs it (River's completer could not record its
+// end: the database restarted, and River gives the completion up after a
+// few tries) is made available again by that process within a sweep, and
+// runs; a job the process does run, however long, is left alone. Before
+// this, such a job stayed running until River's rescuer (an hour), and
+// with it an event lane (TestChaosPostgresRestart: four dispatch jobs
+// running for five minutes after the restarts).
+func TestLostCompletionRunsAgain(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	log := newHoldLog()
+	rt := startHoldRuntime(t, db, queue.RuntimeConfig{LivenessTimeout: 2 * time.Second}, log)
+	me := rt.ProcessID()
+
+	// A job this process runs, held in its Work, that looks an hour old.
+	held, err := rt.Client.Enqueue(ctx, holdArgs{Key: "held", HoldOn: me}, nil)
+	require.NoError(t, err)
+	run := waitStarted(t, log, 30*time.Second)
+	require.Equal(t, me, run.process)
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET attempted_at = now() - interval '1 hour' WHERE id = $1`), held.Job.ID)
+	require.NoError(t, err)
+
+	// A job this process fetched and lost the end of: running under its
+	// id, nothing in the process runs it. Inserted scheduled, so no
+	// producer fetches it before it is made to look running.
+	lost, err := rt.Client.Enqueue(ctx, holdArgs{Key: "lost", MS: 1}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`
+UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '1 hour',
+    attempted_by = ARRAY[$2::text], scheduled_at = now() - interval '1 hour'
+WHERE id = $1`), lost.Job.ID, me)
+	require.NoError(t, err)
+
+	pgtest.WaitFor(t, 60*time.Second, "the lost job runs again and completes", func() (bool, error) {
+		return readJob(t, db, lost.Job.ID).State == "completed", nil
+	})
+	j := readJob(t, db, lost.Job.ID)
+	require.Equal(t, 2, j.Attempt, "the lost attempt stays counted")
+	require.NotEmpty(t, j.Errors)
+	require.Contains(t, j.Errors[0].Error, me, "the rescue names the process")
+	require.EqualValues(t, 1, j.Metadata["river:rescue_count"])
+
+	// The sweep that rescued the lost job saw the held one too: it is still
+	// running its first attempt.
+	h := readJob(t, db, held.Job.ID)
+	require.Equal(t, "running", h.State)
+	require.Equal(t, 1, h.Attempt)
+	require.Empty(t, h.Errors)
+}

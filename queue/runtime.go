@@ -153,9 +153,14 @@ type Runtime struct {
 	loseCancel context.CancelCauseFunc
 	jobsMu     sync.Mutex
 	jobCancels map[*rivertype.JobRow]context.CancelCauseFunc
-	lossOnce   sync.Once
-	lossDone   chan struct{} // closed once the stop after a loss finished
-	lossErr    error         // the loss and that stop's errors; set before lossDone closes
+	// returnedAt and jobHolders tell the lost-jobs check (lost_jobs.go)
+	// what the process still runs; lostCheckedAt is its last look.
+	returnedAt    map[int64]time.Time
+	jobHolders    []func(id int64) bool
+	lostCheckedAt time.Time
+	lossOnce      sync.Once
+	lossDone      chan struct{} // closed once the stop after a loss finished
+	lossErr       error         // the loss and that stop's errors; set before lossDone closes
 }
 
 // Validate checks cfg as NewRuntime would use it, defaults applied, and
@@ -194,7 +199,8 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{}}
+	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{},
+		returnedAt: map[int64]time.Time{}}
 	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -228,6 +234,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	rt.cfg.ID = rc.ID()
 	rt.Client = &Client{pool: pool, river: rc, schema: cfg.Schema, logger: cfg.Logger}
 	rt.live = newLiveness(pool, cfg.Schema, cfg.Logger, rt.cfg.ID, sortedQueues(cfg.Queues), cfg.LivenessTimeout, rt.loseLiveness)
+	rt.live.afterSweep = rt.checkLostJobs
 	return rt, nil
 }
 
@@ -248,6 +255,7 @@ func (rt *Runtime) guardJob(ctx context.Context, job *rivertype.JobRow, doInner 
 	defer func() {
 		rt.jobsMu.Lock()
 		delete(rt.jobCancels, job)
+		rt.returnedAt[job.ID] = time.Now()
 		rt.jobsMu.Unlock()
 	}()
 	if rt.lostCtx.Err() != nil { // lost since the check above, before the registration

@@ -34,6 +34,40 @@ type Rescued struct {
 // backoff: the job did not fail, its process died. Call it until it returns
 // no jobs.
 func RescueRunning(ctx context.Context, tx pgx.Tx, schema string, procs []Process, limit int, reason string) ([]Rescued, error) {
+	return rescueRunning(ctx, tx, schema, procs, nil, nil, limit, reason)
+}
+
+// RescueLost makes the jobs ids available again as RescueRunning does, those
+// of them still running under proc's latest attempt that began more than
+// olderThan ago (on the database clock): the jobs a live process found
+// running under its name that it no longer runs (RunningUnder).
+func RescueLost(ctx context.Context, tx pgx.Tx, schema string, proc Process, ids []int64, olderThan time.Duration, reason string) ([]Rescued, error) {
+	secs := olderThan.Seconds()
+	return rescueRunning(ctx, tx, schema, []Process{proc}, ids, &secs, len(ids), reason)
+}
+
+// RunningUnder returns the ids of the jobs running under processID's
+// latest attempt that began more than olderThan ago (database clock),
+// through the same index as the rescue.
+func RunningUnder(ctx context.Context, db DBTX, schema, processID string, olderThan time.Duration) ([]int64, error) {
+	rows, err := db.Query(ctx, q(schema, runningUnderSQL), processID, olderThan.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("error listing the running jobs of process %s: %w", processID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("error listing the running jobs of process %s: %w", processID, err)
+	}
+	return ids, nil
+}
+
+const runningUnderSQL = `
+SELECT j.id FROM /*schema*/river_job j
+WHERE j.state = 'running'
+  AND j.attempted_by[cardinality(j.attempted_by)] = $1
+  AND j.attempted_at < now() - make_interval(secs => $2)`
+
+func rescueRunning(ctx context.Context, tx pgx.Tx, schema string, procs []Process, onlyIDs []int64, olderThanSecs *float64, limit int, reason string) ([]Rescued, error) {
 	ids, hosts, pids := make([]string, len(procs)), make([]*string, len(procs)), make([]*int32, len(procs))
 	beats := make([]*time.Time, len(procs))
 	for i, p := range procs {
@@ -46,7 +80,7 @@ func RescueRunning(ctx context.Context, tx pgx.Tx, schema string, procs []Proces
 			pids[i] = &pid
 		}
 	}
-	rows, err := tx.Query(ctx, q(schema, rescueRunningSQL), ids, hosts, pids, beats, limit, reason)
+	rows, err := tx.Query(ctx, q(schema, rescueRunningSQL), ids, hosts, pids, beats, limit, reason, onlyIDs, olderThanSecs)
 	if err != nil {
 		return nil, fmt.Errorf("error making the running jobs of %d processes available: %w", len(procs), err)
 	}
@@ -76,6 +110,8 @@ WITH stuck AS MATERIALIZED (
     FROM /*schema*/river_job j
     WHERE j.state = 'running'
       AND j.attempted_by[cardinality(j.attempted_by)] = ANY($1::text[])
+      AND ($7::bigint[] IS NULL OR j.id = ANY($7::bigint[]))
+      AND ($8::float8 IS NULL OR j.attempted_at < now() - make_interval(secs => $8::float8))
     LIMIT $5
     FOR UPDATE
 ), done AS (

@@ -30,6 +30,7 @@ func Statements() map[string]string {
 		"countJobsInStatesSQL": countJobsInStatesSQL,
 		"fireJobSQL":           fireJobSQL,
 		"rescueRunningSQL":     rescueRunningSQL,
+		"runningUnderSQL":      runningUnderSQL,
 		"countByQueueStateSQL": countByQueueStateSQL,
 		"promoteSQL":           promoteSQL,
 		"cancelUnstartedSQL":   cancelUnstartedSQL,

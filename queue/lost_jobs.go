@@ -1,0 +1,126 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// A live process can leave a job running in the database that it no
+// longer runs: the job's Work returned, and River's completer could not
+// record the end because the database was away (a restart, a terminated
+// session) longer than the completer retries. River's rescuer would make
+// the job available again after RescueStuckJobsAfter (an hour by default),
+// and the liveness sweep leaves a live process's jobs alone, so until then
+// the job holds what it holds: an event lane, a batch stream's flush. The
+// runtime therefore looks, every LivenessTimeout, for jobs running under
+// its own id whose attempt began more than lostJobAfter ago and that
+// nothing in the process runs (no Work of this runtime, none that returned
+// within lostJobAfter, no holder: a lane chain running a job inside
+// another's Work), and makes them available again the way the liveness
+// sweep does for a dead process (TestLostCompletionRunsAgain).
+
+// lostJobAfterMin is the shortest time after its attempt began that a job
+// may be taken for lost; River's completer gives a completion up well
+// within it.
+const lostJobAfterMin = time.Minute
+
+// lostJobAfter is how old a job's attempt, and a Work's return, must be
+// before the job counts as lost: two liveness timeouts, at least a minute.
+func (rt *Runtime) lostJobAfter() time.Duration {
+	return max(2*rt.cfg.LivenessTimeout, lostJobAfterMin)
+}
+
+// AddJobHolder registers holds, which reports whether this process runs
+// the job id outside River's Work (a lane chain runs the jobs it claims
+// inside its head job's Work). The runtime never takes a held job for lost.
+func (rt *Runtime) AddJobHolder(holds func(id int64) bool) {
+	rt.jobsMu.Lock()
+	defer rt.jobsMu.Unlock()
+	rt.jobHolders = append(rt.jobHolders, holds)
+}
+
+// notRunning returns those of ids nothing in this process runs, and
+// forgets returns older than after.
+func (rt *Runtime) notRunning(ids []int64, after time.Duration) []int64 {
+	rt.jobsMu.Lock()
+	now := time.Now()
+	for id, at := range rt.returnedAt {
+		if now.Sub(at) > after {
+			delete(rt.returnedAt, id)
+		}
+	}
+	running := make(map[int64]bool, len(rt.jobCancels)+len(rt.returnedAt))
+	for job := range rt.jobCancels {
+		running[job.ID] = true
+	}
+	for id := range rt.returnedAt {
+		running[id] = true
+	}
+	holders := slices.Clone(rt.jobHolders)
+	rt.jobsMu.Unlock()
+	var lost []int64
+	for _, id := range ids {
+		if running[id] || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
+			continue
+		}
+		lost = append(lost, id)
+	}
+	return lost
+}
+
+// checkLostJobs runs from the liveness sweep loop; it looks at most once
+// a LivenessTimeout.
+func (rt *Runtime) checkLostJobs(ctx context.Context) {
+	if time.Since(rt.lostCheckedAt) < rt.cfg.LivenessTimeout {
+		return
+	}
+	rt.lostCheckedAt = time.Now()
+	if err := rt.rescueLostJobs(ctx); err != nil && ctx.Err() == nil {
+		rt.cfg.Logger.WarnContext(ctx, "error looking for jobs running under this process that it no longer runs", "error", err)
+	}
+}
+
+func (rt *Runtime) rescueLostJobs(ctx context.Context) error {
+	after := rt.lostJobAfter()
+	ids, err := riverjob.RunningUnder(ctx, rt.pool, rt.cfg.Schema, rt.cfg.ID, after)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	lost := rt.notRunning(ids, after)
+	if len(lost) == 0 {
+		return nil
+	}
+	hostname, _ := os.Hostname()
+	proc := riverjob.Process{ID: rt.cfg.ID, Hostname: hostname, PID: os.Getpid()}
+	var rescued []riverjob.Rescued
+	err = pgx.BeginFunc(ctx, rt.pool, func(tx pgx.Tx) error {
+		rescued, err = riverjob.RescueLost(ctx, tx, rt.cfg.Schema, proc, lost, after,
+			"the process found the job running under its name and no longer ran it (its end was not recorded, e.g. the database was away)")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("error making %d lost jobs available again: %w", len(lost), err)
+	}
+	if len(rescued) == 0 {
+		return nil
+	}
+	queues := make([]string, 0, len(rescued))
+	for _, r := range rescued {
+		queues = append(queues, r.Queue)
+	}
+	slices.Sort(queues)
+	queues = slices.Compact(queues)
+	rt.cfg.Logger.ErrorContext(ctx, "made jobs available again that were running under this process, which no longer ran them: their end was not recorded",
+		"jobs", len(rescued), "ids", lost, "queues", queues)
+	if err := riverjob.Wake(ctx, rt.pool, rt.cfg.Schema, queues); err != nil {
+		rt.cfg.Logger.WarnContext(ctx, "error waking River for rescued jobs; its poll finds them", "queues", queues, "error", err)
+	}
+	return nil
+}
