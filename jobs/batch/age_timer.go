@@ -33,7 +33,7 @@ type AgeTimerConfig struct {
 // AgeTimer is the service that enqueues flush jobs for streams that are due
 // but have no flush on the way: their oldest item is older than MaxAge (the
 // reason it exists), a threshold crossing the stager did not see (it
-// measures only every quarter threshold, and not while a flush job is
+// measures only every half threshold, and not while a flush job is
 // running), or a claimed batch whose job ended without writing it. Every
 // worker replica may run one; flush jobs are unique per stream.
 type AgeTimer struct {

@@ -485,9 +485,9 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 }
 
 // finish deletes the written items and records the object in one
-// transaction. When no further batch is due, or this was the job's last
-// batch, the same transaction completes the job (and, if more is due,
-// enqueues its successor); it returns whether it did.
+// transaction. When this was the job's last batch, the same transaction
+// completes the job (and, if more is due, enqueues its successor) and
+// finish returns true; otherwise the job goes on to its next claim.
 func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig, c *claim, wr *written, last bool) (bool, error) {
 	completed := false
 	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
@@ -507,6 +507,13 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 			// finished; that job rewrites the same key.
 			return fmt.Errorf("batch %s of stream %q was taken over by another flush job", c.batchID, stream)
 		}
+		if !last {
+			// More batches may follow: the next claim measures the stream
+			// anyway, and completeIfIdle measures under the row lock when
+			// it finds nothing due, so a measurement here would be a second
+			// walk of the head per batch.
+			return nil
+		}
 		// Lock the job's row before measuring what is left. A stager that
 		// saw the stream due while this job was running skipped its
 		// enqueue as a duplicate, holding this row locked until it commits:
@@ -521,9 +528,6 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 			return err
 		}
 		more := h.due(sc, time.Now().UTC())
-		if more && !last {
-			return nil
-		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("error completing flush job %d: %w", job.ID, err)
 		}

@@ -69,7 +69,7 @@ func (s *Stager) StageTx(ctx context.Context, tx pgx.Tx, stream string, payload 
 // When the stream has reached its count or byte threshold, a flush job for
 // it is enqueued in the same transaction (skipped when one is already
 // queued or running). Measuring a stream costs an index scan of up to
-// MaxEvents entries, so it runs once this process has staged a quarter of a
+// MaxEvents entries, so it runs once this process has staged half a
 // threshold into the stream since the last measurement; the age timer also
 // measures every stream, so a missed threshold is caught within its
 // interval.
@@ -154,7 +154,7 @@ func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc Stream
 	t.bytes += bytes
 	t.seenEvents += int64(events)
 	t.seenBytes += bytes
-	if t.events >= max(1, sc.MaxEvents/4) || t.bytes >= max(1, sc.MaxBytes/4) {
+	if t.events >= max(1, sc.MaxEvents/2) || t.bytes >= max(1, sc.MaxBytes/2) {
 		t.events, t.bytes = 0, 0
 		return true, float64(t.seenBytes) / float64(t.seenEvents)
 	}
