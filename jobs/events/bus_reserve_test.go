@@ -9,7 +9,6 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/outbox"
 )
 
 // TestPublishAfterLaneMoved: the bus reads a lane's last sequence number
@@ -21,16 +20,7 @@ func TestPublishAfterLaneMoved(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	c := fastConsumer(t, "moved", nil)
-	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
-	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Consumers: []*events.Consumer{c}, LaneRepairInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(ctx))
-	bus, err := events.NewBus(db.Client(t))
-	require.NoError(t, err)
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{bus}})
-	require.NoError(t, err)
-	em := newEmitter(t, db)
+	_, f, em := startBusForwarder(t, db, "moved")
 	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
 	require.NoError(t, err)
 	_, err = f.ForwardOnce(ctx)
