@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,19 +135,21 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Ev
 	if len(r.deliveries) == 0 && len(params) == 0 {
 		return nil, nil
 	}
-	var reserved map[laneKey]laneRange
-	if len(r.laneCounts) > 0 {
-		if reserved, err = b.lanes.reserve(ctx, tx, r.laneCounts); err != nil {
+	late := len(r.laneCounts) > 0
+	if late {
+		var all []river.InsertManyParams
+		if all, err = b.insertReserveLate(ctx, tx, r, params); err != nil {
 			return nil, err
 		}
+		late = all != nil
+		if late {
+			params = all
+		}
 	}
-	more, err := r.laneParams(reserved)
-	if err != nil {
-		return nil, err
-	}
-	params = append(params, more...)
-	if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
-		return nil, fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+	if !late {
+		if err := b.insertReserveFirst(ctx, tx, r, &params); err != nil {
+			return nil, err
+		}
 	}
 	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))
 	queues := make([]string, 0, len(params))
@@ -154,6 +157,90 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Ev
 		queues = append(queues, p.InsertOpts.Queue)
 	}
 	return b.wake(queues), nil
+}
+
+// insertReserveFirst reserves the lanes' sequence numbers, then inserts the
+// dispatch jobs, holding the lanes' row locks through the insert (and the
+// commit). *params is extended by the lane jobs.
+func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params *[]river.InsertManyParams) error {
+	var reserved map[laneKey]laneRange
+	if len(r.laneCounts) > 0 {
+		var err error
+		if reserved, err = b.lanes.reserve(ctx, tx, r.laneCounts); err != nil {
+			return err
+		}
+	}
+	more, err := r.laneParams(reserved)
+	if err != nil {
+		return err
+	}
+	*params = append(*params, more...)
+	return b.insert(ctx, tx, *params)
+}
+
+// insertReserveLate inserts the dispatch jobs first and reserves the lanes'
+// sequence numbers last, so that the lanes' row locks (which a chain's or a
+// group commit's advance waits for) are held only from the reservation to
+// the commit. The sequence numbers come from the lanes' last_seq read
+// without a lock: the aggregate's advisory lock keeps forwarders apart, so
+// the reservation normally finds them unchanged. Every lane job goes in as
+// pending; under the lock, those whose lane's head is at their sequence
+// number (the lane was idle) are promoted as the head. When a lane moved
+// between the read and the reservation (another publisher, the idle lanes'
+// clean-up), everything is rolled back to a savepoint: the
+// caller reserves first instead. params are the jobs without a lane; it
+// returns every job inserted, nil after the roll back.
+func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("error starting the dispatch insert: %w", err)
+	}
+	last, err := b.lanes.lastSeqs(ctx, sp, r.laneCounts)
+	if err != nil {
+		return nil, err
+	}
+	guess := make(map[laneKey]laneRange, len(last))
+	for k, n := range last {
+		guess[k] = laneRange{next: n + 1} // head 0: every lane job pending
+	}
+	more, err := r.laneParams(guess)
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Concat(params, more)
+	if err := b.insert(ctx, sp, all); err != nil {
+		return nil, err
+	}
+	reserved, err := b.lanes.reserve(ctx, sp, r.laneCounts)
+	if err != nil {
+		return nil, err
+	}
+	var heads []riverjob.LaneSeq
+	for k, lr := range reserved {
+		if lr.next != last[k]+1 {
+			if err := sp.Rollback(ctx); err != nil {
+				return nil, fmt.Errorf("error rolling back the dispatch insert: %w", err)
+			}
+			return nil, nil
+		}
+		if lr.head == lr.next {
+			heads = append(heads, riverjob.LaneSeq{Consumer: k.consumer, AggregateID: k.aggregate, Seq: lr.next})
+		}
+	}
+	if _, err := riverjob.PromoteNext(ctx, sp, b.client.Schema(), heads, time.Now().UTC()); err != nil {
+		return nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("error releasing the dispatch insert's savepoint: %w", err)
+	}
+	return all, nil
+}
+
+func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) error {
+	if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+	}
+	return nil
 }
 
 // readConsumers reads the consumers that receive new events.

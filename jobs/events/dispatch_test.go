@@ -233,16 +233,7 @@ func TestLaneRepair(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	c := fastConsumer(t, "repair", nil)
-	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
-	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Consumers: []*events.Consumer{c}, LaneRepairInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(ctx))
-	bus, err := events.NewBus(db.Client(t))
-	require.NoError(t, err)
-	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{bus}})
-	require.NoError(t, err)
-	em := newEmitter(t, db)
+	d, f, em := startBusForwarder(t, db, "repair")
 	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
 	require.NoError(t, err)
 	second, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: "z"})
@@ -264,4 +255,22 @@ func TestLaneRepair(t *testing.T) {
 	_, s2, _ = dispatchJob(t, db, "repair", second)
 	require.Equal(t, "available", s2)
 	require.Zero(t, d.RepairLanes(ctx), "nothing left to repair")
+}
+
+// startBusForwarder starts a dispatcher of one no-op consumer of noteEvent
+// (without its repair sweep) and returns it with a forwarder to the bus that
+// runs only when asked (ForwardOnce) and an emitter.
+func startBusForwarder(t *testing.T, db *pgtest.DB, consumer string) (*events.Dispatcher, *events.Forwarder, *events.Emitter) {
+	t.Helper()
+	ctx := context.Background()
+	c := fastConsumer(t, consumer, nil)
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error { return nil })
+	d, err := events.NewDispatcher(db.Pool, events.DispatcherConfig{Schema: db.Schema, Consumers: []*events.Consumer{c}, LaneRepairInterval: -1})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	bus, err := events.NewBus(db.Client(t))
+	require.NoError(t, err)
+	f, err := events.NewForwarder(db.Pool, events.ForwarderConfig{Schema: db.Schema, Publishers: []outbox.Publisher{bus}})
+	require.NoError(t, err)
+	return d, f, newEmitter(t, db)
 }

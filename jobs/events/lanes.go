@@ -72,16 +72,16 @@ type laneRow struct {
 type lanes struct {
 	schema string
 
-	reserveSQL, advanceSQL, lockManySQL, advanceManySQL, lockSQL, headSQL string
-	blockSQL, clearBlockSQL, quietSQL, blockedByJobSQL, blockedSQL        string
-	blockedJobsSQL, deleteConsumerSQL                                     string
+	reserveSQL, lastSQL, advanceSQL, lockManySQL, advanceManySQL, lockSQL, headSQL string
+	blockSQL, clearBlockSQL, quietSQL, blockedByJobSQL, blockedSQL                 string
+	blockedJobsSQL, deleteConsumerSQL                                              string
 }
 
 func newLanes(schema string) *lanes {
 	q := func(sql string) string { return queue.Qualify(schema, sql) }
 	return &lanes{
 		schema:     schema,
-		reserveSQL: q(laneReserveSQL), advanceSQL: q(laneAdvanceSQL),
+		reserveSQL: q(laneReserveSQL), lastSQL: q(laneLastSQL), advanceSQL: q(laneAdvanceSQL),
 		lockManySQL: q(laneLockManySQL), advanceManySQL: q(laneAdvanceManySQL),
 		lockSQL: q(laneLockSQL), headSQL: q(laneHeadSQL),
 		blockSQL: q(laneBlockSQL), clearBlockSQL: q(laneClearBlockSQL),
@@ -122,6 +122,34 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
+	}
+	return out, nil
+}
+
+// lastSeqs reads each lane's last sequence number without a lock (0 for a
+// lane not created yet), for insertReserveLate.
+func (l *lanes) lastSeqs(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64) (map[laneKey]int64, error) {
+	cs, as := make([]string, 0, len(counts)), make([]string, 0, len(counts))
+	out := make(map[laneKey]int64, len(counts))
+	for k := range counts {
+		cs, as = append(cs, k.consumer), append(as, k.aggregate)
+		out[k] = 0
+	}
+	rows, err := tx.Query(ctx, l.lastSQL, customPlan, cs, as)
+	if err != nil {
+		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k laneKey
+		var last int64
+		if err := rows.Scan(&k.consumer, &k.aggregate, &last); err != nil {
+			return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
+		}
+		out[k] = last
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
 	}
 	return out, nil
 }
@@ -405,6 +433,11 @@ ORDER BY u.ord
 ON CONFLICT (consumer, aggregate_id) DO UPDATE
 SET last_seq = l.last_seq + excluded.last_seq, updated_at = excluded.updated_at
 RETURNING consumer, aggregate_id, head_seq, last_seq`
+
+// laneLastSQL reads the lanes' last sequence numbers.
+const laneLastSQL = `
+SELECT l.consumer, l.aggregate_id, l.last_seq FROM /*schema*/tributary_event_lane l
+JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a`
 
 // laneAdvanceSQL moves the head on and forgets a block: whatever held the
 // lane was handled or given up.
