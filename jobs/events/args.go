@@ -80,32 +80,50 @@ func (a *dispatchBatchArgs) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// packEvent is ev's JSON as a JSON string. The inner JSON keeps <, > and &
-// as they are (json.Marshal would write \u003c and so on): as an object in
-// jsonb they were stored unescaped, and a handler gets the payload's bytes
-// as stored.
+// packEvent is ev's JSON as a JSON string.
 func packEvent(ev *outbox.Event) (json.RawMessage, error) {
+	b, err := marshalUnescaped(ev)
+	if err != nil {
+		return nil, fmt.Errorf("error encoding event %s: %w", ev.ID, err)
+	}
+	return json.Marshal(string(b))
+}
+
+// marshalUnescaped is v's JSON keeping <, > and & as they are (json.Marshal
+// would write \u003c and so on): as an object in jsonb an event was stored
+// unescaped, and a handler gets the payload's bytes as stored.
+func marshalUnescaped(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(ev); err != nil {
-		return nil, fmt.Errorf("error encoding event %s: %w", ev.ID, err)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
 	}
-	return json.Marshal(string(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))))
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// unpackEvent decodes a packed event (a JSON string holding the event's
-// JSON) or one stored as an object, the shape before packing.
+// eventJSON is the JSON of a stored event: a packed one (a JSON string
+// holding the event's JSON) unquoted, one stored as an object (the shape
+// before packing) as it is.
+func eventJSON(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return raw, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("error decoding a packed event: %w", err)
+	}
+	return json.RawMessage(s), nil
+}
+
+// unpackEvent decodes a packed event or one stored as an object.
 func unpackEvent(raw json.RawMessage, ev *outbox.Event) error {
 	if len(raw) == 0 {
 		return nil // no event: decoding leaves it zero, as encoding/json would
 	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return fmt.Errorf("error decoding a packed event: %w", err)
-		}
-		raw = json.RawMessage(s)
+	raw, err := eventJSON(raw)
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(raw, ev); err != nil {
 		return fmt.Errorf("error decoding an event: %w", err)
@@ -140,25 +158,20 @@ func ReadableArgs(kind string, args []byte) []byte {
 	default:
 		return args
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(v) != nil {
+	b, err := marshalUnescaped(v)
+	if err != nil {
 		return args
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	return b
 }
 
-// unpackRaw replaces a packed event (a JSON string) by the JSON it holds;
-// an event already an object stays. It reports whether raw is an event.
+// unpackRaw replaces a stored event by its JSON (eventJSON) and reports
+// whether that is a JSON object.
 func unpackRaw(raw *json.RawMessage) bool {
-	if len(*raw) == 0 || (*raw)[0] != '"' {
-		return len(*raw) > 0 && (*raw)[0] == '{'
-	}
-	var s string
-	if json.Unmarshal(*raw, &s) != nil || !json.Valid([]byte(s)) {
+	ev, err := eventJSON(*raw)
+	if err != nil || len(ev) == 0 || ev[0] != '{' || !json.Valid(ev) {
 		return false
 	}
-	*raw = json.RawMessage(s)
+	*raw = ev
 	return true
 }
