@@ -135,21 +135,8 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Ev
 	if len(r.deliveries) == 0 && len(params) == 0 {
 		return nil, nil
 	}
-	late := len(r.laneCounts) > 0
-	if late {
-		var all []river.InsertManyParams
-		if all, err = b.insertReserveLate(ctx, tx, r, params); err != nil {
-			return nil, err
-		}
-		late = all != nil
-		if late {
-			params = all
-		}
-	}
-	if !late {
-		if err := b.insertReserveFirst(ctx, tx, r, &params); err != nil {
-			return nil, err
-		}
+	if params, err = b.insertDispatches(ctx, tx, r, params); err != nil {
+		return nil, err
 	}
 	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))
 	queues := make([]string, 0, len(params))
@@ -159,23 +146,36 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Ev
 	return b.wake(queues), nil
 }
 
+// insertDispatches inserts params (the batched jobs) and a job per
+// delivery of r, and returns them all: with lanes, reserving late, or first
+// when a lane moved meanwhile.
+func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
+	if len(r.laneCounts) > 0 {
+		all, err := b.insertReserveLate(ctx, tx, r, params)
+		if err != nil || all != nil {
+			return all, err
+		}
+	}
+	return b.insertReserveFirst(ctx, tx, r, params)
+}
+
 // insertReserveFirst reserves the lanes' sequence numbers, then inserts the
 // dispatch jobs, holding the lanes' row locks through the insert (and the
-// commit). *params is extended by the lane jobs.
-func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params *[]river.InsertManyParams) error {
+// commit). It returns params and r's deliveries' jobs (lane or not).
+func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
 	var reserved map[laneKey]laneRange
 	if len(r.laneCounts) > 0 {
 		var err error
 		if reserved, err = b.lanes.reserve(ctx, tx, r.laneCounts); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	more, err := r.laneParams(reserved)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	*params = append(*params, more...)
-	return b.insert(ctx, tx, *params)
+	all := slices.Concat(params, more)
+	return all, b.insert(ctx, tx, all)
 }
 
 // insertReserveLate inserts the dispatch jobs first and reserves the lanes'
