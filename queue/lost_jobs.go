@@ -3,11 +3,11 @@ package queue
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
@@ -97,8 +97,7 @@ func (rt *Runtime) rescueLostJobs(ctx context.Context) error {
 	if len(lost) == 0 {
 		return nil
 	}
-	hostname, _ := os.Hostname()
-	proc := riverjob.Process{ID: rt.cfg.ID, Hostname: hostname, PID: os.Getpid()}
+	proc := riverjob.Process{ID: rt.cfg.ID, Hostname: rt.live.hostname, PID: rt.live.pid}
 	var rescued []riverjob.Rescued
 	err = pgx.BeginFunc(ctx, rt.pool, func(tx pgx.Tx) error {
 		rescued, err = riverjob.RescueLost(ctx, tx, rt.cfg.Schema, proc, lost, after,
@@ -111,16 +110,14 @@ func (rt *Runtime) rescueLostJobs(ctx context.Context) error {
 	if len(rescued) == 0 {
 		return nil
 	}
-	queues := make([]string, 0, len(rescued))
+	var queues []string
 	for _, r := range rescued {
-		queues = append(queues, r.Queue)
+		if r.State == rivertype.JobStateAvailable { // riverjob.Wake drops repeats
+			queues = append(queues, r.Queue)
+		}
 	}
-	slices.Sort(queues)
-	queues = slices.Compact(queues)
 	rt.cfg.Logger.ErrorContext(ctx, "made jobs available again that were running under this process, which no longer ran them: their end was not recorded",
 		"jobs", len(rescued), "ids", lost, "queues", queues)
-	if err := riverjob.Wake(ctx, rt.pool, rt.cfg.Schema, queues); err != nil {
-		rt.cfg.Logger.WarnContext(ctx, "error waking River for rescued jobs; its poll finds them", "queues", queues, "error", err)
-	}
+	rt.live.sweeper.wake(ctx, queues)
 	return nil
 }
