@@ -110,22 +110,29 @@ type wf2StepsWorker struct {
 }
 
 func (w *wf2StepsWorker) Work(ctx context.Context, job *river.Job[wf2StepsArgs]) error {
-	ds := make([]time.Duration, 0, job.Args.N)
-	for i := range job.Args.N {
+	return w.o.timeCalls(job.Args.N, func(i int) error {
 		name := fmt.Sprint("s", i)
-		start := time.Now()
 		var err error
 		if job.Args.Tx {
 			_, err = workflow.StepTx(ctx, name, func(ctx context.Context, tx pgx.Tx) (int, error) { return wf2Work(i) })
 		} else {
 			_, err = workflow.Step(ctx, name, func(ctx context.Context) (int, error) { return wf2Work(i) })
 		}
-		if err != nil {
+		return err
+	})
+}
+
+// timeCalls runs call n times and sends their durations to o.calls.
+func (o *wf2Observer) timeCalls(n int, call func(i int) error) error {
+	ds := make([]time.Duration, 0, n)
+	for i := range n {
+		start := time.Now()
+		if err := call(i); err != nil {
 			return err
 		}
 		ds = append(ds, time.Since(start))
 	}
-	w.o.calls <- ds
+	o.calls <- ds
 	return nil
 }
 
@@ -135,16 +142,10 @@ type wf2PlainWorker struct {
 }
 
 func (w *wf2PlainWorker) Work(ctx context.Context, job *river.Job[wf2PlainArgs]) error {
-	ds := make([]time.Duration, 0, job.Args.N)
-	for i := range job.Args.N {
-		start := time.Now()
-		if _, err := wf2Work(i); err != nil {
-			return err
-		}
-		ds = append(ds, time.Since(start))
-	}
-	w.o.calls <- ds
-	return nil
+	return w.o.timeCalls(job.Args.N, func(i int) error {
+		_, err := wf2Work(i)
+		return err
+	})
 }
 
 type wf2SleepWorker struct {
