@@ -114,7 +114,7 @@ func TestBatchesPageAndMetrics(t *testing.T) {
 func insertBatchRows(t *testing.T, db *pgtest.DB) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
+	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_chunk (stream, payload, byte_size, created_at)
 		VALUES ('clicks', '{"a":1}', 7, now() - interval '1 minute'), ('clicks', '{"a":2}', 7, now())`))
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_object

@@ -101,7 +101,7 @@ func TestFeaturePagesWithoutTheirTables(t *testing.T) {
 	t.Parallel()
 	_, bundle := setupServer(t, Config{})
 	_, err := bundle.db.Pool.Exec(context.Background(), bundle.db.Q(
-		`DROP TABLE IF EXISTS /*schema*/tributary_schedule, /*schema*/tributary_outbox, /*schema*/tributary_batch_object, /*schema*/tributary_batch_item CASCADE`))
+		`DROP TABLE IF EXISTS /*schema*/tributary_schedule, /*schema*/tributary_outbox, /*schema*/tributary_batch_object, /*schema*/tributary_batch_chunk CASCADE`))
 	require.NoError(t, err)
 	for _, path := range []string{"/outbox", "/schedules", "/batches", "/amqp"} {
 		res := get(t, bundle.http.URL, "/api"+path)

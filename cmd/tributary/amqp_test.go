@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/amqptest"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/batch"
 )
 
 // TestWorkerOutboundBridge runs a real worker with AMQP_URL and
@@ -261,16 +261,14 @@ func scrapeMetrics(t *testing.T, base string) map[string]float64 {
 	return out
 }
 
-// stagedPayloads returns the payloads staged in stream, one per row.
+// stagedPayloads returns the payloads staged in stream, in order.
 func stagedPayloads(t *testing.T, db *pgtest.DB, stream string) []string {
 	t.Helper()
-	rows, err := db.Pool.Query(context.Background(), db.Q(`SELECT payload FROM /*schema*/tributary_batch_item WHERE stream = $1 ORDER BY id`), stream)
+	staged, err := batch.ReadStaged(context.Background(), db.Pool, db.Schema, stream, 1<<20)
 	require.NoError(t, err)
-	payloads, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var p []byte
-		err := row.Scan(&p)
-		return string(p), err
-	})
-	require.NoError(t, err)
+	payloads := make([]string, len(staged))
+	for i, p := range staged {
+		payloads[i] = string(p)
+	}
 	return payloads
 }

@@ -566,7 +566,7 @@ func (h *harness) check(loadEnd time.Time, final bool) (bool, string, error) {
 		return false, "", err
 	}
 	var staged int
-	if err := h.pool.QueryRow(ctx, q(`SELECT count(*) FROM /*schema*/tributary_batch_item WHERE stream = $1`), chaos.Stream).Scan(&staged); err != nil {
+	if err := h.pool.QueryRow(ctx, q(`SELECT coalesce(sum(item_count - done_items), 0) FROM /*schema*/tributary_batch_chunk WHERE stream = $1`), chaos.Stream).Scan(&staged); err != nil {
 		return false, "", err
 	}
 	var unfinished int

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -95,7 +96,7 @@ type FlushWorker struct {
 	logger *slog.Logger
 
 	mu    sync.Mutex
-	sizes map[string]float64 // average item size of each stream's last object
+	sizes map[string]avgSizes // average sizes in each stream's last object
 
 	objects atomic.Uint64
 	items   atomic.Uint64
@@ -134,7 +135,7 @@ func NewFlushWorker(client *queue.Client, cfg FlusherConfig) (*FlushWorker, erro
 		return nil, fmt.Errorf("invalid gzip level %d: %w", cfg.CompressionLevel, err)
 	}
 	logger := cmp.Or(cfg.Logger, client.Logger())
-	return &FlushWorker{client: client, cfg: cfg, logger: logger, sizes: map[string]float64{}}, nil
+	return &FlushWorker{client: client, cfg: cfg, logger: logger, sizes: map[string]avgSizes{}}, nil
 }
 
 // Timeout bounds one flush job.
@@ -175,13 +176,27 @@ type claim struct {
 	lastID  int64
 }
 
-// written is what an object turned out to contain.
+// written is what an object turned out to contain: the items of the
+// chunks in full (deleted when the object is recorded) and, when it ended
+// inside a chunk, the first items of that chunk (advanced).
 type written struct {
 	items      int
 	bytes      int64
 	compressed int64
 	first      time.Time
 	last       time.Time
+	full       []int64
+	partial    *chunkCut
+}
+
+// chunkCut is where an object ended inside a chunk: the chunk's items
+// before doneItems (doneBytes payload bytes) are written, those after wait
+// for the next batch. fromItems is where this object started in it.
+type chunkCut struct {
+	id        int64
+	fromItems int
+	doneItems int
+	doneBytes int64
 }
 
 // Work writes every due batch of the stream, up to MaxBatchesPerJob; the
@@ -213,7 +228,7 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 			continue
 		}
 		t1 := time.Now()
-		wr, err := w.writeObject(ctx, stream, c)
+		wr, err := w.writeObject(ctx, stream, sc, c)
 		t2 := time.Now()
 		if errors.Is(err, errEmptyBatch) {
 			// The items of the range are gone (deleted by hand): drop the
@@ -229,17 +244,12 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 			return err
 		}
 		completed, err := w.finish(ctx, job, stream, sc, c, wr, n >= w.cfg.MaxBatchesPerJob)
-		if errors.Is(err, errLateItems) {
-			// Rare: write the same key again, now with the late items.
-			w.logger.InfoContext(ctx, "rewriting batch object with late items", "stream", stream, "key", c.key, "error", err)
-			continue
-		}
 		if err != nil {
 			w.failed.Add(1)
 			return err
 		}
 		w.mu.Lock()
-		w.sizes[stream] = float64(wr.bytes) / float64(wr.items)
+		w.sizes[stream] = avgSizes{item: float64(wr.bytes) / float64(wr.items), chunk: float64(wr.items) / float64(len(wr.full)+1)}
 		w.mu.Unlock()
 		w.objects.Add(1)
 		w.items.Add(uint64(wr.items))
@@ -294,8 +304,8 @@ func (w *FlushWorker) nextClaim(ctx context.Context, jobID int64, stream string,
 		var count int
 		var bytes int64
 		measure := func(limit int) error {
-			err := queryHead(ctx, tx, w.q(measureClaimSQL), []any{stream, limit, sc.MaxBytes},
-				&h.events, &h.bytes, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
+			err := queryHead(ctx, tx, w.q(measureClaimSQL), []any{stream, limit, sc.MaxEvents, sc.MaxBytes},
+				&h.events, &h.bytes, &h.chunks, &oldest, &firstID, &lastID, &count, &bytes, &firstAt, &lastAt)
 			if err != nil {
 				return fmt.Errorf("error choosing the next batch of stream %q: %w", stream, err)
 			}
@@ -361,7 +371,7 @@ func (w *FlushWorker) completeIfIdle(ctx context.Context, job *river.Job[FlushAr
 	return completed, err
 }
 
-func (w *FlushWorker) avgSize(stream string) float64 {
+func (w *FlushWorker) avgSize(stream string) avgSizes {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.sizes[stream]
@@ -384,16 +394,14 @@ func ObjectKey(prefix, stream string, first time.Time, batchID string) string {
 	return path.Join(prefix, stream, first.Format("dt=2006-01-02"), first.Format("hour=15"), batchID+".jsonl.gz")
 }
 
-var (
-	errEmptyBatch = errors.New("batch has no items")
-	errLateItems  = errors.New("items committed into the batch's range after it was read")
-)
+var errEmptyBatch = errors.New("batch has no items")
 
-// writeObject streams the claimed items, gzip-compressed JSON lines, into
-// the sink. Rows are read with one streaming query and encoded as they
-// arrive, so memory stays bounded by the encoder's buffers and the sink's
-// upload part, whatever the batch size.
-func (w *FlushWorker) writeObject(ctx context.Context, stream string, c *claim) (*written, error) {
+// writeObject streams the claimed chunks' items, gzip-compressed JSON
+// lines, into the sink, up to the stream's MaxEvents and MaxBytes. Chunks
+// are read with one streaming query and encoded as they arrive, so memory
+// stays bounded by the encoder's buffers, one chunk and the sink's upload
+// part, whatever the batch size.
+func (w *FlushWorker) writeObject(ctx context.Context, stream string, sc StreamConfig, c *claim) (*written, error) {
 	pr, pw := io.Pipe()
 	type result struct {
 		wr  *written
@@ -403,7 +411,7 @@ func (w *FlushWorker) writeObject(ctx context.Context, stream string, c *claim) 
 	encCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		wr, err := w.encode(encCtx, pw, stream, c)
+		wr, err := w.encode(encCtx, pw, stream, sc, c)
 		pw.CloseWithError(err) // nil: the reader sees EOF
 		done <- result{wr, err}
 	}()
@@ -434,7 +442,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, c *claim) (*written, error) {
+func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, sc StreamConfig, c *claim) (*written, error) {
 	cw := &countingWriter{w: out}
 	// flate emits output in small pieces; batch them before the pipe.
 	bw := bufio.NewWriterSize(cw, 64<<10)
@@ -442,31 +450,25 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 	if err != nil {
 		return nil, err
 	}
-	rows, err := w.client.Pool().Query(ctx, w.q(selectBatchItemsSQL), stream, c.firstID, c.lastID)
+	rows, err := w.client.Pool().Query(ctx, w.q(selectBatchChunksSQL), stream, c.firstID, c.lastID)
 	if err != nil {
 		return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 	}
 	defer rows.Close()
 	wr := &written{}
-	newline := []byte{'\n'}
-	for rows.Next() {
-		var payload pgtype.DriverBytes // valid until the next row: no copy
-		var at time.Time
-		if err := rows.Scan(&payload, &at); err != nil {
+	lw := &lineWriter{zw: zw, wr: wr, maxItems: sc.MaxEvents, maxBytes: sc.MaxBytes}
+	for wr.partial == nil && rows.Next() {
+		var ch chunkRow
+		if err := rows.Scan(&ch.id, &ch.payload, &ch.items, &ch.doneItems, &ch.doneBytes, &ch.at); err != nil {
 			return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 		}
-		if _, err := zw.Write(payload); err != nil {
-			return nil, err
+		full, err := lw.chunk(&ch)
+		if err != nil {
+			return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 		}
-		if _, err := zw.Write(newline); err != nil {
-			return nil, err
+		if !full {
+			break
 		}
-		if wr.items == 0 {
-			wr.first = at
-		}
-		wr.last = at
-		wr.items++
-		wr.bytes += int64(len(payload))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
@@ -484,21 +486,110 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 	return wr, nil
 }
 
-// finish deletes the written items and records the object in one
-// transaction. When this was the job's last batch, the same transaction
+// chunkRow is a staged chunk as the flush reads it.
+type chunkRow struct {
+	id        int64
+	payload   pgtype.DriverBytes // valid until the next row: no copy
+	items     int
+	doneItems int
+	doneBytes int64
+	at        time.Time
+}
+
+// lineWriter writes the items of chunks into an object until it holds
+// maxItems items or the next item would take it past maxBytes (but at
+// least one item).
+type lineWriter struct {
+	zw       io.Writer
+	wr       *written
+	maxItems int
+	maxBytes int64
+}
+
+var newline = []byte{'\n'}
+
+// chunk writes what fits of the chunk's remaining items and reports
+// whether it took all of them; if it took some but not all, it records
+// the cut in wr.partial.
+func (l *lineWriter) chunk(ch *chunkRow) (full bool, err error) {
+	wr := l.wr
+	start := ch.doneBytes + int64(ch.doneItems) // each written item had a newline
+	if ch.doneItems < 0 || ch.doneItems >= ch.items || start > int64(len(ch.payload)) {
+		return false, fmt.Errorf("chunk %d is inconsistent: %d of %d items done, %d of %d bytes", ch.id, ch.doneItems, ch.items, start, len(ch.payload))
+	}
+	rest := ch.payload[start:]
+	n := ch.items - ch.doneItems
+	b := int64(len(rest)) - int64(n-1) // the items' bytes, newlines not counted
+	if wr.items+n <= l.maxItems && wr.bytes+b <= l.maxBytes {
+		if err := l.write(rest, n, b, ch.at); err != nil {
+			return false, err
+		}
+		wr.full = append(wr.full, ch.id)
+		return true, nil
+	}
+	// The object ends inside this chunk: take its items one by one.
+	took, tookBytes := 0, int64(0)
+	for took < n {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line = rest[:i]
+		} else if took != n-1 {
+			return false, fmt.Errorf("chunk %d is inconsistent: %d items, found %d", ch.id, ch.items, ch.doneItems+took+1)
+		}
+		if wr.items > 0 && (wr.items+1 > l.maxItems || wr.bytes+int64(len(line)) > l.maxBytes) {
+			break
+		}
+		if err := l.write(line, 1, int64(len(line)), ch.at); err != nil {
+			return false, err
+		}
+		took++
+		tookBytes += int64(len(line))
+		rest = rest[min(len(line)+1, len(rest)):]
+	}
+	if took == n {
+		wr.full = append(wr.full, ch.id)
+		return true, nil
+	}
+	if took > 0 {
+		wr.partial = &chunkCut{id: ch.id, fromItems: ch.doneItems, doneItems: ch.doneItems + took, doneBytes: ch.doneBytes + tookBytes}
+	}
+	return false, nil
+}
+
+// write writes n items (their lines joined by newlines, b bytes without
+// them) and a newline.
+func (l *lineWriter) write(lines []byte, n int, b int64, at time.Time) error {
+	if _, err := l.zw.Write(lines); err != nil {
+		return err
+	}
+	if _, err := l.zw.Write(newline); err != nil {
+		return err
+	}
+	wr := l.wr
+	if wr.items == 0 || at.Before(wr.first) {
+		wr.first = at
+	}
+	if at.After(wr.last) {
+		wr.last = at
+	}
+	wr.items += n
+	wr.bytes += b
+	return nil
+}
+
+// finish records the object and deletes its items (the chunks it holds
+// entirely; of a chunk it ended in, the items it holds) in one
+// transaction. Chunks committed late inside the claimed range that the
+// object does not hold stay staged for the next batch. When this was the job's last batch, the same transaction
 // completes the job (and, if more is due, enqueues its successor) and
 // finish returns true; otherwise the job goes on to its next claim.
 func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig, c *claim, wr *written, last bool) (bool, error) {
 	completed := false
 	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, w.q(deleteItemsSQL), stream, c.firstID, c.lastID)
-		if err != nil {
-			return fmt.Errorf("error deleting the items of batch %s: %w", c.batchID, err)
-		}
-		if n := tag.RowsAffected(); n != int64(wr.items) {
-			return fmt.Errorf("%w: %d items in the range of batch %s, %d written", errLateItems, n, c.batchID, wr.items)
-		}
-		tag, err = tx.Exec(ctx, w.q(markWrittenSQL), c.rowID, wr.items, wr.bytes, wr.compressed, wr.first, wr.last, time.Now().UTC(), job.ID)
+		// Mark the object first: a second finish of the same claim (two
+		// runs of one job) waits here for the first and then finds the
+		// claim written, before it touches a chunk.
+		tag, err := tx.Exec(ctx, w.q(markWrittenSQL), c.rowID, wr.items, wr.bytes, wr.compressed, wr.first, wr.last, time.Now().UTC(), job.ID)
 		if err != nil {
 			return fmt.Errorf("error recording object %q: %w", c.key, err)
 		}
@@ -506,6 +597,9 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 			// The claim was adopted by another job because this one looked
 			// finished; that job rewrites the same key.
 			return fmt.Errorf("batch %s of stream %q was taken over by another flush job", c.batchID, stream)
+		}
+		if err := consumeChunks(ctx, tx, w.client.Schema(), stream, wr); err != nil {
+			return fmt.Errorf("error deleting the items of batch %s: %w", c.batchID, err)
 		}
 		if !last {
 			// More batches may follow: the next claim measures the stream
@@ -540,4 +634,30 @@ func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], str
 		return nil
 	})
 	return completed, err
+}
+
+// consumeChunks deletes the chunks wr holds entirely and advances the one
+// it ended in. The object holds exactly what was read, so every chunk must
+// still be as read: fewer rows means they were deleted by hand or by
+// another finish, and the transaction rolls back.
+func consumeChunks(ctx context.Context, tx pgx.Tx, schema, stream string, wr *written) error {
+	if len(wr.full) > 0 {
+		tag, err := tx.Exec(ctx, queue.Qualify(schema, deleteChunksSQL), stream, wr.full)
+		if err != nil {
+			return err
+		}
+		if n := tag.RowsAffected(); n != int64(len(wr.full)) {
+			return fmt.Errorf("%d of the %d chunks written are no longer staged", int64(len(wr.full))-n, len(wr.full))
+		}
+	}
+	if p := wr.partial; p != nil {
+		tag, err := tx.Exec(ctx, queue.Qualify(schema, advanceChunkSQL), stream, p.id, p.doneItems, p.doneBytes, p.fromItems)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("chunk %d changed while its items %d..%d were written", p.id, p.fromItems, p.doneItems-1)
+		}
+	}
+	return nil
 }

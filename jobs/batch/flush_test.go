@@ -97,7 +97,7 @@ func (b *testBundle) stageEach(t *testing.T, stream string, from, to int) {
 func (b *testBundle) stagedCount(t *testing.T, stream string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/tributary_batch_item WHERE stream = $1`), stream).Scan(&n))
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT coalesce(sum(item_count - done_items), 0) FROM /*schema*/tributary_batch_chunk WHERE stream = $1`), stream).Scan(&n))
 	return n
 }
 
@@ -131,7 +131,7 @@ func (b *testBundle) dumpState(t *testing.T) {
 	for _, q := range []string{
 		`SELECT id, state, attempt, args::text, coalesce(errors::text, '') FROM /*schema*/river_job ORDER BY id`,
 		`SELECT id, stream, status, first_item_id, last_item_id, item_count, claimed_by_job FROM /*schema*/tributary_batch_object ORDER BY id`,
-		`SELECT stream, count(*), min(id), max(id) FROM /*schema*/tributary_batch_item GROUP BY stream`,
+		`SELECT stream, count(*), sum(item_count - done_items), min(id), max(id) FROM /*schema*/tributary_batch_chunk GROUP BY stream`,
 	} {
 		rows, err := b.db.Pool.Query(ctx, b.db.Q(q))
 		if err != nil {
@@ -293,9 +293,9 @@ func TestStageValidation(t *testing.T) {
 
 	// Line breaks are white space in JSON: the stored line has none.
 	require.NoError(t, b.stager.Stage(ctx, "s", []byte("{\n  \"a\": [1,\n 2]\n}")))
-	var payload []byte
-	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT payload FROM /*schema*/tributary_batch_item WHERE stream = 's'`)).Scan(&payload))
-	require.Equal(t, `{"a":[1,2]}`, string(payload))
+	staged, err := ReadStaged(ctx, b.db.Pool, b.db.Schema, "s", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{`{"a":[1,2]}`}, toStrings(staged))
 }
 
 func TestStageRollbackStagesNothing(t *testing.T) {
@@ -401,10 +401,11 @@ func TestFlushExactlyOnceAcrossCrash(t *testing.T) {
 		wrap:    func(s Sink) Sink { crash.Sink = s; return crash },
 	})
 	ctx := context.Background()
+	// Chunks of 7 items: most objects end inside a chunk.
 	const n = 95
-	for i := 0; i < n; i += 5 {
+	for i := 0; i < n; i += 7 {
 		payloads := [][]byte{}
-		for j := i; j < i+5 && j < n; j++ {
+		for j := i; j < i+7 && j < n; j++ {
 			payloads = append(payloads, item("events", j))
 		}
 		require.NoError(t, b.stager.Stage(ctx, "events", payloads...))
@@ -486,7 +487,7 @@ func (s *lateItemSink) Write(ctx context.Context, key string, r io.Reader) error
 	s.writes[key]++
 	if !s.done {
 		s.done = true
-		_, err = s.db.Pool.Exec(ctx, s.db.Q(`INSERT INTO /*schema*/tributary_batch_item (id, stream, payload, byte_size, created_at)
+		_, err = s.db.Pool.Exec(ctx, s.db.Q(`INSERT INTO /*schema*/tributary_batch_chunk (id, stream, payload, byte_size, created_at)
 			OVERRIDING SYSTEM VALUE VALUES (2, 'a', $1, $2, now())`), item("a", 99), len(item("a", 99)))
 	}
 	s.mu.Unlock()
@@ -497,8 +498,8 @@ func (s *lateItemSink) Write(ctx context.Context, key string, r io.Reader) error
 }
 
 // TestFlushLateItemInRange: an item that commits inside a batch's id range
-// after the object was read is not deleted unwritten; the object is written
-// again (same key) with it.
+// after the object was read is not deleted unwritten: it stays staged and
+// goes into the next object, once.
 func TestFlushLateItemInRange(t *testing.T) {
 	t.Parallel()
 	var late *lateItemSink
@@ -523,14 +524,35 @@ func TestFlushLateItemInRange(t *testing.T) {
 		require.NoError(t, err)
 	})
 	b := &testBundle{db: db, sink: sink}
-	b.waitWritten(t, "a", 3, 20*time.Second)
+	b.waitWritten(t, "a", 2, 20*time.Second)
+	staged, err := ReadStaged(ctx, db.Pool, db.Schema, "a", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{string(item("a", 99))}, toStrings(staged), "the late item is still staged")
+
+	require.NoError(t, stager.Stage(ctx, "a", item("a", 2)))
+	b.waitWritten(t, "a", 4, 20*time.Second)
 	objs := readObjects(t, sink.Bucket())
-	require.Len(t, objs, 1)
+	require.Len(t, objs, 2)
+	seen := map[string]int{}
 	for key, lines := range objs {
-		require.Len(t, lines, 3, "the late item is in the rewritten object")
-		require.Equal(t, 2, late.writes[key], "the same key was written twice")
+		require.Len(t, lines, 2)
+		require.Equal(t, 1, late.writes[key], "each key was written once")
+		for _, l := range lines {
+			seen[l]++
+		}
+	}
+	for _, n := range []int{0, 1, 2, 99} {
+		require.Equal(t, 1, seen[string(item("a", n))], "item %d", n)
 	}
 	require.Equal(t, 0, b.stagedCount(t, "a"))
+}
+
+func toStrings(bs [][]byte) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = string(b)
+	}
+	return out
 }
 
 // TestFlushBacklogChainsJobs: a backlog larger than one job's share is

@@ -2,8 +2,6 @@ package batch
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,22 +18,19 @@ func TestHeadQueriesWalkTheIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	stager, err := NewStager(db.Client(t), Config{})
-	require.NoError(t, err)
+	// One item per chunk, as staged one by one (or before migration
+	// 0015): the most rows a head of MaxEvents items can have.
 	const streams, perStream = 5, 4000
-	for s := range streams {
-		payloads := make([][]byte, perStream)
-		for i := range payloads {
-			payloads[i] = []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, strings.Repeat("x", 150)))
-		}
-		require.NoError(t, stager.Stage(ctx, fmt.Sprintf("s%d", s), payloads...))
-	}
+	_, err := db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_batch_chunk (stream, payload, byte_size, created_at)
+		SELECT 's' || s, convert_to(format('{"i":%s,"pad":"%s"}', i, repeat('x', 150)), 'UTF8'), 160, now()
+		FROM generate_series(0, $1 - 1) AS s, generate_series(1, $2) AS i`), streams, perStream)
+	require.NoError(t, err)
 	for name, q := range map[string]struct {
 		sql  string
 		args []any
 	}{
 		"due":   {dueSQL, []any{"s1", 3000}},
-		"claim": {measureClaimSQL, []any{"s1", 3000, int64(1 << 30)}},
+		"claim": {measureClaimSQL, []any{"s1", 3000, 10000, int64(1 << 30)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var plan string

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -81,9 +82,9 @@ func ListObjects(ctx context.Context, db queue.DBTX, schema string, p ListObject
 	return objs, nil
 }
 
-// StreamCountCap bounds how many staged items ListStreams counts per
-// stream, so the listing stays fast on a large backlog; a stream at the cap
-// is reported with CountCapped.
+// StreamCountCap bounds how many staged chunks (staging calls, or parts of
+// large ones) ListStreams reads per stream, so the listing stays fast on a
+// large backlog; a stream at the cap is reported with CountCapped.
 const StreamCountCap = 1_000_000
 
 // StreamStatus is what a stream has staged.
@@ -96,9 +97,9 @@ type StreamStatus struct {
 }
 
 const streamStatusSQL = `
-SELECT count(*), coalesce(sum(byte_size), 0)::bigint,
-       (SELECT created_at FROM /*schema*/tributary_batch_item WHERE stream = $1 ORDER BY id LIMIT 1)
-FROM (SELECT byte_size FROM /*schema*/tributary_batch_item WHERE stream = $1 LIMIT $2) AS s`
+SELECT coalesce(sum(item_count - done_items), 0)::bigint, coalesce(sum(byte_size - done_bytes), 0)::bigint, count(*),
+       (SELECT created_at FROM /*schema*/tributary_batch_chunk WHERE stream = $1 ORDER BY id LIMIT 1)
+FROM (SELECT item_count, done_items, byte_size, done_bytes FROM /*schema*/tributary_batch_chunk WHERE stream = $1 LIMIT $2) AS s`
 
 // ListStreams reports every stream with staged items (or only stream, when
 // given).
@@ -121,13 +122,14 @@ func ListStreams(ctx context.Context, db queue.DBTX, schema, stream string) ([]S
 	out := make([]StreamStatus, 0, len(streams))
 	for _, s := range streams {
 		st := StreamStatus{Stream: s}
-		if err := db.QueryRow(ctx, queue.Qualify(schema, streamStatusSQL), s, StreamCountCap).Scan(&st.StagedItems, &st.StagedBytes, &st.OldestItemAt); err != nil {
+		var chunks int
+		if err := db.QueryRow(ctx, queue.Qualify(schema, streamStatusSQL), s, StreamCountCap).Scan(&st.StagedItems, &st.StagedBytes, &chunks, &st.OldestItemAt); err != nil {
 			return nil, fmt.Errorf("error measuring stream %q: %w", s, err)
 		}
 		if st.StagedItems == 0 {
 			continue
 		}
-		st.CountCapped = st.StagedItems >= StreamCountCap
+		st.CountCapped = chunks >= StreamCountCap
 		out = append(out, st)
 	}
 	return out, nil
@@ -165,4 +167,42 @@ func ListObjectTotals(ctx context.Context, db queue.DBTX, schema string) ([]Stre
 		return nil, fmt.Errorf("error totalling batch objects: %w", err)
 	}
 	return totals, nil
+}
+
+const stagedSQL = `
+SELECT payload, item_count, done_items, done_bytes
+FROM /*schema*/tributary_batch_chunk
+WHERE stream = $1
+ORDER BY id`
+
+// ReadStaged returns the items staged in stream and not yet written, in
+// the order a flush takes them, at most limit of them; for inspection and
+// tests (a flush streams them instead).
+func ReadStaged(ctx context.Context, db queue.DBTX, schema, stream string, limit int) ([][]byte, error) {
+	if err := ValidateStream(stream); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("invalid limit %d: want at least 1", limit)
+	}
+	rows, err := db.Query(ctx, queue.Qualify(schema, stagedSQL), stream)
+	if err != nil {
+		return nil, fmt.Errorf("error reading the staged items of stream %q: %w", stream, err)
+	}
+	defer rows.Close()
+	var out [][]byte
+	for len(out) < limit && rows.Next() {
+		var payload []byte
+		var items, done int
+		var doneBytes int64
+		if err := rows.Scan(&payload, &items, &done, &doneBytes); err != nil {
+			return nil, fmt.Errorf("error reading the staged items of stream %q: %w", stream, err)
+		}
+		lines := bytes.Split(payload[min(doneBytes+int64(done), int64(len(payload))):], []byte{'\n'})
+		out = append(out, lines[:min(len(lines), limit-len(out))]...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading the staged items of stream %q: %w", stream, err)
+	}
+	return out, nil
 }

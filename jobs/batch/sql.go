@@ -1,34 +1,37 @@
 package batch
 
-// SQL for tributary_batch_item and tributary_batch_object. Table names carry
+// SQL for tributary_batch_chunk and tributary_batch_object. Table names carry
 // the /*schema*/ marker and go through queue.Qualify, because staging runs
 // on the caller's connection.
 const (
-	insertItemsSQL = `
-INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
-SELECT $1, t.payload, t.byte_size, $2
-FROM unnest($3::bytea[], $4::integer[]) AS t(payload, byte_size)`
+	// insertChunksSQL stages chunks: each payload is its items joined by
+	// newlines (see migration 0015).
+	insertChunksSQL = `
+INSERT INTO /*schema*/tributary_batch_chunk (stream, payload, byte_size, item_count, created_at)
+SELECT $1, t.payload, t.byte_size, t.item_count, $2
+FROM unnest($3::bytea[], $4::integer[], $5::integer[]) AS t(payload, byte_size, item_count)`
 
-	insertItemSQL = `
-INSERT INTO /*schema*/tributary_batch_item (stream, payload, byte_size, created_at)
-VALUES ($1, $2, $3, $4)`
+	insertChunkSQL = `
+INSERT INTO /*schema*/tributary_batch_chunk (stream, payload, byte_size, item_count, created_at)
+VALUES ($1, $2, $3, $4, $5)`
 
-	// dueSQL measures the head of a stream: how many of its first $2 items
-	// there are, their payload bytes, and the time of the oldest. It reads
-	// at most $2 index entries whatever the backlog.
+	// dueSQL measures the head of a stream: the items and payload bytes
+	// left in its first $2 chunks, how many chunks that was, and the time of
+	// the oldest. It reads at most $2 index entries whatever the backlog.
 	dueSQL = `
-SELECT count(*), coalesce(sum(byte_size), 0)::bigint,
-       (SELECT created_at FROM /*schema*/tributary_batch_item WHERE stream = $1 ORDER BY id LIMIT 1)
-FROM (SELECT byte_size FROM /*schema*/tributary_batch_item WHERE stream = $1 ORDER BY id LIMIT $2) AS head`
+SELECT coalesce(sum(n), 0)::bigint, coalesce(sum(b), 0)::bigint, count(*),
+       (SELECT created_at FROM /*schema*/tributary_batch_chunk WHERE stream = $1 ORDER BY id LIMIT 1)
+FROM (SELECT item_count - done_items AS n, byte_size - done_bytes AS b
+      FROM /*schema*/tributary_batch_chunk WHERE stream = $1 ORDER BY id LIMIT $2) AS head`
 
 	// streamsSQL lists the streams that have staged items with a loose
 	// index scan over the primary key, so it costs one index probe per
 	// stream instead of a scan of every item.
 	streamsSQL = `
 WITH RECURSIVE s AS (
-    (SELECT stream FROM /*schema*/tributary_batch_item ORDER BY stream LIMIT 1)
+    (SELECT stream FROM /*schema*/tributary_batch_chunk ORDER BY stream LIMIT 1)
     UNION ALL
-    SELECT (SELECT i.stream FROM /*schema*/tributary_batch_item i WHERE i.stream > s.stream ORDER BY i.stream LIMIT 1)
+    SELECT (SELECT c.stream FROM /*schema*/tributary_batch_chunk c WHERE c.stream > s.stream ORDER BY c.stream LIMIT 1)
     FROM s WHERE s.stream IS NOT NULL
 )
 SELECT stream FROM s WHERE stream IS NOT NULL`
@@ -49,32 +52,34 @@ UPDATE /*schema*/tributary_batch_object
 SET claimed_by_job = $2
 WHERE id = $1 AND status = 'claimed' AND claimed_by_job = $3`
 
-	// measureClaimSQL measures the head of a stream (its first $2 items:
-	// count, payload bytes, oldest time) and picks the next batch from it:
-	// items in id order, at most $2 of them and at most $3 payload bytes,
-	// but always at least one, so an item larger than the limit (staged
-	// before the limit was lowered) gets an object of its own instead of
-	// blocking the stream.
+	// measureClaimSQL measures the head of a stream (its first $2 chunks,
+	// as dueSQL) and picks the chunks of the next batch: in id order, up to
+	// the one in which the batch reaches $3 items or $4 payload bytes, but
+	// always at least one. The batch may end inside its last chunk; which
+	// of that chunk's items fit is decided when the object is written
+	// (writeObject), so an item larger than the limit (staged before the
+	// limit was lowered) gets an object of its own instead of blocking the
+	// stream. The counts of the batch are estimates until then.
 	measureClaimSQL = `
 WITH head AS (
-    SELECT id, byte_size, created_at
-    FROM /*schema*/tributary_batch_item
+    SELECT id, item_count - done_items AS n, byte_size - done_bytes AS b, created_at
+    FROM /*schema*/tributary_batch_chunk
     WHERE stream = $1
     ORDER BY id
     LIMIT $2
 ), running AS (
-    SELECT id, created_at,
-           sum(byte_size) OVER (ORDER BY id) AS cum,
-           row_number() OVER (ORDER BY id) AS n
+    SELECT id, n, b, created_at,
+           (sum(n) OVER w - n < $3 AND sum(b) OVER w - b < $4) OR row_number() OVER w = 1 AS in_batch
     FROM head
+    WINDOW w AS (ORDER BY id)
 )
-SELECT count(*), coalesce(max(cum), 0)::bigint, min(created_at),
-       min(id) FILTER (WHERE cum <= $3 OR n = 1),
-       max(id) FILTER (WHERE cum <= $3 OR n = 1),
-       count(*) FILTER (WHERE cum <= $3 OR n = 1),
-       coalesce(max(cum) FILTER (WHERE cum <= $3 OR n = 1), 0)::bigint,
-       min(created_at) FILTER (WHERE cum <= $3 OR n = 1),
-       max(created_at) FILTER (WHERE cum <= $3 OR n = 1)
+SELECT coalesce(sum(n), 0)::bigint, coalesce(sum(b), 0)::bigint, count(*), min(created_at),
+       min(id) FILTER (WHERE in_batch),
+       max(id) FILTER (WHERE in_batch),
+       least(coalesce(sum(n) FILTER (WHERE in_batch), 0), $3)::integer,
+       least(coalesce(sum(b) FILTER (WHERE in_batch), 0), $4)::bigint,
+       min(created_at) FILTER (WHERE in_batch),
+       max(created_at) FILTER (WHERE in_batch)
 FROM running`
 
 	insertClaimSQL = `
@@ -84,22 +89,28 @@ INSERT INTO /*schema*/tributary_batch_object
 VALUES ($1, $2, $3, 'claimed', $4, $5, $6, $7, 0, $8, $9, $10, $11)
 RETURNING id`
 
-	// selectBatchItemsSQL reads a claimed batch. Items committed late with
-	// an id inside the range are included on a rewrite; that is fine because
-	// the rewrite replaces the whole object.
-	selectBatchItemsSQL = `
-SELECT payload, created_at
-FROM /*schema*/tributary_batch_item
+	// selectBatchChunksSQL reads the chunks of a claimed batch. A chunk
+	// committed late with an id inside the range is read on a rewrite; that
+	// is fine because the rewrite replaces the whole object, and the finish
+	// deletes only the chunks the object holds.
+	selectBatchChunksSQL = `
+SELECT id, payload, item_count, done_items, done_bytes, created_at
+FROM /*schema*/tributary_batch_chunk
 WHERE stream = $1 AND id BETWEEN $2 AND $3
 ORDER BY id`
 
-	// deleteItemsSQL deletes a written batch by its range. The flusher
-	// compares the count with the items it wrote: more means an item with
-	// an id inside the range committed after the object was read, and the
-	// object is written again with it.
-	deleteItemsSQL = `
-DELETE FROM /*schema*/tributary_batch_item
-WHERE stream = $1 AND id BETWEEN $2 AND $3`
+	// deleteChunksSQL deletes the chunks an object holds entirely.
+	deleteChunksSQL = `
+DELETE FROM /*schema*/tributary_batch_chunk
+WHERE stream = $1 AND id = ANY($2::bigint[])`
+
+	// advanceChunkSQL records that an object ended inside a chunk: its
+	// first $3 items ($4 bytes) are written. The old count guards against
+	// a second finish of the same read.
+	advanceChunkSQL = `
+UPDATE /*schema*/tributary_batch_chunk
+SET done_items = $3, done_bytes = $4
+WHERE stream = $1 AND id = $2 AND done_items = $5`
 
 	markWrittenSQL = `
 UPDATE /*schema*/tributary_batch_object

@@ -14,9 +14,12 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// copyFromMin is the batch size from which staging uses COPY, which is
-// about twice as fast as an INSERT of unnested arrays for large batches.
-const copyFromMin = 64
+// ChunkMaxBytesDefault bounds the payload of one staged chunk (a row of
+// tributary_batch_chunk): a staging call of more is split into several
+// chunks. A flush reads a chunk whole, so this bounds the flush's memory
+// per row; a stream's MaxBytes and MaxEvents bound a chunk too, so a chunk
+// never holds more than one object.
+const ChunkMaxBytesDefault = 1 << 20
 
 // Stager stages items for batch flushes in the caller's transactions. It is
 // safe for concurrent use; create one per process and share it.
@@ -35,10 +38,12 @@ type Stager struct {
 type tally struct {
 	events int
 	bytes  int64
-	// seenEvents and seenBytes are never reset: the average item size
-	// bounds how much of the stream a measurement reads.
+	// seenEvents, seenBytes and seenChunks are never reset: the average
+	// sizes of items and chunks bound how much of the stream a measurement
+	// reads.
 	seenEvents int64
 	seenBytes  int64
+	seenChunks int64
 }
 
 // NewStager returns a stager that enqueues flush jobs through client.
@@ -66,10 +71,14 @@ func (s *Stager) StageTx(ctx context.Context, tx pgx.Tx, stream string, payload 
 // MaxBytes fails the whole call (before anything is written) with an error
 // naming it.
 //
+// The items are stored as chunks, one row per call (more when the call
+// holds more than MaxEvents items or min(MaxBytes, ChunkMaxBytesDefault)
+// bytes), which costs Postgres far less per item than a row each.
+//
 // When the stream has reached its count or byte threshold, a flush job for
 // it is enqueued in the same transaction (skipped when one is already
 // queued or running). Measuring a stream costs an index scan of up to
-// MaxEvents entries, so it runs once this process has staged half a
+// MaxEvents chunks, so it runs once this process has staged half a
 // threshold into the stream since the last measurement; the age timer also
 // measures every stream, so a missed threshold is caught within its
 // interval.
@@ -87,24 +96,11 @@ func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payl
 	}
 	now := time.Now().UTC()
 	schema := s.client.Schema()
-	switch {
-	case len(lines) == 1:
-		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemSQL), stream, lines[0], sizes[0], now)
-	case len(lines) < copyFromMin:
-		_, err = tx.Exec(ctx, queue.Qualify(schema, insertItemsSQL), stream, now, lines, sizes)
-	default:
-		_, err = tx.CopyFrom(ctx, pgx.Identifier{schema, "tributary_batch_item"},
-			[]string{"stream", "payload", "byte_size", "created_at"},
-			pgx.CopyFromFunc(func() func() ([]any, error) {
-				i := -1
-				return func() ([]any, error) {
-					i++
-					if i == len(lines) {
-						return nil, nil
-					}
-					return []any{stream, lines[i], sizes[i], now}, nil
-				}
-			}()))
+	chunks, counts, chunkBytes := chunkLines(lines, sizes, sc)
+	if len(chunks) == 1 {
+		_, err = tx.Exec(ctx, queue.Qualify(schema, insertChunkSQL), stream, chunks[0], chunkBytes[0], counts[0], now)
+	} else {
+		_, err = tx.Exec(ctx, queue.Qualify(schema, insertChunksSQL), stream, now, chunks, chunkBytes, counts)
 	}
 	if err != nil {
 		return fmt.Errorf("error staging %d items into stream %q: %w", len(lines), stream, err)
@@ -112,7 +108,7 @@ func (s *Stager) StageManyTx(ctx context.Context, tx pgx.Tx, stream string, payl
 	s.staged.Add(uint64(len(lines)))
 	s.bytes.Add(uint64(total))
 
-	measure, avg := s.shouldMeasure(stream, len(lines), total, sc)
+	measure, avg := s.shouldMeasure(stream, len(lines), len(chunks), total, sc)
 	if !measure {
 		return nil
 	}
@@ -141,8 +137,8 @@ func (s *Stager) Stage(ctx context.Context, stream string, payloads ...[]byte) e
 func (s *Stager) Staged() (items, bytes uint64) { return s.staged.Load(), s.bytes.Load() }
 
 // shouldMeasure counts a staging call and says whether to measure the
-// stream now, with the average item size seen so far.
-func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc StreamConfig) (bool, float64) {
+// stream now, with the average sizes seen so far.
+func (s *Stager) shouldMeasure(stream string, events, chunks int, bytes int64, sc StreamConfig) (bool, avgSizes) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tally[stream]
@@ -154,11 +150,38 @@ func (s *Stager) shouldMeasure(stream string, events int, bytes int64, sc Stream
 	t.bytes += bytes
 	t.seenEvents += int64(events)
 	t.seenBytes += bytes
+	t.seenChunks += int64(chunks)
 	if t.events >= max(1, sc.MaxEvents/2) || t.bytes >= max(1, sc.MaxBytes/2) {
 		t.events, t.bytes = 0, 0
-		return true, float64(t.seenBytes) / float64(t.seenEvents)
+		return true, avgSizes{item: float64(t.seenBytes) / float64(t.seenEvents), chunk: float64(t.seenEvents) / float64(t.seenChunks)}
 	}
-	return false, 0
+	return false, avgSizes{}
+}
+
+// chunkLines groups lines into chunks (payloads of lines joined by
+// newlines), in order, each of at most MaxEvents items and at most
+// min(MaxBytes, ChunkMaxBytesDefault) payload bytes, but at least one item.
+func chunkLines(lines [][]byte, sizes []int32, sc StreamConfig) (chunks [][]byte, counts, chunkBytes []int32) {
+	limit := min(sc.MaxBytes, ChunkMaxBytesDefault)
+	for i := 0; i < len(lines); {
+		j, b := i, int64(0)
+		for j < len(lines) && (j == i || (j-i < sc.MaxEvents && b+int64(sizes[j]) <= limit)) {
+			b += int64(sizes[j])
+			j++
+		}
+		buf := make([]byte, 0, int(b)+j-i-1)
+		for k := i; k < j; k++ {
+			if k > i {
+				buf = append(buf, '\n')
+			}
+			buf = append(buf, lines[k]...)
+		}
+		chunks = append(chunks, buf)
+		counts = append(counts, int32(j-i))
+		chunkBytes = append(chunkBytes, int32(b))
+		i = j
+	}
+	return chunks, counts, chunkBytes
 }
 
 // prepare validates payloads and turns each into one line: valid JSON
@@ -198,7 +221,15 @@ func prepare(stream string, payloads [][]byte, maxBytes int64) (lines [][]byte, 
 type head struct {
 	events int
 	bytes  int64
+	chunks int // chunks read to measure it
 	oldest time.Time
+}
+
+// avgSizes are the average item size (bytes) and items per chunk of a
+// stream, as last seen; they bound how far a measurement reads.
+type avgSizes struct {
+	item  float64
+	chunk float64
 }
 
 // due reports whether the stream needs a flush: full by count or bytes, or
@@ -210,26 +241,32 @@ func (h head) due(sc StreamConfig, now time.Time) bool {
 	return h.events >= sc.MaxEvents || h.bytes >= sc.MaxBytes || now.Sub(h.oldest) >= sc.MaxAge
 }
 
-// headLimit is how many items a measurement reads: MaxEvents, unless the
-// average item size says MaxBytes is reached long before (objects bounded
-// by bytes, with a large MaxEvents).
-func headLimit(sc StreamConfig, avgSize float64) int {
-	if avgSize <= 0 {
-		return sc.MaxEvents
+// headLimit is how many chunks a measurement reads: enough for MaxEvents
+// items, unless the average item size says MaxBytes is reached long before
+// (objects bounded by bytes, with a large MaxEvents), at the average chunk
+// size; never more than MaxEvents, as every chunk holds at least one item.
+func headLimit(sc StreamConfig, avg avgSizes) int {
+	items := float64(sc.MaxEvents)
+	if avg.item > 0 {
+		items = min(items, 2*float64(sc.MaxBytes)/avg.item+64)
 	}
-	return int(min(float64(sc.MaxEvents), 2*float64(sc.MaxBytes)/avgSize+64))
+	if avg.chunk > 1 {
+		items = items/avg.chunk + 64
+	}
+	return int(min(float64(sc.MaxEvents), items))
 }
 
-// conclusive reports whether a measurement of limit items decided fullness;
-// if not (the items were smaller than estimated), read MaxEvents.
+// conclusive reports whether a measurement of limit chunks decided
+// fullness; if not (the items or chunks were smaller than estimated), read
+// MaxEvents chunks.
 func (h head) conclusive(sc StreamConfig, limit int) bool {
-	return h.events < limit || limit >= sc.MaxEvents || h.bytes >= sc.MaxBytes
+	return h.chunks < limit || limit >= sc.MaxEvents || h.events >= sc.MaxEvents || h.bytes >= sc.MaxBytes
 }
 
 // measureHeadFor measures the head of a stream, reading only as far as
-// needed given the average item size.
-func measureHeadFor(ctx context.Context, db queue.DBTX, schema, stream string, sc StreamConfig, avgSize float64) (head, error) {
-	limit := headLimit(sc, avgSize)
+// needed given the average sizes.
+func measureHeadFor(ctx context.Context, db queue.DBTX, schema, stream string, sc StreamConfig, avg avgSizes) (head, error) {
+	limit := headLimit(sc, avg)
 	h, err := measureHead(ctx, db, schema, stream, limit)
 	if err != nil || h.conclusive(sc, limit) {
 		return h, err
@@ -240,7 +277,7 @@ func measureHeadFor(ctx context.Context, db queue.DBTX, schema, stream string, s
 func measureHead(ctx context.Context, db queue.DBTX, schema, stream string, limit int) (head, error) {
 	var h head
 	var oldest *time.Time
-	if err := queryHead(ctx, db, queue.Qualify(schema, dueSQL), []any{stream, limit}, &h.events, &h.bytes, &oldest); err != nil {
+	if err := queryHead(ctx, db, queue.Qualify(schema, dueSQL), []any{stream, limit}, &h.events, &h.bytes, &h.chunks, &oldest); err != nil {
 		return head{}, fmt.Errorf("error measuring stream %q: %w", stream, err)
 	}
 	if oldest != nil {

@@ -78,22 +78,18 @@ func TestStageHandOff(t *testing.T) {
 	}
 	ctx := context.Background()
 	pgtest.WaitFor(t, 20*time.Second, "12 items staged and acked", func() (bool, error) {
-		var n int
-		err := b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs'`)).Scan(&n)
-		return n == 12 && amqptest.Depth(t, b.ch, b.consumer.Topology().Main) == 0 && b.consumer.Stats().HandedOff >= 12, err
+		staged, err := batch.ReadStaged(ctx, b.db.Pool, b.db.Schema, "amqp_logs", 100)
+		return len(staged) == 12 && amqptest.Depth(t, b.ch, b.consumer.Topology().Main) == 0 && b.consumer.Stats().HandedOff >= 12, err
 	})
 	pgtest.WaitFor(t, 10*time.Second, "the poison message in .failed", func() (bool, error) {
 		return amqptest.Depth(t, b.ch, b.consumer.Topology().Failed) == 1, nil
 	})
-	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT payload FROM /*schema*/tributary_batch_item WHERE stream = 'amqp_logs' ORDER BY id`))
+	staged, err := batch.ReadStaged(ctx, b.db.Pool, b.db.Schema, "amqp_logs", 100)
 	require.NoError(t, err)
 	var got []string
-	for rows.Next() {
-		var p []byte
-		require.NoError(t, rows.Scan(&p))
+	for _, p := range staged {
 		got = append(got, string(p))
 	}
-	require.NoError(t, rows.Err())
 	for i := range 12 {
 		require.Equal(t, fmt.Sprintf(`{"n":%d}`, i), got[i])
 	}
