@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -208,4 +209,54 @@ func TestReadStagedValidates(t *testing.T) {
 	require.ErrorContains(t, err, `"bad/stream"`)
 	_, err = ReadStaged(context.Background(), db.Pool, db.Schema, "s", 0)
 	require.ErrorContains(t, err, "invalid limit 0")
+}
+
+func TestLineWriterCutsChunks(t *testing.T) {
+	t.Parallel()
+	chunk := func(payload string, items int, size int64, doneItems int, doneBytes int64) *chunkRow {
+		return &chunkRow{id: 7, payload: []byte(payload), items: items, byteSize: size, doneItems: doneItems, doneBytes: doneBytes}
+	}
+	for name, tc := range map[string]struct {
+		ch       *chunkRow
+		maxItems int
+		maxBytes int64
+		out      string
+		full     bool
+		cut      *chunkCut
+	}{
+		"whole":          {chunk("a\nbb\nccc", 3, 6, 0, 0), 10, 100, "a\nbb\nccc\n", true, nil},
+		"by count":       {chunk("a\nbb\nccc", 3, 6, 0, 0), 2, 100, "a\nbb\n", false, &chunkCut{id: 7, doneItems: 2, doneBytes: 3}},
+		"by bytes":       {chunk("a\nbb\nccc", 3, 6, 0, 0), 10, 2, "a\n", false, &chunkCut{id: 7, doneItems: 1, doneBytes: 1}},
+		"the rest":       {chunk("a\nbb\nccc", 3, 6, 2, 3), 10, 100, "ccc\n", true, nil},
+		"rest cut again": {chunk("a\nbb\nccc\ndddd", 4, 10, 1, 1), 1, 100, "bb\n", false, &chunkCut{id: 7, fromItems: 1, doneItems: 2, doneBytes: 3}},
+		// An item over max bytes still makes an object of its own.
+		"oversize first": {chunk("bb\nccc", 2, 5, 0, 0), 10, 1, "bb\n", false, &chunkCut{id: 7, doneItems: 1, doneBytes: 2}},
+		"oversize last":  {chunk("bb\nccc", 2, 5, 1, 2), 10, 1, "ccc\n", true, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var buf strings.Builder
+			wr := &written{}
+			lw := &lineWriter{zw: &buf, wr: wr, maxItems: tc.maxItems, maxBytes: tc.maxBytes}
+			full, err := lw.chunk(tc.ch)
+			require.NoError(t, err)
+			require.Equal(t, tc.full, full)
+			require.Equal(t, tc.out, buf.String())
+			require.Equal(t, tc.cut, wr.partial)
+			require.Equal(t, strings.Count(tc.out, "\n"), wr.items)
+			require.Equal(t, int64(len(tc.out)-wr.items), wr.bytes)
+		})
+	}
+
+	// A chunk that does not match its counts fails the flush instead of
+	// writing what it does not know.
+	for name, ch := range map[string]*chunkRow{
+		"bytes":    chunk("a\nbb", 2, 4, 0, 0),
+		"done":     chunk("a\nbb", 2, 3, 2, 3),
+		"newlines": chunk("a\nb\nc", 2, 3, 0, 0),
+	} {
+		lw := &lineWriter{zw: io.Discard, wr: &written{}, maxItems: 10, maxBytes: 100}
+		_, err := lw.chunk(ch)
+		require.ErrorContains(t, err, "chunk 7 is inconsistent", name)
+	}
 }

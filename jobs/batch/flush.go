@@ -189,6 +189,14 @@ type written struct {
 	partial    *chunkCut
 }
 
+// chunks is how many chunks the object took items from.
+func (wr *written) chunks() int {
+	if wr.partial != nil {
+		return len(wr.full) + 1
+	}
+	return len(wr.full)
+}
+
 // chunkCut is where an object ended inside a chunk: the chunk's items
 // before doneItems (doneBytes payload bytes) are written, those after wait
 // for the next batch. fromItems is where this object started in it.
@@ -249,7 +257,7 @@ func (w *FlushWorker) Work(ctx context.Context, job *river.Job[FlushArgs]) error
 			return err
 		}
 		w.mu.Lock()
-		w.sizes[stream] = avgSizes{item: float64(wr.bytes) / float64(wr.items), chunk: float64(wr.items) / float64(len(wr.full)+1)}
+		w.sizes[stream] = avgSizes{item: float64(wr.bytes) / float64(wr.items), chunk: float64(wr.items) / float64(wr.chunks())}
 		w.mu.Unlock()
 		w.objects.Add(1)
 		w.items.Add(uint64(wr.items))
@@ -459,7 +467,7 @@ func (w *FlushWorker) encode(ctx context.Context, out io.Writer, stream string, 
 	lw := &lineWriter{zw: zw, wr: wr, maxItems: sc.MaxEvents, maxBytes: sc.MaxBytes}
 	for wr.partial == nil && rows.Next() {
 		var ch chunkRow
-		if err := rows.Scan(&ch.id, &ch.payload, &ch.items, &ch.doneItems, &ch.doneBytes, &ch.at); err != nil {
+		if err := rows.Scan(&ch.id, &ch.payload, &ch.items, &ch.byteSize, &ch.doneItems, &ch.doneBytes, &ch.at); err != nil {
 			return nil, fmt.Errorf("error reading batch %s: %w", c.batchID, err)
 		}
 		full, err := lw.chunk(&ch)
@@ -491,6 +499,7 @@ type chunkRow struct {
 	id        int64
 	payload   pgtype.DriverBytes // valid until the next row: no copy
 	items     int
+	byteSize  int64
 	doneItems int
 	doneBytes int64
 	at        time.Time
@@ -520,6 +529,9 @@ func (l *lineWriter) chunk(ch *chunkRow) (full bool, err error) {
 	rest := ch.payload[start:]
 	n := ch.items - ch.doneItems
 	b := int64(len(rest)) - int64(n-1) // the items' bytes, newlines not counted
+	if b != ch.byteSize-ch.doneBytes {
+		return false, fmt.Errorf("chunk %d is inconsistent: %d payload bytes left for %d items, %d recorded", ch.id, len(rest), n, ch.byteSize-ch.doneBytes)
+	}
 	if wr.items+n <= l.maxItems && wr.bytes+b <= l.maxBytes {
 		if err := l.write(rest, n, b, ch.at); err != nil {
 			return false, err
@@ -580,9 +592,10 @@ func (l *lineWriter) write(lines []byte, n int, b int64, at time.Time) error {
 // finish records the object and deletes its items (the chunks it holds
 // entirely; of a chunk it ended in, the items it holds) in one
 // transaction. Chunks committed late inside the claimed range that the
-// object does not hold stay staged for the next batch. When this was the job's last batch, the same transaction
-// completes the job (and, if more is due, enqueues its successor) and
-// finish returns true; otherwise the job goes on to its next claim.
+// object does not hold stay staged for the next batch. When this was the
+// job's last batch, the same transaction completes the job (and, if more
+// is due, enqueues its successor) and finish returns true; otherwise the
+// job goes on to its next claim.
 func (w *FlushWorker) finish(ctx context.Context, job *river.Job[FlushArgs], stream string, sc StreamConfig, c *claim, wr *written, last bool) (bool, error) {
 	completed := false
 	err := pgx.BeginFunc(ctx, w.client.Pool(), func(tx pgx.Tx) error {

@@ -94,7 +94,7 @@ RETURNING id`
 	// is fine because the rewrite replaces the whole object, and the finish
 	// deletes only the chunks the object holds.
 	selectBatchChunksSQL = `
-SELECT id, payload, item_count, done_items, done_bytes, created_at
+SELECT id, payload, item_count, byte_size, done_items, done_bytes, created_at
 FROM /*schema*/tributary_batch_chunk
 WHERE stream = $1 AND id BETWEEN $2 AND $3
 ORDER BY id`
