@@ -173,7 +173,8 @@ const stagedSQL = `
 SELECT payload, item_count, done_items, done_bytes
 FROM /*schema*/tributary_batch_chunk
 WHERE stream = $1
-ORDER BY id`
+ORDER BY id
+LIMIT $2`
 
 // ReadStaged returns the items staged in stream and not yet written, in
 // the order a flush takes them, at most limit of them; for inspection and
@@ -185,7 +186,8 @@ func ReadStaged(ctx context.Context, db queue.DBTX, schema, stream string, limit
 	if limit < 1 {
 		return nil, fmt.Errorf("invalid limit %d: want at least 1", limit)
 	}
-	rows, err := db.Query(ctx, queue.Qualify(schema, stagedSQL), stream)
+	// Every chunk holds at least one item: limit chunks are enough.
+	rows, err := db.Query(ctx, queue.Qualify(schema, stagedSQL), stream, limit)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the staged items of stream %q: %w", stream, err)
 	}
