@@ -202,13 +202,24 @@ func TestMigrationDownSplitsChunks(t *testing.T) {
 	require.Equal(t, want, toStrings(staged))
 }
 
-func TestReadStagedValidates(t *testing.T) {
+func TestReadStaged(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	_, err := ReadStaged(context.Background(), db.Pool, db.Schema, "bad/stream", 1)
 	require.ErrorContains(t, err, `"bad/stream"`)
 	_, err = ReadStaged(context.Background(), db.Pool, db.Schema, "s", 0)
 	require.ErrorContains(t, err, "invalid limit 0")
+
+	stager, err := NewStager(db.Client(t), Config{})
+	require.NoError(t, err)
+	require.NoError(t, stager.Stage(context.Background(), "s", []byte(`1`), []byte(`2`), []byte(`3`)))
+	require.NoError(t, stager.Stage(context.Background(), "s", []byte(`4`)))
+	staged, err := ReadStaged(context.Background(), db.Pool, db.Schema, "s", 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2"}, toStrings(staged))
+	staged, err = ReadStaged(context.Background(), db.Pool, db.Schema, "s", 10)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "3", "4"}, toStrings(staged))
 }
 
 func TestLineWriterCutsChunks(t *testing.T) {
