@@ -111,8 +111,10 @@ func (ci *copyInsert) copyJobs(items []EnqueueItem) (jobs []riverjob.NewJob, ok 
 			return nil, true, fmt.Errorf("job %d (%s): %w", i, ra.KindName, err)
 		}
 		queue := cmp.Or(o.Queue, river.QueueDefault)
-		if err := checkQueueName(queue); err != nil {
-			return nil, true, fmt.Errorf("job %d (%s): %w", i, ra.KindName, err)
+		if i == 0 || queue != jobs[i-1].Queue { // a batch is mostly one queue: the regexp once
+			if err := checkQueueName(queue); err != nil {
+				return nil, true, fmt.Errorf("job %d (%s): %w", i, ra.KindName, err)
+			}
 		}
 		args := []byte(ra.JSON)
 		if len(args) == 0 {
