@@ -140,6 +140,12 @@ func TestEnqueueManyTxCopy(t *testing.T) {
 			require.Equal(t, tc.args, errors.As(err, &argsErr), tc.name)
 			_, err = tx.Exec(ctx, "SELECT 1")
 			require.NoError(t, err, "%s: the caller's transaction is still usable", tc.name)
+			if !tc.args && tc.name != "Priority" && tc.name != "MaxAttempts" {
+				// River's own insert refuses the same queue name.
+				o := tc.items[1].Opts
+				_, err = bundle.client.River().InsertManyFastTx(ctx, tx, []river.InsertManyParams{{Args: tc.items[1].Args, InsertOpts: &river.InsertOpts{Queue: o.Queue}}})
+				require.Error(t, err, tc.name)
+			}
 			require.NoError(t, tx.Rollback(ctx))
 		}
 		_, err := bundle.client.EnqueueManyTx(ctx, nil, nil)
