@@ -157,7 +157,7 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
-	return &Client{pool: pool, river: rc, schema: schema, logger: logger, copy: newCopyInsert(schema, rcfg)}, nil
+	return &Client{pool: pool, river: rc, schema: schema, logger: logger, copy: newCopyInsert(rcfg)}, nil
 }
 
 // Pool returns the client's connection pool.

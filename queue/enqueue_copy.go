@@ -47,8 +47,9 @@ type copyInsert struct {
 }
 
 // newCopyInsert returns the COPY path for a River client configured by
-// cfg, or nil when River's insert must run (see copyInsert).
-func newCopyInsert(schema string, cfg *river.Config) *copyInsert {
+// cfg (into cfg.Schema's river_job, where that client inserts), or nil when
+// River's insert must run (see copyInsert).
+func newCopyInsert(cfg *river.Config) *copyInsert {
 	if len(cfg.Hooks) > 0 || len(cfg.Plugins) > 0 || cfg.Test.Time != nil {
 		return nil
 	}
@@ -61,7 +62,7 @@ func newCopyInsert(schema string, cfg *river.Config) *copyInsert {
 		}
 	}
 	return &copyInsert{
-		schema:      schema,
+		schema:      cfg.Schema,
 		maxAttempts: cmp.Or(cfg.MaxAttempts, river.MaxAttemptsDefault),
 		cooldown:    cmp.Or(cfg.FetchCooldown, river.FetchCooldownDefault),
 		checkKinds:  cfg.Workers != nil && !cfg.SkipUnknownJobCheck,
