@@ -154,7 +154,8 @@ type JobEnqueuer interface {
 }
 
 // JobInserter returns an InsertBatchFunc that turns each delivery's JSON body
-// into the arguments of a job of kind, inserted with River's batch insert. A
+// into the arguments of a job of kind, inserted with the client's
+// EnqueueManyTx (for queue.Client, one COPY of the rows River writes). A
 // body that is empty, not JSON, or JSON that River's jsonb column cannot
 // hold (a \u0000 escape, say: queue.CheckArgs) is a permanent failure: its
 // insert would fail every time, and roll back the rest of its batch with it.

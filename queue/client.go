@@ -142,6 +142,7 @@ type Client struct {
 	river  *river.Client[pgx.Tx]
 	schema string
 	logger *slog.Logger
+	copy   *copyInsert // nil: River inserts every batch
 }
 
 // NewClient returns an insert-only client on pool.
@@ -151,11 +152,12 @@ func NewClient(pool *pgxpool.Pool, cfg ClientConfig) (*Client, error) {
 		return nil, err
 	}
 	logger := cmp.Or(cfg.Logger, slog.Default())
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: schema, Logger: logger, Middleware: []rivertype.Middleware{tracingMiddleware()}})
+	rcfg := &river.Config{Schema: schema, Logger: logger, Middleware: []rivertype.Middleware{tracingMiddleware()}}
+	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
-	return &Client{pool: pool, river: rc, schema: schema, logger: logger}, nil
+	return &Client{pool: pool, river: rc, schema: schema, logger: logger, copy: newCopyInsert(rcfg)}, nil
 }
 
 // Pool returns the client's connection pool.
@@ -239,8 +241,25 @@ func (c *Client) EnqueueMany(ctx context.Context, items []EnqueueItem) (int, err
 	return n, nil
 }
 
-// EnqueueManyTx is EnqueueMany in the caller's transaction.
+// EnqueueManyTx is EnqueueMany in the caller's transaction. A batch of
+// RawArgs jobs without unique options or tags is written with one COPY of
+// tributary's own, the rows River's insert would write (see copyInsert),
+// unless the River client or an OpenTelemetry provider adds to River's
+// insert; every other batch goes through River's InsertManyFastTx.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []EnqueueItem) (int, error) {
+	if c.copy != nil && !otelConfigured() {
+		jobs, ok, err := c.copy.copyJobs(items)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			n, err := c.copy.insert(ctx, tx, jobs)
+			if err != nil {
+				return 0, fmt.Errorf("error enqueueing %d jobs: %w", len(items), err)
+			}
+			return n, nil
+		}
+	}
 	params, err := c.manyParams(items)
 	if err != nil {
 		return 0, err
@@ -248,6 +267,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []EnqueueIt
 	n, err := c.river.InsertManyFastTx(ctx, tx, params)
 	if err != nil {
 		return 0, fmt.Errorf("error enqueueing %d jobs: %w", len(items), err)
+	}
+	if c.copy != nil {
+		c.copy.accepted(items)
 	}
 	return n, nil
 }

@@ -33,3 +33,13 @@ func NewLivenessService(pool *pgxpool.Pool, schema, id string, logger *slog.Logg
 
 // RiverService returns the service that starts and stops rt's River client.
 func RiverService(rt *Runtime) Service { return &riverService{rt: rt} }
+
+// CopiesBatch reports whether EnqueueManyTx would write items with its own
+// COPY (copyInsert) rather than River's insert.
+func CopiesBatch(c *Client, items []EnqueueItem) bool {
+	if c.copy == nil || otelConfigured() {
+		return false
+	}
+	_, ok, err := c.copy.copyJobs(items)
+	return ok && err == nil
+}

@@ -232,7 +232,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	// RiverConfigFunc may have set another id; the row must carry the one
 	// River writes into attempted_by.
 	rt.cfg.ID = rc.ID()
-	rt.Client = &Client{pool: pool, river: rc, schema: cfg.Schema, logger: cfg.Logger}
+	rt.Client = &Client{pool: pool, river: rc, schema: cfg.Schema, logger: cfg.Logger, copy: newCopyInsert(rcfg)}
 	rt.live = newLiveness(pool, cfg.Schema, cfg.Logger, rt.cfg.ID, sortedQueues(cfg.Queues), cfg.LivenessTimeout, rt.loseLiveness)
 	rt.live.afterSweep = rt.checkLostJobs
 	return rt, nil
