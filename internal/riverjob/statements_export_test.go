@@ -55,5 +55,8 @@ func Statements() map[string]string {
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
+		"materializeNextSQL":           materializeNextSQL,
+		"materializeAtHeadSQL":         materializeAtHeadSQL,
+		"materializeClaimSQL":          materializeClaimSQL,
 	}
 }

@@ -94,6 +94,13 @@ type ConsumerConfig struct {
 	// DispatchBatch events within DispatchBatchSplitAfter. It spares ordered
 	// events River's fetch per event. Off by default until it has the
 	// fault-run record of one job per event.
+	//
+	// A chained consumer's lanes also keep the events behind their head
+	// out of River: the bus writes them as lane events (a row of a light
+	// table each), and an event's dispatch job is inserted only when its
+	// turn comes, straight as available or as running for the chain that
+	// claims it. Every worker that runs the consumer must be of a version
+	// that knows lane events (migration 0016).
 	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
@@ -353,6 +360,10 @@ func (c *Consumer) retryDelay(attempt int) time.Duration {
 
 // maxAttempts is one first try plus one per retry delay.
 func (c *Consumer) maxAttempts() int { return len(c.cfg.RetryDelays) + 1 }
+
+// chains reports whether the consumer's lanes chain (LaneChain, with more
+// than one event per job), and so keep their waiting events as lane events.
+func (c *Consumer) chains() bool { return c.cfg.LaneChain && c.cfg.DispatchBatch > 1 }
 
 // ValidationError is a payload that does not decode into the handler's
 // type or fails its Validate. It is terminal: the dispatch is cancelled,

@@ -59,7 +59,7 @@ const chainWallFactor = 20
 // never chains.
 func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 	limit := c.cfg.DispatchBatch
-	if !c.cfg.LaneChain || limit <= 1 {
+	if !c.chains() {
 		return 0
 	}
 	split := c.cfg.DispatchBatchSplitAfter

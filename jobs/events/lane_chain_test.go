@@ -2,10 +2,12 @@ package events_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -13,8 +15,8 @@ import (
 )
 
 // chainBacklog emits a "gate" head and then texts on aggregate agg, waits
-// until all of them are forwarded (their dispatch jobs wait behind the
-// head), and returns the ids, head first.
+// until all of them are forwarded (they wait behind the head as lane
+// events), and returns the ids, head first.
 func (b *laneBundle) chainBacklog(t *testing.T, agg string, texts ...string) []string {
 	t.Helper()
 	ids := []string{b.emit(t, agg, "gate")}
@@ -23,19 +25,29 @@ func (b *laneBundle) chainBacklog(t *testing.T, agg string, texts ...string) []s
 	}
 	b.waitJob(t, ids[0], "running")
 	for _, id := range ids[1:] {
-		b.waitJob(t, id, "pending")
+		b.waitJob(t, id, laneEvent)
 	}
 	return ids
 }
 
+// jobStateAttempt is the event's dispatch job's state and attempt; laneEvent
+// and 0 while it waits as a lane event.
 func (b *laneBundle) jobStateAttempt(t *testing.T, eventID string) (string, int) {
 	t.Helper()
 	var state string
 	var attempt int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT state::text, attempt FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND (args->>'event')::jsonb->>'id' = $1`), eventID).Scan(&state, &attempt))
+	err := b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT state::text, attempt FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch' AND (args->>'event')::jsonb->>'id' = $1`), eventID).Scan(&state, &attempt)
+	if errors.Is(err, pgx.ErrNoRows) && b.isLaneEvent(t, eventID) {
+		return laneEvent, 0
+	}
+	require.NoError(t, err)
 	return state, attempt
 }
+
+// waiting reports whether a state (jobStateAttempt's) waits for its turn:
+// a lane event, or a dispatch job given back to pending.
+func waiting(state string) bool { return state == laneEvent || state == "pending" }
 
 // TestLaneChainRunsBacklogInPlace: once a lane's head is handled, the
 // worker runs the lane's pending events after it in place (no River fetch
@@ -101,7 +113,7 @@ func TestLaneChainFailureKeepsOrder(t *testing.T) {
 	require.Equal(t, ids[:2], b.handledOrder(), "nothing behind the failing event ran")
 	for _, id := range ids[3:] {
 		state, attempt := b.jobStateAttempt(t, id)
-		require.Equal(t, "pending", state)
+		require.True(t, waiting(state), "%s waits, not %s", id, state)
 		require.Zero(t, attempt, "a claimed event that did not run has its attempt given back")
 	}
 	b.failing.Store(false)
@@ -132,7 +144,7 @@ func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
 	after := b.emit(t, "V", "after")
 	b.waitJob(t, head, "running")
 	for _, id := range []string{a, bad, after} {
-		b.waitJob(t, id, "pending")
+		b.waitJob(t, id, laneEvent)
 	}
 	close(b.gate)
 	badJob := b.waitJob(t, bad, "cancelled")
@@ -142,7 +154,7 @@ func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
 	})
 	require.Equal(t, []string{head, a}, b.handledOrder())
 	state, attempt := b.jobStateAttempt(t, after)
-	require.Equal(t, "pending", state)
+	require.True(t, waiting(state), state)
 	require.Zero(t, attempt)
 
 	_, err := events.SkipLane(ctx, b.db.Client(t), "lanes", "V")
@@ -160,8 +172,8 @@ func TestLaneChainSkipPolicy(t *testing.T) {
 	bad := b.emitInvalid(t, "S")
 	after := b.emit(t, "S", "after")
 	b.waitJob(t, head, "running")
-	b.waitJob(t, bad, "pending")
-	b.waitJob(t, after, "pending")
+	b.waitJob(t, bad, laneEvent)
+	b.waitJob(t, after, laneEvent)
 	close(b.gate)
 	b.waitHandled(t, after)
 	b.waitJob(t, bad, "cancelled")
@@ -188,18 +200,18 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	_ = b.rt.Stop(stopCtx) // the soft stop times out; the hard stop cancels the handler
 	pgtest.WaitFor(t, 15*time.Second, "the interrupted chain to be recorded", func() (bool, error) {
 		state, _ := b.jobStateAttempt(t, ids[4])
-		return state == "pending", nil
+		return waiting(state), nil
 	})
 	for _, id := range ids[:3] {
 		state, _ := b.jobStateAttempt(t, id)
 		require.Equal(t, "completed", state, "a handled event is recorded")
 	}
 	state, attempt := b.jobStateAttempt(t, ids[3])
-	require.Contains(t, []string{"pending", "available"}, state, "the interrupted event waits to run again")
+	require.Contains(t, []string{"pending", "available", laneEvent}, state, "the interrupted event waits to run again")
 	require.Zero(t, attempt, "the interruption spent no attempt")
 	for _, id := range ids[4:] {
 		state, attempt := b.jobStateAttempt(t, id)
-		require.Equal(t, "pending", state)
+		require.True(t, waiting(state), state)
 		require.Zero(t, attempt)
 	}
 	var head int64
@@ -219,13 +231,15 @@ func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
 	head := b.emit(t, "O", "gate")
 	lost := b.emit(t, "O", "lost")
 	headJob := b.waitJob(t, head, "running")
-	lostJob := b.waitJob(t, lost, "pending")
+	b.waitJob(t, lost, laneEvent)
 	// The lane moved on to "lost", claimed by this process 30 s ago (River's rescuer waits an hour) and
-	// then forgotten.
+	// then forgotten: its lane event made a running job, as a chain's claim makes it.
 	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = 'O'`))
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '30 seconds',
-        attempted_by = ARRAY[$2::text] WHERE id = $1`), lostJob, b.rt.ProcessID())
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`WITH ev AS (DELETE FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = 'O' RETURNING queue, max_attempts, args)
+        INSERT INTO /*schema*/river_job (state, attempt, max_attempts, attempted_at, attempted_by, scheduled_at, args, kind, queue)
+        SELECT 'running', 1, max_attempts, now() - interval '30 seconds', ARRAY[$1::text], now(), args, 'tributary.event.dispatch', queue FROM ev`),
+		b.rt.ProcessID())
 	require.NoError(t, err)
 	b.ageLanes(t)
 	b.inst.Dispatcher.RepairLanes(ctx)

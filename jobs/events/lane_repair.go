@@ -32,6 +32,7 @@ type laneSnapshot struct {
 	ordering            Ordering
 
 	jobID           int64 // 0: there is no job at the head
+	laneEvent       bool  // no job, a lane event waits at the head
 	jobState        string
 	cancelRequested bool // River's JobCancel marked the job
 	jobArgs         []byte
@@ -64,7 +65,7 @@ func (a repairAction) String() string {
 // predecessor, and moves on when tributary gives it up; what is left to the
 // sweep is what happened outside tributary:
 //   - a head still pending (a lost promotion: a job edited by hand, a bug)
-//     is promoted;
+//     is promoted, and so is a head that is a lane event (lane_events.go);
 //   - a head that completed (by hand) moves the lane on;
 //   - a head cancelled by an operator through River (its client or UI: the
 //     job's metadata says so), or cancelled in any way the lane did not
@@ -84,6 +85,9 @@ func (a repairAction) String() string {
 //     would otherwise hold the lane until River's rescuer (an hour), since
 //     the process is alive and the liveness sweep leaves it alone.
 func planRepair(s laneSnapshot) repairAction {
+	if s.jobID == 0 && s.laneEvent {
+		return repairPromote
+	}
 	if s.jobID == 0 {
 		if s.blockedJobID != nil {
 			return repairNone
@@ -185,6 +189,18 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 		}
 		switch action {
 		case repairPromote:
+			if s.jobID == 0 {
+				// A lane event: its job goes in available.
+				queues, err := riverjob.PromoteNext(ctx, tx, d.cfg.Schema,
+					[]riverjob.LaneSeq{{Consumer: s.consumer, AggregateID: s.aggregate, Seq: s.headSeq}}, time.Now().UTC())
+				if err == nil && len(queues) == 0 {
+					return errLaneChanged
+				}
+				if len(queues) > 0 {
+					promotedQueue = queues[0]
+				}
+				return err
+			}
 			promotedQueue, err = riverjob.PromoteHead(ctx, tx, d.cfg.Schema, s.jobID, time.Now().UTC())
 			if err == nil && promotedQueue == "" {
 				return errLaneChanged

@@ -1,0 +1,125 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+)
+
+// laneEventCount counts the lane events waiting for aggregate agg.
+func (b *laneBundle) laneEventCount(t *testing.T, agg string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane_event
+        WHERE aggregate_id = $1`), agg).Scan(&n))
+	return n
+}
+
+// dispatchJobs counts the dispatch jobs of aggregate agg in state ("" for
+// any state).
+func (b *laneBundle) dispatchJobs(t *testing.T, agg, state string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch' AND args->>'aggregate_id' = $1 AND ($2 = '' OR state::text = $2)`), agg, state).Scan(&n))
+	return n
+}
+
+// TestLaneEventsWaitOutsideRiver: a chained consumer's events behind their
+// lane's head wait as lane events, not as River jobs; each still runs as a
+// dispatch job of its own, inserted when its turn comes, in order, and
+// counted as pending meanwhile.
+func TestLaneEventsWaitOutsideRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	ids := b.chainBacklog(t, "W", "a", "b", "c")
+	require.Equal(t, 1, b.dispatchJobs(t, "W", ""), "only the head has a dispatch job")
+	require.Equal(t, 3, b.laneEventCount(t, "W"))
+	pending, err := events.CountPendingDispatches(ctx, b.db.Pool, b.db.Schema)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, pending["lanes"], "lane events count as pending dispatches")
+
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+		return b.rec.count(nil) == len(ids), nil
+	})
+	require.Equal(t, ids, b.handledOrder())
+	pgtest.WaitFor(t, 15*time.Second, "every event's dispatch job to be completed", func() (bool, error) {
+		return b.dispatchJobs(t, "W", "completed") == len(ids), nil
+	})
+	require.Zero(t, b.laneEventCount(t, "W"))
+}
+
+// TestLaneEventsBehindPendingJobs: a lane whose events waited as pending
+// dispatch jobs (written by a version without lane events, or while the
+// consumer did not chain) and then gets lane events runs them all in emit
+// order.
+func TestLaneEventsBehindPendingJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	setLaneEvents := func(on bool) {
+		_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_consumer SET lane_events = $1`), on)
+		require.NoError(t, err)
+	}
+	setLaneEvents(false)
+	ids := []string{b.emit(t, "U", "gate"), b.emit(t, "U", "a"), b.emit(t, "U", "b")}
+	b.waitJob(t, ids[0], "running")
+	b.waitJob(t, ids[1], "pending")
+	b.waitJob(t, ids[2], "pending")
+	setLaneEvents(true)
+	ids = append(ids, b.emit(t, "U", "c"), b.emit(t, "U", "d"))
+	b.waitJob(t, ids[3], laneEvent)
+	b.waitJob(t, ids[4], laneEvent)
+
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+		return b.rec.count(nil) == len(ids), nil
+	})
+	require.Equal(t, ids, b.handledOrder())
+	require.Zero(t, b.laneEventCount(t, "U"))
+}
+
+// TestLaneRepairPromotesALaneEvent: a quiet lane whose head is a lane event
+// with no job (a lost promotion) gets its job from the repair sweep, which
+// before lane events took a head without a job for one deleted and moved
+// the lane past it.
+func TestLaneRepairPromotesALaneEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	head := b.emit(t, "R", "gate")
+	lost := b.emit(t, "R", "lost")
+	after := b.emit(t, "R", "after")
+	b.waitJob(t, head, "running")
+	b.waitJob(t, lost, laneEvent)
+	b.waitJob(t, after, laneEvent)
+	// The lane moved on to "lost" without its promotion.
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = 'R'`))
+	require.NoError(t, err)
+	b.ageLanes(t)
+	require.Equal(t, 1, b.inst.Dispatcher.RepairLanes(ctx))
+	b.waitHandled(t, after)
+	require.Equal(t, []string{lost, after}, b.handledOrder())
+	close(b.gate)
+}
+
+// TestRemoveConsumerDeletesLaneEvents: removing a consumer deletes its lane
+// events with its waiting dispatch jobs.
+func TestRemoveConsumerDeletesLaneEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	b.chainBacklog(t, "D", "a", "b")
+	res, err := events.RemoveConsumer(ctx, b.db.Pool, b.db.Schema, "lanes", events.RemoveConsumerOpts{Force: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Jobs, "the two lane events (the head runs)")
+	require.Zero(t, b.laneEventCount(t, "D"))
+	close(b.gate)
+}
