@@ -49,9 +49,9 @@ func laneArrays(places []LaneSeq) (consumers, aggs []string, seqs []int64) {
 // PromoteNext makes the pending dispatch at each place available, marked
 // with LaneTurnKey, in tx, and returns the queues of the jobs it promoted
 // (with repeats). A place that holds a lane event instead (the events
-// package's tributary_event_lane_event, LaneEventTable) gets its dispatch
-// job inserted as available, marked, and the lane event deleted, in one
-// statement. A place with neither is left alone: the lane is idle, or its
+// package's tributary_event_lane_event, LaneEventTable) that no chain
+// claimed gets its dispatch job inserted as available, marked, and the lane
+// event deleted, in one statement. A place with neither is left alone: the lane is idle, or its
 // job is not pending any more. The caller has just moved
 // each place's lane to it, in a statement of its own: this one needs a
 // snapshot taken after the lane's row lock was granted, so that it sees a
@@ -332,7 +332,8 @@ type LaneClaim struct {
 
 // Claimed is a pending dispatch ClaimNext took: now running at Attempt, as
 // River's fetch would have left it, but run in place by the worker that ran
-// its lane's previous event.
+// its lane's previous event. ID 0: a lane event the events package claimed
+// (no job; Attempt 1).
 type Claimed struct {
 	ID          int64
 	Seq         int64
@@ -345,9 +346,8 @@ type Claimed struct {
 // Seq (as QueuePromoteAtHead), the claim of the lane's pending dispatches at
 // Seq, Seq+1, ... (up to N, stopping at the first gap: a dispatch not
 // pending, not inserted yet, or several at one place): they become running
-// for processID, an attempt counted as River's fetch counts it. A head that
-// is a lane event is claimed by inserting its dispatch job as running at
-// attempt 1 (the lane event deleted); the claim then holds that one job. When b's
+// for processID, an attempt counted as River's fetch counts it. (A head
+// that is a lane event is the events package's to claim, without a job.) When b's
 // results are read, out[i] (len(out) == len(claims)) gets claim i's jobs in
 // lane order. The claimed jobs are not marked with LaneTurnKey: if one is
 // rescued (its process died), the dispatcher checks its lane before running
@@ -379,22 +379,6 @@ func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID
 			slices.SortFunc(cs, func(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) })
 		}
 		return nil
-	})
-	// A head that is a lane event (no dispatch job yet) is claimed by
-	// inserting its job as running; there is no pending job at such a
-	// place, so the two statements never claim the same one.
-	b.Queue(q(schema, materializeClaimSQL), consumers, aggs, seqs, now, processID).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var ord int
-			var c Claimed
-			var attempt, maxAttempts int32
-			if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
-				return fmt.Errorf("error claiming the next lane events of %d lanes: %w", n, err)
-			}
-			c.Attempt, c.MaxAttempts = int(attempt), int(maxAttempts)
-			out[ord-1] = append(out[ord-1], c)
-		}
-		return rows.Err()
 	})
 }
 
@@ -487,7 +471,7 @@ WITH ev AS (
     USING unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)`
 
 const materializeAt = `
-    WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s
+    WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by IS NULL
     RETURNING u.ord, e.seq, e.queue, e.max_attempts, e.args
 )`
 
@@ -505,18 +489,3 @@ const (
 	materializeNextSQL   = materializeSet + materializeAt + materializeAvailable
 	materializeAtHeadSQL = materializeSet + atLaneHead + materializeAt + materializeAvailable
 )
-
-// materializeClaimSQL is claimAtHeadSQL for the heads that are lane events
-// ($1..$3, $4 now, $5 the process): their jobs go in running at attempt 1,
-// as River's fetch leaves a job, and not marked (see QueueClaimAtHead).
-const materializeClaimSQL = materializeSet + atLaneHead + materializeAt + `,
-job AS (
-    INSERT INTO /*schema*/river_job (state, attempt, max_attempts, attempted_at, attempted_by, created_at, scheduled_at,
-                                     priority, args, kind, metadata, queue, tags)
-    SELECT 'running', 1, ev.max_attempts, $4::timestamptz, ARRAY[$5::text], $4::timestamptz, $4::timestamptz,
-           1, ev.args, '` + DispatchKind + `', '{}'::jsonb, ev.queue, '{}'::varchar[]
-    FROM ev
-    RETURNING id, attempt, max_attempts, args
-)
-SELECT ev.ord, job.id, ev.seq, job.attempt, job.max_attempts, job.args
-FROM job JOIN ev ON ev.args = job.args`

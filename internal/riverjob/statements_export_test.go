@@ -57,6 +57,5 @@ func Statements() map[string]string {
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
 		"materializeNextSQL":           materializeNextSQL,
 		"materializeAtHeadSQL":         materializeAtHeadSQL,
-		"materializeClaimSQL":          materializeClaimSQL,
 	}
 }

@@ -97,10 +97,11 @@ type ConsumerConfig struct {
 	//
 	// A chained consumer's lanes also keep the events behind their head
 	// out of River: the bus writes them as lane events (a row of a light
-	// table each), and an event's dispatch job is inserted only when its
-	// turn comes, straight as available or as running for the chain that
-	// claims it. Every worker that runs the consumer must be of a version
-	// that knows lane events (migration 0016).
+	// table each), which a chain runs in place without a River job; an
+	// event gets a dispatch job only when it waits for River (promoted), or
+	// fails (then in the state River would have left it). Every worker that
+	// runs the consumer must be of a version that knows lane events
+	// (migration 0016).
 	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in

@@ -96,6 +96,12 @@ type Dispatcher struct {
 	// running (in Work or in a lane chain), for the repair sweep.
 	processID string
 	running   sync.Map
+	// chainLanes holds the lanes (laneKey) a chain of this process runs,
+	// for the repair sweep's look at a claimed lane event (claimLost);
+	// livenessTimeout is the runtime's, by which the sweep judges another
+	// process's claims.
+	chainLanes      sync.Map
+	livenessTimeout time.Duration
 
 	life queue.Lifecycle
 }
@@ -113,6 +119,8 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		logger:    cfg.Logger.With("component", "dispatcher"),
 		consumers: map[string]*Consumer{},
 		lanes:     newLanes(cfg.Schema),
+
+		livenessTimeout: queue.LivenessTimeoutDefault,
 	}
 	d.completer = &laneCompleter{d: d}
 	if d.cfg.LaneRepairInterval == 0 {
@@ -131,6 +139,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 // service.
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	d.processID = rt.ProcessID()
+	d.livenessTimeout = cmp.Or(rt.LivenessTimeout(), queue.LivenessTimeoutDefault)
 	// Lane chains run claimed jobs inside their head's Work: the runtime
 	// must not take them for lost.
 	rt.AddJobHolder(d.runsJob)
@@ -311,6 +320,12 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 // runsJob reports whether this process runs the lane dispatch job id now.
 func (d *Dispatcher) runsJob(id int64) bool {
 	_, ok := d.running.Load(id)
+	return ok
+}
+
+// runsLane reports whether a chain of this process runs the lane now.
+func (d *Dispatcher) runsLane(consumer, aggregate string) bool {
+	_, ok := d.chainLanes.Load(laneKey{consumer, aggregate})
 	return ok
 }
 

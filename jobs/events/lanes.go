@@ -77,6 +77,7 @@ type lanes struct {
 	blockedJobsSQL, deleteConsumerSQL                                              string
 
 	insertEventsSQL, eventsAtSQL, deleteConsumerEventsSQL, countEventsSQL string // lane_events.go
+	claimEventsSQL, deleteClaimedSQL, unclaimSQL                          string
 }
 
 func newLanes(schema string) *lanes {
@@ -92,6 +93,7 @@ func newLanes(schema string) *lanes {
 		deleteConsumerSQL: q(laneDeleteConsumerSQL),
 		insertEventsSQL:   q(laneEventInsertSQL), eventsAtSQL: q(laneEventsAtSQL),
 		deleteConsumerEventsSQL: q(laneEventDeleteConsumerSQL), countEventsSQL: q(laneEventCountSQL),
+		claimEventsSQL: q(laneEventClaimSQL), deleteClaimedSQL: q(laneEventDeleteClaimedSQL), unclaimSQL: q(laneEventUnclaimSQL),
 	}
 }
 
@@ -328,7 +330,8 @@ func (l *lanes) quiet(ctx context.Context, db queue.DBTX, cutoff time.Time, afte
 		return nil, err
 	}
 	for j, i := range bare {
-		page[i].laneEvent = waiting[j]
+		w := waiting[j]
+		page[i].laneEvent, page[i].eventClaimedBy, page[i].eventClaimedAt = w.found, w.claimedBy, w.claimedAt
 	}
 	return page, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -100,8 +101,8 @@ func (b *laneBundle) waitJob(t *testing.T, eventID, state string) int64 {
 	pgtest.WaitFor(t, 15*time.Second, "the dispatch of "+eventID+" to be "+state, func() (bool, error) {
 		var s string
 		id, s, _ = dispatchJob(t, b.db, "lanes", eventID)
-		if s == "" && b.isLaneEvent(t, eventID) {
-			s = laneEvent
+		if s == "" {
+			s = b.laneEventState(t, eventID)
 		}
 		return s == state, nil
 	})
@@ -109,16 +110,31 @@ func (b *laneBundle) waitJob(t *testing.T, eventID, state string) int64 {
 }
 
 // laneEvent is the state of an event waiting as a lane event, without a
-// dispatch job yet (a chained consumer's, migration 0016).
-const laneEvent = "lane event"
+// dispatch job (a chained consumer's, migration 0016); laneEventClaimed
+// that of a lane event a chain runs.
+const (
+	laneEvent        = "lane event"
+	laneEventClaimed = "lane event claimed"
+)
 
-// isLaneEvent reports whether the event waits as a lane event.
-func (b *laneBundle) isLaneEvent(t *testing.T, eventID string) bool {
+// laneEventState is laneEvent or laneEventClaimed for an event that is a
+// lane event, "" for one that is not.
+func (b *laneBundle) laneEventState(t *testing.T, eventID string) string {
 	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane_event
-        WHERE consumer = 'lanes' AND (args->>'event')::jsonb->>'id' = $1`), eventID).Scan(&n))
-	return n == 1
+	var claimed []bool
+	rows, err := b.db.Pool.Query(context.Background(), b.db.Q(`SELECT claimed_by IS NOT NULL FROM /*schema*/tributary_event_lane_event
+        WHERE consumer = 'lanes' AND (args->>'event')::jsonb->>'id' = $1`), eventID)
+	require.NoError(t, err)
+	claimed, err = pgx.CollectRows(rows, pgx.RowTo[bool])
+	require.NoError(t, err)
+	switch {
+	case len(claimed) == 0:
+		return ""
+	case claimed[0]:
+		return laneEventClaimed
+	default:
+		return laneEvent
+	}
 }
 
 func (b *laneBundle) waitHandled(t *testing.T, eventID string) {

@@ -3,11 +3,11 @@
 -- River dispatch job, and a River job row costs three versions (inserted
 -- pending, made running, completed), each written into river_job's seven
 -- indexes (GIN on args and metadata among them). A lane event is a row of
--- this light table instead (its primary key is its only index); when its
--- turn comes, the promotion or the chain's claim that would have updated
--- the pending job inserts its dispatch job straight as available or running
--- and deletes the row, in the same statement (docs/ARCHITECTURE.md,
--- "Lane events").
+-- this light table instead (its primary key is its only index). A lane
+-- chain runs it in place from here (claimed, then deleted when recorded),
+-- with no River job at all; a promotion inserts its dispatch job as
+-- available and deletes the row, and so does a failure, with the job in the
+-- state River would have left it (docs/ARCHITECTURE.md, "Lane events").
 CREATE TABLE IF NOT EXISTS tributary_event_lane_event (
     consumer     text     NOT NULL,
     aggregate_id text     NOT NULL,
@@ -15,6 +15,11 @@ CREATE TABLE IF NOT EXISTS tributary_event_lane_event (
     queue        text     NOT NULL,
     max_attempts smallint NOT NULL,
     args         jsonb    NOT NULL,
+    -- The process whose lane chain runs the event now (and since when):
+    -- a claimed lane event is not promoted; the repair sweep takes it back
+    -- from a dead process. Not indexed, so a claim is a HOT update.
+    claimed_by   text,
+    claimed_at   timestamptz,
     PRIMARY KEY (consumer, aggregate_id, seq)
 );
 
