@@ -35,7 +35,9 @@ const Exchange = "tributary.chaos"
 
 // ConsumerNames are the event consumers every worker runs: "ordered" gets
 // one dispatch job per aggregate event through its lane, "batched" also the
-// events without an aggregate in batched dispatch jobs.
+// events without an aggregate in batched dispatch jobs, and its lanes chain
+// (ConsumerConfig.LaneChain: the events behind a lane's head wait as lane
+// events and run in place), so the faults hit both ways of ordering.
 var ConsumerNames = []string{"ordered", "batched"}
 
 // WorkArgs is the plain job: it logs its key and sleeps a while, so that a
@@ -128,7 +130,7 @@ func (w *Workers) Register(rt *queue.Runtime) {
 func (w *Workers) Consumers() ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, LaneChain: name == "batched"})
 		if err != nil {
 			return nil, err
 		}

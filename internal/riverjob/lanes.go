@@ -48,8 +48,11 @@ func laneArrays(places []LaneSeq) (consumers, aggs []string, seqs []int64) {
 
 // PromoteNext makes the pending dispatch at each place available, marked
 // with LaneTurnKey, in tx, and returns the queues of the jobs it promoted
-// (with repeats). A place with no pending dispatch is left alone: the lane
-// is idle, or its job is not pending any more. The caller has just moved
+// (with repeats). A place that holds a lane event instead (the events
+// package's tributary_event_lane_event, LaneEventTable) that no chain
+// claimed gets its dispatch job inserted as available, marked, and the lane
+// event deleted, in one statement. A place with neither is left alone: the lane is idle, or its
+// job is not pending any more. The caller has just moved
 // each place's lane to it, in a statement of its own: this one needs a
 // snapshot taken after the lane's row lock was granted, so that it sees a
 // dispatch a forwarder inserted while the caller waited for the lock.
@@ -59,12 +62,16 @@ func PromoteNext(ctx context.Context, tx pgx.Tx, schema string, places []LaneSeq
 	}
 	consumers, aggs, seqs := laneArrays(places)
 	var queues []string
-	rows, err := tx.Query(ctx, q(schema, promoteNextSQL), customPlan, consumers, aggs, seqs, now)
-	if err == nil {
-		queues, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
-	if err != nil {
-		return nil, fmt.Errorf("error promoting the next dispatches: %w", err)
+	for _, sql := range []string{promoteNextSQL, materializeNextSQL} {
+		rows, err := tx.Query(ctx, q(schema, sql), customPlan, consumers, aggs, seqs, now)
+		var got []string
+		if err == nil {
+			got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error promoting the next dispatches: %w", err)
+		}
+		queues = append(queues, got...)
 	}
 	return queues, nil
 }
@@ -82,14 +89,16 @@ func QueuePromoteAtHead(b *pgx.Batch, schema string, places []LaneSeq, now time.
 		return
 	}
 	consumers, aggs, seqs := laneArrays(places)
-	b.Queue(q(schema, promoteAtHeadSQL), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
-		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("error promoting the next dispatches: %w", err)
-		}
-		*queues = append(*queues, got...)
-		return nil
-	})
+	for _, sql := range []string{promoteAtHeadSQL, materializeAtHeadSQL} {
+		b.Queue(q(schema, sql), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("error promoting the next dispatches: %w", err)
+			}
+			*queues = append(*queues, got...)
+			return nil
+		})
+	}
 }
 
 // PromoteHead makes dispatch id, its lane's head, available if it is still
@@ -323,7 +332,8 @@ type LaneClaim struct {
 
 // Claimed is a pending dispatch ClaimNext took: now running at Attempt, as
 // River's fetch would have left it, but run in place by the worker that ran
-// its lane's previous event.
+// its lane's previous event. ID 0: a lane event the events package claimed
+// (no job; Attempt 1).
 type Claimed struct {
 	ID          int64
 	Seq         int64
@@ -336,7 +346,8 @@ type Claimed struct {
 // Seq (as QueuePromoteAtHead), the claim of the lane's pending dispatches at
 // Seq, Seq+1, ... (up to N, stopping at the first gap: a dispatch not
 // pending, not inserted yet, or several at one place): they become running
-// for processID, an attempt counted as River's fetch counts it. When b's
+// for processID, an attempt counted as River's fetch counts it. (A head
+// that is a lane event is the events package's to claim, without a job.) When b's
 // results are read, out[i] (len(out) == len(claims)) gets claim i's jobs in
 // lane order. The claimed jobs are not marked with LaneTurnKey: if one is
 // rescued (its process died), the dispatcher checks its lane before running
@@ -444,3 +455,37 @@ UPDATE /*schema*/river_job
 SET state = $3::/*schema*/river_job_state, scheduled_at = $4, errors = array_append(errors, $5::jsonb),
     finalized_at = CASE WHEN $3 IN ('discarded', 'cancelled') THEN $6::timestamptz END
 WHERE id = $1 AND state = 'running' AND attempt = $2`
+
+// LaneEventTable is the events package's table of lane events (migration
+// 0016): a lane's events behind its head, for a consumer whose lanes chain,
+// kept out of river_job until their turn. Named here because the
+// statements below move a lane event into river_job.
+const LaneEventTable = "tributary_event_lane_event"
+
+// materializeSet is the start of a statement that moves the lane events at
+// the places u(c, a, s) into river_job: the DELETE returns them, the INSERT
+// after it makes each a dispatch job.
+const materializeSet = `
+WITH ev AS (
+    DELETE FROM /*schema*/` + LaneEventTable + ` e
+    USING unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)`
+
+const materializeAt = `
+    WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by IS NULL
+    RETURNING u.ord, e.seq, e.queue, e.max_attempts, e.args
+)`
+
+// materializeAvailable inserts the lane events' dispatch jobs as available
+// and marked as their lane's turn, as a promotion leaves a pending one.
+const materializeAvailable = `
+INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
+SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ev.args, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
+FROM ev
+RETURNING queue`
+
+// materializeNextSQL is promoteNextSQL for the places that hold a lane
+// event; materializeAtHeadSQL promoteAtHeadSQL's.
+const (
+	materializeNextSQL   = materializeSet + materializeAt + materializeAvailable
+	materializeAtHeadSQL = materializeSet + atLaneHead + materializeAt + materializeAvailable
+)

@@ -55,5 +55,7 @@ func Statements() map[string]string {
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
+		"materializeNextSQL":           materializeNextSQL,
+		"materializeAtHeadSQL":         materializeAtHeadSQL,
 	}
 }

@@ -103,6 +103,7 @@ type busConsumer struct {
 	source        string
 	skipOwnKinds  []string
 	dispatchBatch int
+	laneEvents    bool // its lanes' waiting events are lane events
 }
 
 func (c *busConsumer) wants(ev *outbox.Event) bool {
@@ -135,25 +136,23 @@ func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Ev
 	if len(r.deliveries) == 0 && len(params) == 0 {
 		return nil, nil
 	}
-	if params, err = b.insertDispatches(ctx, tx, r, params); err != nil {
+	queues, err := b.insertDispatches(ctx, tx, r, params)
+	if err != nil {
 		return nil, err
 	}
-	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(params))
-	queues := make([]string, 0, len(params))
-	for _, p := range params {
-		queues = append(queues, p.InsertOpts.Queue)
-	}
+	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(r.deliveries)+len(params))
 	return b.wake(queues), nil
 }
 
-// insertDispatches inserts params (the batched jobs) and a job per
-// delivery of r, and returns them all: with lanes, reserving late, or first
-// when a lane moved meanwhile.
-func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
+// insertDispatches inserts params (the batched jobs) and a job or a lane
+// event per delivery of r, and returns the queues of the jobs (with
+// repeats) to wake: with lanes, reserving late, or first when a lane moved
+// meanwhile.
+func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]string, error) {
 	if len(r.laneCounts) > 0 {
-		all, err := b.insertReserveLate(ctx, tx, r, params)
-		if err != nil || all != nil {
-			return all, err
+		queues, ok, err := b.insertReserveLate(ctx, tx, r, params)
+		if err != nil || ok {
+			return queues, err
 		}
 	}
 	return b.insertReserveFirst(ctx, tx, r, params)
@@ -161,8 +160,9 @@ func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params
 
 // insertReserveFirst reserves the lanes' sequence numbers, then inserts the
 // dispatch jobs, holding the lanes' row locks through the insert (and the
-// commit). It returns params and r's deliveries' jobs (lane or not).
-func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
+// commit). It returns the queues of params and of r's deliveries' jobs
+// (lane or not).
+func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]string, error) {
 	var reserved map[laneKey]laneRange
 	if len(r.laneCounts) > 0 {
 		var err error
@@ -170,12 +170,26 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 			return nil, err
 		}
 	}
-	more, err := r.laneParams(reserved)
+	more, evs, err := r.laneParams(reserved)
 	if err != nil {
 		return nil, err
 	}
 	all := slices.Concat(params, more)
-	return all, b.insert(ctx, tx, all)
+	if err := b.insert(ctx, tx, all, evs); err != nil {
+		return nil, err
+	}
+	// The lane events at an idle lane's head go in as their dispatch jobs.
+	var heads []riverjob.LaneSeq
+	for _, ev := range evs {
+		if lr := reserved[laneKey{ev.Consumer, ev.AggregateID}]; ev.Seq == lr.head {
+			heads = append(heads, ev.LaneSeq)
+		}
+	}
+	queues, err := riverjob.PromoteNext(ctx, tx, b.client.Schema(), heads, time.Now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	return append(queuesOf(all), queues...), nil
 }
 
 // insertReserveLate inserts the dispatch jobs first and reserves the lanes'
@@ -189,58 +203,72 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // between the read and the reservation (another publisher, the idle lanes'
 // clean-up), everything is rolled back to a savepoint: the
 // caller reserves first instead. params are the jobs without a lane; it
-// returns every job inserted, nil after the roll back.
-func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]river.InsertManyParams, error) {
+// returns the queues of every job inserted or promoted, and ok false after
+// the roll back.
+func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) (queues []string, ok bool, err error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("error starting the dispatch insert: %w", err)
+		return nil, false, fmt.Errorf("error starting the dispatch insert: %w", err)
 	}
 	last, err := b.lanes.lastSeqs(ctx, sp, r.laneCounts)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	guess := make(map[laneKey]laneRange, len(last))
 	for k, n := range last {
 		guess[k] = laneRange{next: n + 1} // head 0: every lane job pending
 	}
-	more, err := r.laneParams(guess)
+	more, evs, err := r.laneParams(guess)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	all := slices.Concat(params, more)
-	if err := b.insert(ctx, sp, all); err != nil {
-		return nil, err
+	if err := b.insert(ctx, sp, all, evs); err != nil {
+		return nil, false, err
 	}
 	reserved, err := b.lanes.reserve(ctx, sp, r.laneCounts)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var heads []riverjob.LaneSeq
 	for k, lr := range reserved {
 		if lr.next != last[k]+1 {
 			if err := sp.Rollback(ctx); err != nil {
-				return nil, fmt.Errorf("error rolling back the dispatch insert: %w", err)
+				return nil, false, fmt.Errorf("error rolling back the dispatch insert: %w", err)
 			}
-			return nil, nil
+			return nil, false, nil
 		}
 		if lr.head == lr.next {
 			heads = append(heads, riverjob.LaneSeq{Consumer: k.consumer, AggregateID: k.aggregate, Seq: lr.next})
 		}
 	}
-	if _, err := riverjob.PromoteNext(ctx, sp, b.client.Schema(), heads, time.Now().UTC()); err != nil {
-		return nil, err
+	promoted, err := riverjob.PromoteNext(ctx, sp, b.client.Schema(), heads, time.Now().UTC())
+	if err != nil {
+		return nil, false, err
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("error releasing the dispatch insert's savepoint: %w", err)
+		return nil, false, fmt.Errorf("error releasing the dispatch insert's savepoint: %w", err)
 	}
-	return all, nil
+	return append(queuesOf(all), promoted...), true, nil
 }
 
-func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) error {
-	if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+// queuesOf is the queues of params, with repeats.
+func queuesOf(params []river.InsertManyParams) []string {
+	queues := make([]string, 0, len(params))
+	for _, p := range params {
+		queues = append(queues, p.InsertOpts.Queue)
 	}
-	return nil
+	return queues
+}
+
+// insert inserts the dispatch jobs params and the lane events evs.
+func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent) error {
+	if len(params) > 0 {
+		if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
+			return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+		}
+	}
+	return b.lanes.insertEvents(ctx, tx, evs)
 }
 
 // readConsumers reads the consumers that receive new events.
@@ -251,7 +279,7 @@ func (b *Bus) readConsumers(ctx context.Context, tx pgx.Tx) ([]*busConsumer, err
 	}
 	consumers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*busConsumer, error) {
 		var c busConsumer
-		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch)
+		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.laneEvents)
 		return &c, err
 	})
 	if err != nil {
@@ -323,16 +351,18 @@ func (r routing) batchParams() []river.InsertManyParams {
 
 // laneParams are the deliveries' jobs: an aggregate's get their lane's
 // reserved sequence numbers in emit order, and all but the lane's head wait
-// as pending.
-func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, error) {
+// as pending. A consumer with lane events gets lane events instead of its
+// lanes' jobs, the head's included (the caller promotes it).
+func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, []laneEvent, error) {
 	params := make([]river.InsertManyParams, 0, len(r.deliveries))
+	var evs []laneEvent
 	for _, d := range r.deliveries {
 		args := dispatchArgs{Consumer: d.c.name, Event: *d.ev}
 		opts := &river.InsertOpts{Queue: d.c.queue, MaxAttempts: d.c.maxAttempts}
 		if d.ev.AggregateID != "" {
 			lr, ok := reserved[d.lane]
 			if !ok {
-				return nil, fmt.Errorf("lane %s/%s was not reserved", d.lane.consumer, d.lane.aggregate)
+				return nil, nil, fmt.Errorf("lane %s/%s was not reserved", d.lane.consumer, d.lane.aggregate)
 			}
 			args.AggregateID, args.Seq = d.ev.AggregateID, lr.next
 			opts.Pending = lr.next > lr.head
@@ -341,10 +371,18 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 			}
 			lr.next++
 			reserved[d.lane] = lr
+			if d.c.laneEvents {
+				ev, err := newLaneEvent(args, d.c.queue, d.c.maxAttempts)
+				if err != nil {
+					return nil, nil, err
+				}
+				evs = append(evs, ev)
+				continue
+			}
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
-	return params, nil
+	return params, evs, nil
 }
 
 // dispatchBatchMaxBytes bounds the payload bytes of one batched dispatch
@@ -379,7 +417,7 @@ func eventSize(ev *outbox.Event) int {
 // busConsumersSQL reads the consumers that receive new events: those a
 // live worker ran within their inactive_after ($1 is now).
 const busConsumersSQL = `
-SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch, lane_events
 FROM /*schema*/tributary_event_consumer
 WHERE inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
 ORDER BY name`

@@ -94,6 +94,14 @@ type ConsumerConfig struct {
 	// DispatchBatch events within DispatchBatchSplitAfter. It spares ordered
 	// events River's fetch per event. Off by default until it has the
 	// fault-run record of one job per event.
+	//
+	// A chained consumer's lanes also keep the events behind their head
+	// out of River: the bus writes them as lane events (a row of a light
+	// table each), which a chain runs in place without a River job; an
+	// event gets a dispatch job only when it waits for River (promoted), or
+	// fails (then in the state River would have left it). Every worker that
+	// runs the consumer must be of a version that knows lane events
+	// (migration 0016).
 	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
@@ -353,6 +361,10 @@ func (c *Consumer) retryDelay(attempt int) time.Duration {
 
 // maxAttempts is one first try plus one per retry delay.
 func (c *Consumer) maxAttempts() int { return len(c.cfg.RetryDelays) + 1 }
+
+// chains reports whether the consumer's lanes chain (LaneChain, with more
+// than one event per job), and so keep their waiting events as lane events.
+func (c *Consumer) chains() bool { return c.cfg.LaneChain && c.cfg.DispatchBatch > 1 }
 
 // ValidationError is a payload that does not decode into the handler's
 // type or fails its Validate. It is terminal: the dispatch is cancelled,

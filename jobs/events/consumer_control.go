@@ -56,12 +56,24 @@ func ListConsumers(ctx context.Context, db queue.DBTX, schema string) ([]Consume
 }
 
 // CountPendingDispatches counts each consumer's unfinished dispatch jobs
-// (ConsumerInfo.Pending) by consumer name. It reads every one of them, so
+// (ConsumerInfo.Pending) by consumer name, lane events included. It reads every one of them, so
 // its cost grows with the backlog (a few hundred milliseconds for 20,000
 // jobs scattered over a 10,000,000-job table): a caller asked often (the
 // dashboard's /metrics) reads it on a schedule of its own.
 func CountPendingDispatches(ctx context.Context, db queue.DBTX, schema string) (map[string]int64, error) {
-	return riverjob.CountUnfinishedDispatches(ctx, db, schema)
+	out, err := riverjob.CountUnfinishedDispatches(ctx, db, schema)
+	if err != nil {
+		return nil, err
+	}
+	// Lane events are dispatches whose job is not inserted yet.
+	waiting, err := newLanes(schema).countEvents(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	for c, n := range waiting {
+		out[c] += n
+	}
+	return out, nil
 }
 
 // ListConsumersUncounted is ListConsumers with Pending left 0, for a
@@ -118,7 +130,7 @@ type RemoveConsumerOpts struct {
 // RemovedConsumer is what RemoveConsumer deleted.
 type RemovedConsumer struct {
 	Name string `json:"name"`
-	// Jobs is the unfinished dispatch jobs deleted; Running those left to
+	// Jobs is the unfinished dispatch jobs (and lane events) deleted; Running those left to
 	// finish (River does not delete a running job): a worker that does not
 	// run the consumer cancels them when they end, with the reason.
 	Jobs    int64 `json:"jobs"`
@@ -165,6 +177,13 @@ func RemoveConsumer(ctx context.Context, pool *pgxpool.Pool, schema, name string
 	}); err != nil {
 		return nil, err
 	}
+	waiting, err := inBatches(func() (int64, error) {
+		return ls.deleteConsumerEvents(ctx, pool, name, consumerRemoveBatch)
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Jobs += waiting
 	if res.Lanes, err = inBatches(func() (int64, error) {
 		return ls.deleteConsumer(ctx, pool, name, consumerRemoveBatch)
 	}); err != nil {

@@ -96,6 +96,12 @@ type Dispatcher struct {
 	// running (in Work or in a lane chain), for the repair sweep.
 	processID string
 	running   sync.Map
+	// chainLanes holds the lanes (laneKey) a chain of this process runs,
+	// for the repair sweep's look at a claimed lane event (claimLost);
+	// livenessTimeout is the runtime's, by which the sweep judges another
+	// process's claims.
+	chainLanes      sync.Map
+	livenessTimeout time.Duration
 
 	life queue.Lifecycle
 }
@@ -113,6 +119,8 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 		logger:    cfg.Logger.With("component", "dispatcher"),
 		consumers: map[string]*Consumer{},
 		lanes:     newLanes(cfg.Schema),
+
+		livenessTimeout: queue.LivenessTimeoutDefault,
 	}
 	d.completer = &laneCompleter{d: d}
 	if d.cfg.LaneRepairInterval == 0 {
@@ -131,6 +139,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 // service.
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	d.processID = rt.ProcessID()
+	d.livenessTimeout = cmp.Or(rt.LivenessTimeout(), queue.LivenessTimeoutDefault)
 	// Lane chains run claimed jobs inside their head's Work: the runtime
 	// must not take them for lost.
 	rt.AddJobHolder(d.runsJob)
@@ -192,7 +201,7 @@ func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 			return fmt.Errorf("error reading consumer %s: %w", c.Name(), err)
 		}
 		if _, err := d.pool.Exec(ctx, d.q(upsertConsumerSQL), c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
-			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS()); err != nil {
+			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS(), c.chains()); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
 		}
 		if seenAt != nil && inactiveMS >= 0 && now.Sub(*seenAt) > time.Duration(inactiveMS)*time.Millisecond {
@@ -311,6 +320,12 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 // runsJob reports whether this process runs the lane dispatch job id now.
 func (d *Dispatcher) runsJob(id int64) bool {
 	_, ok := d.running.Load(id)
+	return ok
+}
+
+// runsLane reports whether a chain of this process runs the lane now.
+func (d *Dispatcher) runsLane(consumer, aggregate string) bool {
+	_, ok := d.chainLanes.Load(laneKey{consumer, aggregate})
 	return ok
 }
 
@@ -509,12 +524,12 @@ func (d *Dispatcher) releaseLane(ctx context.Context, args dispatchArgs, logger 
 
 const upsertConsumerSQL = `
 INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at,
-                                                dispatch_batch, ordering, seen_at, inactive_after_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10)
+                                                dispatch_batch, ordering, seen_at, inactive_after_ms, lane_events)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, $11)
 ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
     source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at,
     dispatch_batch = excluded.dispatch_batch, ordering = excluded.ordering, seen_at = excluded.seen_at,
-    inactive_after_ms = excluded.inactive_after_ms`
+    inactive_after_ms = excluded.inactive_after_ms, lane_events = excluded.lane_events`
 
 const consumerSeenSQL = `
 SELECT seen_at, inactive_after_ms FROM /*schema*/tributary_event_consumer WHERE name = $1`

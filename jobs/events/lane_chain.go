@@ -25,8 +25,11 @@ import (
 // it starts the next, until the lane
 // has nothing pending, an event fails, the process stops, or the chain's
 // handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
-// all when it never splits). Every event keeps its own dispatch job, so
-// listing, cancelling, retrying and replaying work as for a lone dispatch.
+// all when it never splits). A lane event (lane_events.go) is claimed and
+// run without a dispatch job; a pending dispatch job (written before lane
+// events) is claimed as a job. An event that fails, or that a chain leaves
+// behind, is a dispatch job from then on, so listing, cancelling, retrying
+// and replaying work as for a lone dispatch.
 //
 // When the chain ends early, one transaction under the lane's lock records
 // the failed event's attempt as River would (retryable, discarded or
@@ -36,7 +39,8 @@ import (
 // dies mid-chain leaves the claimed jobs running under its name; the
 // liveness sweep or River's rescuer makes them available again, and the
 // dispatcher's lane check runs only the head among them (the claimed jobs
-// are not marked with riverjob.LaneTurnKey). Only the event that was
+// are not marked with riverjob.LaneTurnKey); the repair sweep takes back a
+// lane event such a process claimed (claimLost). Only the event that was
 // running when the process died runs again, as for a lone dispatch: a
 // lane's handlers never see an event again after its successor.
 
@@ -59,7 +63,7 @@ const chainWallFactor = 20
 // never chains.
 func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 	limit := c.cfg.DispatchBatch
-	if !c.cfg.LaneChain || limit <= 1 {
+	if !c.chains() {
 		return 0
 	}
 	split := c.cfg.DispatchBatchSplitAfter
@@ -102,28 +106,35 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	}
 	handled := 1
 	claimed := req.claimed
+	lane := laneKey{job.Args.Consumer, job.Args.AggregateID}
+	d.chainLanes.Store(lane, struct{}{})
+	defer d.chainLanes.Delete(lane)
 	d.holdClaimed(claimed)
 	for len(claimed) > 0 {
 		for i, cj := range claimed {
 			rest := claimed[i:]
 			if d.chainStops(ctx, c, ch) {
-				d.endChain(ctx, c, job.Args, nil, rest)
+				d.endChain(ctx, c, job.Args, req.processID, nil, rest)
 				return nil
 			}
 			if ok, fail := d.deliverClaimed(ctx, c, ch, cj); !ok {
 				if fail != nil {
 					rest = rest[1:]
 				}
-				d.endChain(ctx, c, job.Args, fail, rest)
+				d.endChain(ctx, c, job.Args, req.processID, fail, rest)
 				return nil
 			}
 			handled++
 			last := i == len(claimed)-1
 			step := &laneCompletion{ctx: ctx, wait: true, done: make(chan error, 1),
-				place:    riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq},
-				next:     cj.Seq + 1,
-				attempts: []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}},
-				keep:     !last, processID: req.processID}
+				place: riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq},
+				next:  cj.Seq + 1,
+				keep:  !last, processID: req.processID}
+			if cj.ID == 0 {
+				step.events = []riverjob.LaneSeq{step.place} // a lane event: no job to complete
+			} else {
+				step.attempts = []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}}
+			}
 			if last && ctx.Err() == nil {
 				step.claim = min(chainAhead, chainClaim(c, ch.handlers, handled))
 			}
@@ -133,7 +144,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 				// (at-least-once).
 				d.logger.ErrorContext(ctx, "error recording a lane chain's progress", "consumer", job.Args.Consumer,
 					"aggregate_id", job.Args.AggregateID, "error", err)
-				d.endChain(ctx, c, job.Args, nil, rest)
+				d.endChain(ctx, c, job.Args, req.processID, nil, rest)
 				return nil
 			}
 			d.running.Delete(cj.ID)
@@ -153,7 +164,9 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 // of them.
 func (d *Dispatcher) holdClaimed(cs []riverjob.Claimed) {
 	for _, cj := range cs {
-		d.running.Store(cj.ID, struct{}{})
+		if cj.ID != 0 { // a lane event: its lane is in chainLanes
+			d.running.Store(cj.ID, struct{}{})
+		}
 	}
 }
 
@@ -218,6 +231,10 @@ const chainCancelPoll = time.Second
 // river.ErrJobCancelledRemotely once it is there, as River would.
 func (d *Dispatcher) watchCancel(ctx context.Context, jobID int64) (context.Context, func()) {
 	hctx, cancel := context.WithCancelCause(ctx)
+	if jobID == 0 {
+		// A lane event: no job an operator could cancel.
+		return hctx, func() { cancel(nil) }
+	}
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(chainCancelPoll)
@@ -239,10 +256,24 @@ func (d *Dispatcher) watchCancel(ctx context.Context, jobID int64) (context.Cont
 	return hctx, func() { close(done); cancel(nil) }
 }
 
+// attemptsOf is the claimed jobs' attempts; eventsOf the claimed lane
+// events' places.
 func attemptsOf(cs []riverjob.Claimed) []riverjob.Attempt {
-	out := make([]riverjob.Attempt, len(cs))
-	for i, cj := range cs {
-		out[i] = riverjob.Attempt{ID: cj.ID, Attempt: cj.Attempt}
+	var out []riverjob.Attempt
+	for _, cj := range cs {
+		if cj.ID != 0 {
+			out = append(out, riverjob.Attempt{ID: cj.ID, Attempt: cj.Attempt})
+		}
+	}
+	return out
+}
+
+func eventsOf(head dispatchArgs, cs []riverjob.Claimed) []riverjob.LaneSeq {
+	var out []riverjob.LaneSeq
+	for _, cj := range cs {
+		if cj.ID == 0 {
+			out = append(out, riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: cj.Seq})
+		}
 	}
 	return out
 }
@@ -253,7 +284,7 @@ func attemptsOf(cs []riverjob.Claimed) []riverjob.Attempt {
 // lane's head promoted if it waits. A failure is logged: the jobs stay
 // running under this process until the liveness sweep or River's rescuer
 // makes them available again.
-func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed) {
+func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArgs, processID string, fail *chainFailure, rest []riverjob.Claimed) {
 	defer func() {
 		// Whatever the outcome: a job this failed to give back is the
 		// repair sweep's (repairGiveBack).
@@ -278,7 +309,7 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 			case <-time.After(time.Duration(100<<try) * time.Millisecond):
 			}
 		}
-		if err = d.endChainTx(ctx, c, head, fail, rest, &queues, &blocked); err == nil || ctx.Err() != nil {
+		if err = d.endChainTx(ctx, c, head, processID, fail, rest, &queues, &blocked); err == nil || ctx.Err() != nil {
 			break
 		}
 	}
@@ -293,7 +324,7 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 }
 
 // endChainTx is endChain's transaction.
-func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
+func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, processID string, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
 	var queues []string
 	blocked := false
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -306,18 +337,22 @@ func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchA
 		release := false
 		if fail != nil {
 			var state rivertype.JobState
-			state, release, err = d.failClaimed(ctx, tx, c, fail, now)
+			var jobID int64
+			state, jobID, release, err = d.failClaimed(ctx, tx, c, head, processID, fail, now)
 			if err != nil {
 				return err
 			}
 			if state != rivertype.JobStateRetryable && !release && ok && lane.headSeq == fail.job.Seq {
 				reason := blockReason(fail.r, fail.job.Attempt)
-				if blocked, err = d.lanes.block(ctx, tx, head.Consumer, head.AggregateID, fail.job.Seq, fail.job.ID, reason, fail.job.Args); err != nil {
+				if blocked, err = d.lanes.block(ctx, tx, head.Consumer, head.AggregateID, fail.job.Seq, jobID, reason, fail.job.Args); err != nil {
 					return err
 				}
 			}
 		}
 		if err := riverjob.GiveBack(ctx, tx, d.cfg.Schema, attemptsOf(rest), now); err != nil {
+			return err
+		}
+		if err := d.lanes.unclaim(ctx, tx, eventsOf(head, rest), processID); err != nil {
 			return err
 		}
 		if !ok {
@@ -352,14 +387,16 @@ func cancelRequestedTx(ctx context.Context, tx pgx.Tx, schema string, jobID int6
 }
 
 // failClaimed records a claimed event's failed attempt as River's completer
-// would for a lone dispatch, and reports whether the lane moves past it: an
-// operator cancelled it while it ran, or the consumer skips events given up.
-func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, f *chainFailure, now time.Time) (rivertype.JobState, bool, error) {
+// would for a lone dispatch (a lane event: its dispatch job inserted in that
+// state), and returns the state, the job's id, and whether the lane moves
+// past it: an operator cancelled it while it ran, or the consumer skips
+// events given up.
+func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, head dispatchArgs, processID string, f *chainFailure, now time.Time) (rivertype.JobState, int64, bool, error) {
 	r := f.r
 	st, at := rivertype.JobStateRetryable, now.Add(c.retryDelay(f.job.Attempt))
 	release := false
 	switch {
-	case errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || cancelRequestedTx(ctx, tx, d.cfg.Schema, f.job.ID):
+	case f.job.ID != 0 && (errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || cancelRequestedTx(ctx, tx, d.cfg.Schema, f.job.ID)):
 		st, at, release = rivertype.JobStateCancelled, now, true
 		r.logger.get().InfoContext(ctx, "lane moved on: the dispatch was cancelled while it ran")
 	case r.validation != nil || isCancel(r.err):
@@ -369,15 +406,26 @@ func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, f 
 		st, at = rivertype.JobStateDiscarded, now
 		release = c.cfg.Ordering == OrderingSkip
 	}
-	ae := *attemptError(f.job.Attempt, r.err)
-	ok, err := riverjob.FailRunning(ctx, tx, d.cfg.Schema, riverjob.Attempt{ID: f.job.ID, Attempt: f.job.Attempt}, st, at, ae, now)
+	ae := attemptError(f.job.Attempt, r.err)
+	if f.job.ID == 0 {
+		place := riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: f.job.Seq}
+		id, err := d.lanes.failEvent(ctx, tx, place, processID, c.cfg.Queue, riverjob.AttemptedJob{Kind: DispatchKind, Args: f.job.Args,
+			State: st, Attempt: f.job.Attempt, MaxAttempts: f.job.MaxAttempts, ScheduledAt: at, Error: ae}, now)
+		if err != nil || id == 0 {
+			// id 0: the claim was taken back (the sweep took this process
+			// for dead); the lane event runs again as a dispatch job.
+			return rivertype.JobStateRetryable, 0, false, err
+		}
+		return st, id, release, nil
+	}
+	ok, err := riverjob.FailRunning(ctx, tx, d.cfg.Schema, riverjob.Attempt{ID: f.job.ID, Attempt: f.job.Attempt}, st, at, *ae, now)
 	if err != nil {
-		return "", false, fmt.Errorf("error recording the failed dispatch %d: %w", f.job.ID, err)
+		return "", 0, false, fmt.Errorf("error recording the failed dispatch %d: %w", f.job.ID, err)
 	}
 	if !ok {
 		// No longer this attempt's (rescued after this process lost its
 		// liveness): whoever runs it now decides for the lane.
-		return rivertype.JobStateRetryable, false, nil
+		return rivertype.JobStateRetryable, 0, false, nil
 	}
-	return st, release, nil
+	return st, f.job.ID, release, nil
 }

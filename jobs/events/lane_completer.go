@@ -34,8 +34,10 @@ type laneCompletion struct {
 	// next the head after them (the last handled seq + 1).
 	place riverjob.LaneSeq
 	next  int64
-	// attempts are the jobs to complete.
+	// attempts are the jobs to complete; events the lane events a chain
+	// claimed (for processID) and handled, to delete.
 	attempts []riverjob.Attempt
+	events   []riverjob.LaneSeq
 	// claim: take up to this many pending dispatches of the lane from next
 	// on, running for processID, instead of promoting the next one.
 	claim     int
@@ -159,6 +161,8 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	}
 	places, nexts := make([]riverjob.LaneSeq, len(batch)), make([]int64, len(batch))
 	var attempts []riverjob.Attempt
+	var evs []riverjob.LaneSeq
+	var evBy []string
 	// A lane moved past its handled events either hands its next events to
 	// the chain that asked for them or promotes its next dispatch; one whose
 	// chain claimed them already does neither.
@@ -168,6 +172,9 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	for i, req := range batch {
 		places[i], nexts[i] = req.place, req.next
 		attempts = append(attempts, req.attempts...)
+		for _, ev := range req.events {
+			evs, evBy = append(evs, ev), append(evBy, req.processID)
+		}
 		next := riverjob.LaneSeq{Consumer: req.place.Consumer, AggregateID: req.place.AggregateID, Seq: req.next}
 		switch {
 		case req.keep:
@@ -196,16 +203,27 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	c.d.lanes.queueAdvanceMany(b, places, nexts, now)
 	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
 	if len(claims) > 0 {
-		// One process: every chain of this dispatcher runs in it.
+		// One process: every chain of this dispatcher runs in it. A place
+		// holds a pending job or a lane event: one of the two claims it.
 		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got)
+		c.d.lanes.queueClaimEvents(b, claims, batch[claimOf[0]].processID, now, got)
 	}
 	// The jobs complete as River's JobCompleteTx completes them; River's
 	// completer later finds them finalized and leaves them alone.
-	riverjob.QueueCompleteRunning(b, schema, attempts, now, &completed)
+	if len(attempts) > 0 {
+		riverjob.QueueCompleteRunning(b, schema, attempts, now, &completed)
+	}
+	var deleted int64
+	if len(evs) > 0 {
+		c.d.lanes.queueDeleteClaimed(b, evs, evBy, &deleted)
+	}
 	err := c.d.pool.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 		err := conn.SendBatch(ctx, b).Close()
 		if err == nil && len(completed) != len(attempts) {
 			err = fmt.Errorf("only %d of %d dispatch jobs were still running", len(completed), len(attempts))
+		}
+		if err == nil && deleted != int64(len(evs)) {
+			err = fmt.Errorf("only %d of %d lane events were still claimed by their chain", deleted, len(evs))
 		}
 		end := "COMMIT"
 		if err != nil {

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // LaneRepairIntervalDefault is how often a dispatcher sweeps the lanes.
@@ -31,7 +33,10 @@ type laneSnapshot struct {
 	blockedJobID        *int64
 	ordering            Ordering
 
-	jobID           int64 // 0: there is no job at the head
+	jobID           int64      // 0: there is no job at the head
+	laneEvent       bool       // no job, a lane event waits at the head
+	eventClaimedBy  string     // the process whose chain claimed it; "" for none
+	eventClaimedAt  *time.Time // when
 	jobState        string
 	cancelRequested bool // River's JobCancel marked the job
 	jobArgs         []byte
@@ -40,7 +45,9 @@ type laneSnapshot struct {
 	attemptedBy     string
 	attemptedAt     *time.Time
 	// orphan: the head runs under this process, for longer than the quiet
-	// time, and nothing in this process runs it (set by the sweep).
+	// time, and nothing in this process runs it; or it is a lane event
+	// claimed by a process that died, or by this one for longer than the
+	// quiet time with no chain of it running the lane (set by the sweep).
 	orphan bool
 }
 
@@ -53,10 +60,11 @@ const (
 	repairBlock                 // a discarded head under OrderingBlock: record the block
 	repairUnblock               // the recorded block's job runs again: forget the block
 	repairGiveBack              // the head runs under this process, and nothing runs it: back to pending
+	repairTakeBack              // a lane event claimed by a chain that no longer runs: unclaim and promote
 )
 
 func (a repairAction) String() string {
-	return [...]string{"none", "promote", "release", "block", "unblock", "give back"}[a]
+	return [...]string{"none", "promote", "release", "block", "unblock", "give back", "take back"}[a]
 }
 
 // planRepair decides what the sweep does to a lane. By construction a
@@ -64,7 +72,7 @@ func (a repairAction) String() string {
 // predecessor, and moves on when tributary gives it up; what is left to the
 // sweep is what happened outside tributary:
 //   - a head still pending (a lost promotion: a job edited by hand, a bug)
-//     is promoted;
+//     is promoted, and so is a head that is a lane event (lane_events.go);
 //   - a head that completed (by hand) moves the lane on;
 //   - a head cancelled by an operator through River (its client or UI: the
 //     job's metadata says so), or cancelled in any way the lane did not
@@ -77,6 +85,13 @@ func (a repairAction) String() string {
 //     under OrderingBlock (recording the block if the dispatcher could not);
 //   - a recorded block whose job was retried outside tributary and is
 //     waiting or running again is forgotten;
+//   - a lane event at the head that a chain claimed is left to it, unless
+//     the chain's process died (its heartbeat is older than the liveness
+//     timeout), or the claim is this process's, older than the quiet time,
+//     and no chain of this process runs the lane, or the claim is older
+//     than River's rescue of stuck jobs (an hour): then it is taken back and
+//     promoted, and runs again as a dispatch job (the crash redelivers it,
+//     and nothing after it);
 //   - a head running under this very process for longer than the quiet
 //     time that nothing in this process runs (no dispatch job's Work, no
 //     lane chain holds it) was lost by this process: it goes back to
@@ -84,6 +99,16 @@ func (a repairAction) String() string {
 //     would otherwise hold the lane until River's rescuer (an hour), since
 //     the process is alive and the liveness sweep leaves it alone.
 func planRepair(s laneSnapshot) repairAction {
+	if s.jobID == 0 && s.laneEvent {
+		switch {
+		case s.eventClaimedBy == "":
+			return repairPromote
+		case s.orphan:
+			return repairTakeBack
+		default:
+			return repairNone // a live chain runs it
+		}
+	}
 	if s.jobID == 0 {
 		if s.blockedJobID != nil {
 			return repairNone
@@ -130,6 +155,7 @@ func (d *Dispatcher) repairLanes(ctx context.Context) int {
 	cutoff := time.Now().UTC().Add(-laneRepairQuietFor)
 	moved := 0
 	var after laneSnapshot
+	var dead map[string]bool // read once a sweep, when a claimed lane event needs it
 	for {
 		page, err := d.lanes.quiet(ctx, d.pool, cutoff, after, laneRepairPage)
 		if err != nil {
@@ -141,6 +167,12 @@ func (d *Dispatcher) repairLanes(ctx context.Context) int {
 		for _, s := range page {
 			s.orphan = s.jobState == "running" && s.attemptedBy != "" && s.attemptedBy == d.processID &&
 				s.attemptedAt != nil && s.attemptedAt.Before(cutoff) && !d.runsJob(s.jobID)
+			if s.jobID == 0 && s.eventClaimedBy != "" {
+				if s.orphan, err = d.claimLost(ctx, s, cutoff, &dead); err != nil {
+					d.logger.WarnContext(ctx, "error looking for dead lane chains", "error", err)
+					return moved
+				}
+			}
 			action := planRepair(s)
 			if action == repairNone {
 				continue
@@ -185,6 +217,18 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 		}
 		switch action {
 		case repairPromote:
+			if s.jobID == 0 {
+				// A lane event: its job goes in available.
+				queues, err := riverjob.PromoteNext(ctx, tx, d.cfg.Schema,
+					[]riverjob.LaneSeq{{Consumer: s.consumer, AggregateID: s.aggregate, Seq: s.headSeq}}, time.Now().UTC())
+				if err == nil && len(queues) == 0 {
+					return errLaneChanged
+				}
+				if len(queues) > 0 {
+					promotedQueue = queues[0]
+				}
+				return err
+			}
 			promotedQueue, err = riverjob.PromoteHead(ctx, tx, d.cfg.Schema, s.jobID, time.Now().UTC())
 			if err == nil && promotedQueue == "" {
 				return errLaneChanged
@@ -202,6 +246,20 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 			return err
 		case repairUnblock:
 			return d.lanes.clearBlock(ctx, tx, s.consumer, s.aggregate, s.headSeq)
+		case repairTakeBack:
+			place := riverjob.LaneSeq{Consumer: s.consumer, AggregateID: s.aggregate, Seq: s.headSeq}
+			if s.eventClaimedBy == d.processID && d.runsLane(s.consumer, s.aggregate) {
+				return errLaneChanged
+			}
+			ok, err := d.lanes.takeBack(ctx, tx, place, s.eventClaimedBy)
+			if err != nil || !ok {
+				return cmp.Or(err, errLaneChanged)
+			}
+			queues, err := riverjob.PromoteNext(ctx, tx, d.cfg.Schema, []riverjob.LaneSeq{place}, time.Now().UTC())
+			if len(queues) > 0 {
+				promotedQueue = queues[0]
+			}
+			return err
 		case repairGiveBack:
 			if d.runsJob(s.jobID) {
 				return errLaneChanged
@@ -231,9 +289,41 @@ func (d *Dispatcher) repairLane(ctx context.Context, s laneSnapshot, action repa
 		d.logger.WarnContext(ctx, "recorded the block of an event lane whose head was discarded", attrs...)
 	case repairUnblock:
 		d.logger.InfoContext(ctx, "the blocked head of an event lane runs again", attrs...)
+	case repairTakeBack:
+		d.logger.WarnContext(ctx, "took back the lane event at the head of a lane from a chain that no longer runs (its process died, or lost it): it runs again",
+			append(attrs, "claimed_by", s.eventClaimedBy)...)
 	case repairGiveBack:
 		d.logger.ErrorContext(ctx, "made the head of an event lane available again: it was running under this process, which no longer ran it (a bug)", attrs...)
 	}
 	d.wakeRiver(ctx, promotedQueue)
 	return true, nil
+}
+
+// laneEventRescueAfter is how old a lane event's claim gets before the
+// sweep takes it back whatever its process: River rescues a job stuck
+// running after the same hour.
+const laneEventRescueAfter = time.Hour
+
+// claimLost reports whether the chain that claimed the lane event at s's
+// head no longer runs: its process died (*dead, read once per sweep), or it
+// is this process, the claim is older than cutoff and no chain here runs
+// the lane, or the claim is older than laneEventRescueAfter.
+func (d *Dispatcher) claimLost(ctx context.Context, s laneSnapshot, cutoff time.Time, dead *map[string]bool) (bool, error) {
+	if s.eventClaimedAt != nil && time.Since(*s.eventClaimedAt) > laneEventRescueAfter {
+		return true, nil
+	}
+	if s.eventClaimedBy == d.processID {
+		return s.eventClaimedAt != nil && s.eventClaimedAt.Before(cutoff) && !d.runsLane(s.consumer, s.aggregate), nil
+	}
+	if *dead == nil {
+		ids, err := queue.StaleProcesses(ctx, d.pool, d.cfg.Schema, d.livenessTimeout)
+		if err != nil {
+			return false, err
+		}
+		*dead = map[string]bool{}
+		for _, id := range ids {
+			(*dead)[id] = true
+		}
+	}
+	return (*dead)[s.eventClaimedBy], nil
 }

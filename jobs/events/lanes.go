@@ -75,6 +75,9 @@ type lanes struct {
 	reserveSQL, lastSQL, advanceSQL, lockManySQL, advanceManySQL, lockSQL, headSQL string
 	blockSQL, clearBlockSQL, quietSQL, blockedByJobSQL, blockedSQL                 string
 	blockedJobsSQL, deleteConsumerSQL                                              string
+
+	insertEventsSQL, eventsAtSQL, deleteConsumerEventsSQL, countEventsSQL string // lane_events.go
+	claimEventsSQL, deleteClaimedSQL, unclaimSQL                          string
 }
 
 func newLanes(schema string) *lanes {
@@ -88,6 +91,9 @@ func newLanes(schema string) *lanes {
 		quietSQL: q(laneQuietSQL), blockedByJobSQL: q(laneBlockedByJobSQL),
 		blockedSQL: q(laneBlockedSQL), blockedJobsSQL: q(laneBlockedJobsSQL),
 		deleteConsumerSQL: q(laneDeleteConsumerSQL),
+		insertEventsSQL:   q(laneEventInsertSQL), eventsAtSQL: q(laneEventsAtSQL),
+		deleteConsumerEventsSQL: q(laneEventDeleteConsumerSQL), countEventsSQL: q(laneEventCountSQL),
+		claimEventsSQL: q(laneEventClaimSQL), deleteClaimedSQL: q(laneEventDeleteClaimedSQL), unclaimSQL: q(laneEventUnclaimSQL),
 	}
 }
 
@@ -305,11 +311,27 @@ func (l *lanes) quiet(ctx context.Context, db queue.DBTX, cutoff time.Time, afte
 	if err != nil {
 		return nil, err
 	}
+	var bare []int // the lanes without a head job: is a lane event there?
 	for i, h := range heads {
 		s := &page[i]
 		s.jobID, s.jobState, s.cancelRequested = h.ID, string(h.State), h.CancelRequested
 		s.jobArgs, s.lastError = h.Args, h.LastError
 		s.attempt, s.attemptedBy, s.attemptedAt = h.Attempt, h.AttemptedBy, h.AttemptedAt
+		if h.ID == 0 {
+			bare = append(bare, i)
+		}
+	}
+	at := make([]riverjob.LaneSeq, len(bare))
+	for j, i := range bare {
+		at[j] = places[i]
+	}
+	waiting, err := l.eventsAt(ctx, db, at)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range bare {
+		w := waiting[j]
+		page[i].laneEvent, page[i].eventClaimedBy, page[i].eventClaimedAt = w.found, w.claimedBy, w.claimedAt
 	}
 	return page, nil
 }

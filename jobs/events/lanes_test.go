@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -92,16 +93,48 @@ func (b *laneBundle) emitInvalid(t *testing.T, agg string) string {
 }
 
 // waitJob waits for the event's dispatch job to reach state and returns its
-// id.
+// id. State laneEvent waits for the event to wait as a lane event (no job
+// yet; id 0).
 func (b *laneBundle) waitJob(t *testing.T, eventID, state string) int64 {
 	t.Helper()
 	var id int64
 	pgtest.WaitFor(t, 15*time.Second, "the dispatch of "+eventID+" to be "+state, func() (bool, error) {
 		var s string
 		id, s, _ = dispatchJob(t, b.db, "lanes", eventID)
+		if s == "" {
+			s = b.laneEventState(t, eventID)
+		}
 		return s == state, nil
 	})
 	return id
+}
+
+// laneEvent is the state of an event waiting as a lane event, without a
+// dispatch job (a chained consumer's, migration 0016); laneEventClaimed
+// that of a lane event a chain runs.
+const (
+	laneEvent        = "lane event"
+	laneEventClaimed = "lane event claimed"
+)
+
+// laneEventState is laneEvent or laneEventClaimed for an event that is a
+// lane event, "" for one that is not.
+func (b *laneBundle) laneEventState(t *testing.T, eventID string) string {
+	t.Helper()
+	var claimed []bool
+	rows, err := b.db.Pool.Query(context.Background(), b.db.Q(`SELECT claimed_by IS NOT NULL FROM /*schema*/tributary_event_lane_event
+        WHERE consumer = 'lanes' AND (args->>'event')::jsonb->>'id' = $1`), eventID)
+	require.NoError(t, err)
+	claimed, err = pgx.CollectRows(rows, pgx.RowTo[bool])
+	require.NoError(t, err)
+	switch {
+	case len(claimed) == 0:
+		return ""
+	case claimed[0]:
+		return laneEventClaimed
+	default:
+		return laneEvent
+	}
 }
 
 func (b *laneBundle) waitHandled(t *testing.T, eventID string) {

@@ -51,7 +51,10 @@ func Consumers(pool *pgxpool.Pool, cfg Config) ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
 		c, err := events.NewConsumer(events.ConsumerConfig{
-			Name:        name,
+			Name: name,
+			// One consumer's lanes chain (lane events, runs in place), the
+			// other's run one River job per event.
+			LaneChain:   name == "beta",
 			RetryDelays: []time.Duration{cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay},
 		})
 		if err != nil {

@@ -1,0 +1,164 @@
+package events_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
+)
+
+// laneEventCount counts the lane events waiting for aggregate agg.
+func (b *laneBundle) laneEventCount(t *testing.T, agg string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane_event
+        WHERE aggregate_id = $1`), agg).Scan(&n))
+	return n
+}
+
+// dispatchJobs counts the dispatch jobs of aggregate agg in state ("" for
+// any state).
+func (b *laneBundle) dispatchJobs(t *testing.T, agg, state string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT count(*) FROM /*schema*/river_job
+        WHERE kind = 'tributary.event.dispatch' AND args->>'aggregate_id' = $1 AND ($2 = '' OR state::text = $2)`), agg, state).Scan(&n))
+	return n
+}
+
+// lostHead emits a "gate" head, a "lost" event and the texts on aggregate
+// agg, waits until the gate runs and the rest wait as lane events, and then
+// moves the lane's head to "lost" without promoting it. It returns the
+// ids of "lost" and the texts.
+func (b *laneBundle) lostHead(t *testing.T, agg string, texts ...string) (string, []string) {
+	t.Helper()
+	ids := b.chainBacklog(t, agg, append([]string{"lost"}, texts...)...)
+	_, err := b.db.Pool.Exec(context.Background(), b.db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = head_seq + 1 WHERE aggregate_id = $1`), agg)
+	require.NoError(t, err)
+	return ids[1], ids[2:]
+}
+
+// TestLaneEventsWaitOutsideRiver: a chained consumer's events behind their
+// lane's head wait as lane events, not as River jobs, counted as pending;
+// the chain runs them in order without inserting a job for any.
+func TestLaneEventsWaitOutsideRiver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	ids := b.chainBacklog(t, "W", "a", "b", "c")
+	require.Equal(t, 1, b.dispatchJobs(t, "W", ""), "only the head has a dispatch job")
+	require.Equal(t, 3, b.laneEventCount(t, "W"))
+	pending, err := events.CountPendingDispatches(ctx, b.db.Pool, b.db.Schema)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, pending["lanes"], "lane events count as pending dispatches")
+
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+		return b.rec.count(nil) == len(ids), nil
+	})
+	require.Equal(t, ids, b.handledOrder())
+	require.Positive(t, b.inst.Dispatcher.Stats().Chained, "the events after the head ran in place")
+	require.Zero(t, b.laneEventCount(t, "W"))
+	// The head's job, and any a chain that ended (its wall time, on a busy
+	// machine) left its lane's next event to.
+	pgtest.WaitFor(t, 15*time.Second, "the dispatch jobs to be completed", func() (bool, error) {
+		all := b.dispatchJobs(t, "W", "")
+		return all > 0 && all < len(ids) && b.dispatchJobs(t, "W", "completed") == all, nil
+	})
+}
+
+// TestLaneEventsBehindPendingJobs: a lane whose events waited as pending
+// dispatch jobs (written by a version without lane events, or while the
+// consumer did not chain) and then gets lane events runs them all in emit
+// order.
+func TestLaneEventsBehindPendingJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	setLaneEvents := func(on bool) {
+		_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_consumer SET lane_events = $1`), on)
+		require.NoError(t, err)
+	}
+	setLaneEvents(false)
+	ids := []string{b.emit(t, "U", "gate"), b.emit(t, "U", "a"), b.emit(t, "U", "b")}
+	b.waitJob(t, ids[0], "running")
+	b.waitJob(t, ids[1], "pending")
+	b.waitJob(t, ids[2], "pending")
+	setLaneEvents(true)
+	ids = append(ids, b.emit(t, "U", "c"), b.emit(t, "U", "d"))
+	b.waitJob(t, ids[3], laneEvent)
+	b.waitJob(t, ids[4], laneEvent)
+
+	close(b.gate)
+	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+		return b.rec.count(nil) == len(ids), nil
+	})
+	require.Equal(t, ids, b.handledOrder())
+	require.Zero(t, b.laneEventCount(t, "U"))
+}
+
+// TestLaneRepairPromotesALaneEvent: a quiet lane whose head is a lane event
+// with no job (a lost promotion) gets its job from the repair sweep, which
+// before lane events took a head without a job for one deleted and moved
+// the lane past it.
+func TestLaneRepairPromotesALaneEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	lost, after := b.lostHead(t, "R", "after")
+	b.ageLanes(t)
+	require.Equal(t, 1, b.inst.Dispatcher.RepairLanes(ctx))
+	b.waitHandled(t, after[0])
+	require.Equal(t, []string{lost, after[0]}, b.handledOrder())
+	close(b.gate)
+}
+
+// TestRemoveConsumerDeletesLaneEvents: removing a consumer deletes its lane
+// events with its waiting dispatch jobs.
+func TestRemoveConsumerDeletesLaneEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	b.chainBacklog(t, "D", "a", "b")
+	res, err := events.RemoveConsumer(ctx, b.db.Pool, b.db.Schema, "lanes", events.RemoveConsumerOpts{Force: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.Jobs, "the two lane events (the head runs)")
+	require.Zero(t, b.laneEventCount(t, "D"))
+	close(b.gate)
+}
+
+// TestLaneRepairTakesBackALostLaneEvent: a lane event at a quiet lane's head
+// claimed by a chain that no longer runs (its process died, or this
+// process lost it) is taken back and runs as a dispatch job; one claimed by
+// a live process's chain is left alone.
+func TestLaneRepairTakesBackALostLaneEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_process (id, hostname, pid, queues, started_at, heartbeat_at)
+        VALUES ('dead', 'h', 1, '{}', now() - interval '1 hour', now() - interval '1 hour'),
+               ('live', 'h', 2, '{}', now(), now() + interval '1 hour')`))
+	require.NoError(t, err)
+	claim := func(agg, by string) string {
+		lost, _ := b.lostHead(t, agg)
+		// ... which a chain of process by claimed 30 s ago.
+		_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane_event SET claimed_by = $2, claimed_at = now() - interval '30 seconds'
+            WHERE aggregate_id = $1`), agg, by)
+		require.NoError(t, err)
+		return lost
+	}
+	deadLost := claim("X", "dead")
+	ownLost := claim("Y", b.rt.ProcessID())
+	liveLost := claim("Z", "live")
+	b.ageLanes(t)
+	b.inst.Dispatcher.RepairLanes(ctx)
+	b.waitHandled(t, deadLost)
+	b.waitHandled(t, ownLost)
+	require.Equal(t, laneEventClaimed, b.laneEventState(t, liveLost), "a live chain's claim is left alone")
+	require.ElementsMatch(t, []string{deadLost, ownLost}, b.handledOrder())
+	close(b.gate)
+}
