@@ -530,7 +530,8 @@ UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = no
 WHERE id = $1`), lost.Job.ID, me)
 	require.NoError(t, err)
 
-	pgtest.WaitFor(t, 60*time.Second, "the lost job runs again and completes", func() (bool, error) {
+	// Seen by a look, lost at the first look a minute later (lostJobAfter).
+	pgtest.WaitFor(t, 150*time.Second, "the lost job runs again and completes", func() (bool, error) {
 		return readJob(t, db, lost.Job.ID).State == "completed", nil
 	})
 	j := readJob(t, db, lost.Job.ID)

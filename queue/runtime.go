@@ -153,9 +153,11 @@ type Runtime struct {
 	loseCancel context.CancelCauseFunc
 	jobsMu     sync.Mutex
 	jobCancels map[*rivertype.JobRow]context.CancelCauseFunc
-	// returnedAt and jobHolders tell the lost-jobs check (lost_jobs.go)
-	// what the process still runs; lostCheckedAt is its last look.
-	returnedAt    map[int64]time.Time
+	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
+	// runs outside Work; lostSuspects are the jobs its last look found
+	// running under this id and not run here, with when each was first
+	// seen; lostCheckedAt is that look's time.
+	lostSuspects  map[int64]time.Time // touched by the sweep loop only
 	jobHolders    []func(id int64) bool
 	lostCheckedAt time.Time
 	lossOnce      sync.Once
@@ -199,8 +201,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{},
-		returnedAt: map[int64]time.Time{}}
+	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{}}
 	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -255,7 +256,6 @@ func (rt *Runtime) guardJob(ctx context.Context, job *rivertype.JobRow, doInner 
 	defer func() {
 		rt.jobsMu.Lock()
 		delete(rt.jobCancels, job)
-		rt.returnedAt[job.ID] = time.Now()
 		rt.jobsMu.Unlock()
 	}()
 	if rt.lostCtx.Err() != nil { // lost since the check above, before the registration
