@@ -44,7 +44,7 @@ page. The schema is dropped afterwards unless --keep.`,
 	cmd.Flags().IntVar(&o.Requests, "requests", 200, "timed requests per endpoint")
 	cmd.Flags().IntVar(&o.Workflows, "workflows", bench.DashboardWorkflowsDefault, "five-task workflows to seed (a reused schema needs its seeding number; -1: none)")
 	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the seeded schema")
-	cmd.Flags().StringVar(&o.Reuse, "reuse", "", "measure on this schema, seeded by an earlier --keep run, instead of seeding")
+	cmd.Flags().StringVar(&o.Reuse, "reuse", "", "measure on this schema, seeded by an earlier --keep run, instead of seeding (migrated up first)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
 }

@@ -92,8 +92,21 @@ func benchDashboard(ctx context.Context, pool *pgxpool.Pool, opts DashboardOptio
 	n, keep, reuse, logger := opts.Rows, opts.Keep, opts.Reuse, opts.Logger
 	schema := cmp.Or(reuse, "bench_dashboard_"+randomSuffix())
 	res := &DashboardResult{Rows: n, Workflows: max(opts.Workflows, 0), Schema: schema, Requests: opts.Requests, CPUs: runtime.NumCPU()}
+	m, err := migrations.New(pool, migrations.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
 	if reuse != "" {
-		var err error
+		// A schema kept by an earlier version lacks the tables added
+		// since, which the pages read (the consumers page failed on the
+		// lane events of migration 0016): bring it up first.
+		up, err := m.Up(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("error migrating schema %s to reuse: %w", schema, err)
+		}
+		for _, st := range up.Steps {
+			printf("migrated the reused schema: %s %04d %s\n", st.Line, st.Version, st.Name)
+		}
 		if res.Rows, err = countRiverJobs(ctx, pool, schema); err != nil {
 			return nil, fmt.Errorf("error reading schema %s to reuse: %w", schema, err)
 		}
@@ -103,10 +116,6 @@ func benchDashboard(ctx context.Context, pool *pgxpool.Pool, opts DashboardOptio
 		}
 		printf("reusing schema %s with %d river_job rows (%d of %d pages all-visible)\n", schema, res.Rows, visible, pages)
 		return measureDashboard(ctx, pool, res, logger, printf)
-	}
-	m, err := migrations.New(pool, migrations.Config{Schema: schema})
-	if err != nil {
-		return nil, err
 	}
 	if _, err := m.Up(ctx); err != nil {
 		return nil, err
