@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"sync"
 	"time"
 
@@ -71,17 +70,15 @@ func newCopyInsert(cfg *river.Config) *copyInsert {
 	}
 }
 
-// riverQueueName is River v0.51.2's rule for queue names (validateQueueName):
-// what River's insert refuses, this path refuses too.
-var riverQueueName = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
-
+// checkQueueName refuses what River's insert refuses (riverjob.ValidQueueName),
+// with River's messages.
 func checkQueueName(name string) error {
 	switch {
 	case name == "":
 		return errors.New("queue name cannot be empty")
 	case len(name) > 64:
 		return fmt.Errorf("queue name %q is longer than 64 characters", name)
-	case !riverQueueName.MatchString(name):
+	case !riverjob.ValidQueueName(name):
 		return fmt.Errorf("queue name is invalid, expected letters and numbers separated by underscores or hyphens: %q", name)
 	}
 	return nil

@@ -106,7 +106,7 @@ func (rt *Runtime) checkLostJobs(ctx context.Context) {
 
 func (rt *Runtime) rescueLostJobs(ctx context.Context) error {
 	after := rt.lostJobAfter()
-	ids, err := riverjob.RunningUnder(ctx, rt.pool, rt.cfg.Schema, rt.cfg.ID, 0)
+	ids, err := riverjob.RunningUnder(ctx, rt.pool, rt.cfg.Schema, rt.cfg.ID)
 	if err != nil {
 		return err
 	}

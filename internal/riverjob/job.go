@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
@@ -151,3 +152,13 @@ const (
 // metadata when it asks for the job's cancellation: a running job carries
 // it from then on, whether or not its process heard of the request.
 const CancelAttemptedKey = "cancel_attempted_at"
+
+// ValidQueueName is River v0.51.2's rule for queue names (client.go,
+// validateQueueName): at most 64 lower-case letters and digits, separated
+// by single '_', '-' or '|'. Checked before writing where River's insert is
+// not the only check (the workflow's validation, the COPY insert of queue).
+func ValidQueueName(name string) bool {
+	return name != "" && len(name) <= 64 && riverQueueName.MatchString(name)
+}
+
+var riverQueueName = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)

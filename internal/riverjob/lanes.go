@@ -38,7 +38,9 @@ type LaneSeq struct {
 	Seq         int64
 }
 
-func laneArrays(places []LaneSeq) (consumers, aggs []string, seqs []int64) {
+// LaneArrays is places as the three parallel arrays the lane statements
+// take (unnest($1::text[], $2::text[], $3::bigint[])).
+func LaneArrays(places []LaneSeq) (consumers, aggs []string, seqs []int64) {
 	consumers, aggs, seqs = make([]string, len(places)), make([]string, len(places)), make([]int64, len(places))
 	for i, p := range places {
 		consumers[i], aggs[i], seqs[i] = p.Consumer, p.AggregateID, p.Seq
@@ -60,7 +62,7 @@ func PromoteNext(ctx context.Context, tx pgx.Tx, schema string, places []LaneSeq
 	if len(places) == 0 {
 		return nil, nil
 	}
-	consumers, aggs, seqs := laneArrays(places)
+	consumers, aggs, seqs := LaneArrays(places)
 	var queues []string
 	for _, sql := range []string{promoteNextSQL, materializeNextSQL} {
 		rows, err := tx.Query(ctx, q(schema, sql), customPlan, consumers, aggs, seqs, now)
@@ -88,7 +90,7 @@ func QueuePromoteAtHead(b *pgx.Batch, schema string, places []LaneSeq, now time.
 	if len(places) == 0 {
 		return
 	}
-	consumers, aggs, seqs := laneArrays(places)
+	consumers, aggs, seqs := LaneArrays(places)
 	for _, sql := range []string{promoteAtHeadSQL, materializeAtHeadSQL} {
 		b.Queue(q(schema, sql), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
 			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -168,7 +170,7 @@ func LaneJobsAt(ctx context.Context, db DBTX, schema string, places []LaneSeq) (
 	if len(places) == 0 {
 		return out, nil
 	}
-	consumers, aggs, seqs := laneArrays(places)
+	consumers, aggs, seqs := LaneArrays(places)
 	rows, err := db.Query(ctx, q(schema, laneJobsAtSQL), customPlan, consumers, aggs, seqs)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)

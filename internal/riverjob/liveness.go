@@ -46,11 +46,10 @@ func RescueLost(ctx context.Context, tx pgx.Tx, schema string, proc Process, ids
 	return rescueRunning(ctx, tx, schema, []Process{proc}, ids, &secs, len(ids), reason)
 }
 
-// RunningUnder returns the ids of the jobs running under processID's
-// latest attempt that began more than olderThan ago (database clock),
-// through the same index as the rescue.
-func RunningUnder(ctx context.Context, db DBTX, schema, processID string, olderThan time.Duration) ([]int64, error) {
-	rows, err := db.Query(ctx, q(schema, runningUnderSQL), processID, olderThan.Seconds())
+// RunningUnder returns the ids of the jobs whose latest attempt runs under
+// processID, through the same index as the rescue.
+func RunningUnder(ctx context.Context, db DBTX, schema, processID string) ([]int64, error) {
+	rows, err := db.Query(ctx, q(schema, runningUnderSQL), processID)
 	if err != nil {
 		return nil, fmt.Errorf("error listing the running jobs of process %s: %w", processID, err)
 	}
@@ -64,8 +63,7 @@ func RunningUnder(ctx context.Context, db DBTX, schema, processID string, olderT
 const runningUnderSQL = `
 SELECT j.id FROM /*schema*/river_job j
 WHERE j.state = 'running'
-  AND j.attempted_by[cardinality(j.attempted_by)] = $1
-  AND j.attempted_at < now() - make_interval(secs => $2)`
+  AND j.attempted_by[cardinality(j.attempted_by)] = $1`
 
 func rescueRunning(ctx context.Context, tx pgx.Tx, schema string, procs []Process, onlyIDs []int64, olderThanSecs *float64, limit int, reason string) ([]Rescued, error) {
 	ids, hosts, pids := make([]string, len(procs)), make([]*string, len(procs)), make([]*int32, len(procs))

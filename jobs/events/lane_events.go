@@ -88,7 +88,7 @@ func (l *lanes) eventsAt(ctx context.Context, db queue.DBTX, places []riverjob.L
 	if len(places) == 0 {
 		return out, nil
 	}
-	cs, as, ss := laneSeqArrays(places)
+	cs, as, ss := riverjob.LaneArrays(places)
 	rows, err := db.Query(ctx, l.eventsAtSQL, customPlan, cs, as, ss)
 	if err != nil {
 		return nil, fmt.Errorf("error reading the lane events of %d lanes: %w", len(places), err)
@@ -110,14 +110,6 @@ func (l *lanes) eventsAt(ctx context.Context, db queue.DBTX, places []riverjob.L
 	return out, nil
 }
 
-func laneSeqArrays(places []riverjob.LaneSeq) (cs, as []string, ss []int64) {
-	cs, as, ss = make([]string, len(places)), make([]string, len(places)), make([]int64, len(places))
-	for i, p := range places {
-		cs[i], as[i], ss[i] = p.Consumer, p.AggregateID, p.Seq
-	}
-	return cs, as, ss
-}
-
 // queueClaimEvents queues on b, for each claim whose lane's head is at its
 // Seq and holds an unclaimed lane event, that event's claim for processID
 // (as riverjob.QueueClaimAtHead claims a pending job, which the same claims
@@ -128,7 +120,7 @@ func (l *lanes) queueClaimEvents(b *pgx.Batch, claims []riverjob.LaneClaim, proc
 	for i, c := range claims {
 		places[i] = c.LaneSeq
 	}
-	cs, as, ss := laneSeqArrays(places)
+	cs, as, ss := riverjob.LaneArrays(places)
 	b.Queue(l.claimEventsSQL, cs, as, ss, processID, now).Query(func(rows pgx.Rows) error {
 		var ord int
 		var c riverjob.Claimed
@@ -149,7 +141,7 @@ func (l *lanes) queueClaimEvents(b *pgx.Batch, claims []riverjob.LaneClaim, proc
 // that processIDs[i] claimed (they were handled), and sets *deleted to how
 // many there were when b's results are read.
 func (l *lanes) queueDeleteClaimed(b *pgx.Batch, places []riverjob.LaneSeq, processIDs []string, deleted *int64) {
-	cs, as, ss := laneSeqArrays(places)
+	cs, as, ss := riverjob.LaneArrays(places)
 	b.Queue(l.deleteClaimedSQL, cs, as, ss, processIDs).Exec(func(tag pgconn.CommandTag) error {
 		*deleted = tag.RowsAffected()
 		return nil
@@ -162,7 +154,7 @@ func (l *lanes) unclaim(ctx context.Context, tx pgx.Tx, places []riverjob.LaneSe
 	if len(places) == 0 {
 		return nil
 	}
-	cs, as, ss := laneSeqArrays(places)
+	cs, as, ss := riverjob.LaneArrays(places)
 	if _, err := tx.Exec(ctx, l.unclaimSQL, cs, as, ss, processID); err != nil {
 		return fmt.Errorf("error giving back %d lane events: %w", len(places), err)
 	}

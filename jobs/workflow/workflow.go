@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // MaxTasks is the most tasks one workflow may have. A workflow is inserted
@@ -410,7 +412,7 @@ func validateInsertOpts(t *taskDef) error {
 	if o.MaxAttempts < 0 {
 		return fmt.Errorf("has invalid MaxAttempts %d: want at least 1", o.MaxAttempts)
 	}
-	if o.Queue != "" && (len(o.Queue) > 64 || !riverQueueName.MatchString(o.Queue)) {
+	if o.Queue != "" && !riverjob.ValidQueueName(o.Queue) {
 		return fmt.Errorf("has invalid queue %q: want at most 64 lower-case letters and digits, separated by single '_' or '-'", o.Queue)
 	}
 	for _, tag := range o.Tags {
@@ -436,14 +438,11 @@ func validateInsertOpts(t *taskDef) error {
 	return nil
 }
 
-// River's rules for queue names and tags (v0.51.2, client.go and
-// insert_opts.go), checked here too so that a bad one is refused before
-// anything is written with an error naming the task; River checks them
-// again at insert.
-var (
-	riverQueueName = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
-	riverTag       = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
-)
+// River's rule for tags (v0.51.2, insert_opts.go; queue names:
+// riverjob.ValidQueueName), checked here too so that a bad one is refused
+// before anything is written with an error naming the task; River checks
+// them again at insert.
+var riverTag = regexp.MustCompile(`\A[\w][\w\-]+[\w]\z`)
 
 func checkName(what, s string) error {
 	switch {
