@@ -220,9 +220,16 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		DiscardedJobRetentionPeriod: cfg.DiscardedJobRetention,
 		JobTimeout:                  cfg.JobTimeout,
 		ID:                          cfg.ID,
-		Middleware:                  []rivertype.Middleware{river.WorkerMiddlewareFunc(rt.guardJob)},
 	}
-	rcfg.Middleware = append(append([]rivertype.Middleware{tracingMiddleware()}, cfg.Middleware...), rcfg.Middleware...)
+	// River's tracing outermost, then the caller's middleware, then the
+	// runtime's guard; with no middleware of the caller's, the guard runs
+	// inside the tracing layer instead of as a layer of its own.
+	guard := river.WorkerMiddlewareFunc(rt.guardJob)
+	if len(cfg.Middleware) == 0 {
+		rcfg.Middleware = []rivertype.Middleware{newTracing(guard)}
+	} else {
+		rcfg.Middleware = append(append([]rivertype.Middleware{tracingMiddleware()}, cfg.Middleware...), guard)
+	}
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
 	}

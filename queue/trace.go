@@ -18,10 +18,18 @@ import (
 // otel.SetMeterProvider) it is skipped, job by job (see otelConfigured).
 // Every River client tributary creates has it, outermost.
 func tracingMiddleware() rivertype.Middleware {
+	return newTracing(nil)
+}
+
+// newTracing is tracingMiddleware with guard, when not nil, called inside
+// it as the innermost layer: the runtime's guardJob, when no other
+// middleware sits between the two, so a job passes one layer of River's
+// middleware chain instead of two.
+func newTracing(guard rivertype.WorkerMiddleware) tracing {
 	return tracing{otelriver.NewMiddleware(&otelriver.MiddlewareConfig{
 		EnableTracePropagation:      true,
 		EnableWorkSpanJobKindSuffix: true,
-	})}
+	}), guard}
 }
 
 // tracing is otelriver's middleware, bypassed while the process has set no
@@ -31,11 +39,24 @@ func tracingMiddleware() rivertype.Middleware {
 // that tributary's runtime spent over a bare River client in `bench jobs`
 // (docs/BENCHMARKS.md). Its other methods (River's metric hook) are
 // otelriver's own.
-type tracing struct{ *otelriver.Middleware }
+//
+// Being the outermost layer of every job, Work also makes room on the job's
+// goroutine for all of it at once (growJobStack).
+type tracing struct {
+	*otelriver.Middleware
+	guard rivertype.WorkerMiddleware
+}
 
 func (t tracing) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	growJobStack()
 	if !otelConfigured() {
+		if t.guard != nil {
+			return t.guard.Work(ctx, job, doInner)
+		}
 		return doInner(ctx)
+	}
+	if t.guard != nil {
+		return t.Middleware.Work(ctx, job, func(ctx context.Context) error { return t.guard.Work(ctx, job, doInner) })
 	}
 	return t.Middleware.Work(ctx, job, doInner)
 }
