@@ -26,7 +26,7 @@ func CompleteRunning(ctx context.Context, db DBTX, schema string, attempts []Att
 	if len(attempts) == 0 {
 		return nil, nil
 	}
-	ids, nums := attemptArrays(attempts)
+	ids, nums := AttemptArrays(attempts)
 	rows, err := db.Query(ctx, q(schema, completeRunningSQL), customPlan, ids, nums, now)
 	if err != nil {
 		return nil, fmt.Errorf("error completing %d jobs: %w", len(attempts), err)
@@ -44,7 +44,7 @@ func QueueCompleteRunning(b *pgx.Batch, schema string, attempts []Attempt, now t
 	if len(attempts) == 0 {
 		return
 	}
-	ids, nums := attemptArrays(attempts)
+	ids, nums := AttemptArrays(attempts)
 	b.Queue(q(schema, completeRunningSQL), ids, nums, now).Query(func(rows pgx.Rows) error {
 		out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
@@ -55,7 +55,9 @@ func QueueCompleteRunning(b *pgx.Batch, schema string, attempts []Attempt, now t
 	})
 }
 
-func attemptArrays(attempts []Attempt) (ids []int64, nums []int32) {
+// AttemptArrays are the attempts as CompleteRunning's parameters: the job
+// ids and, at the same positions, their attempts.
+func AttemptArrays(attempts []Attempt) (ids []int64, nums []int32) {
 	ids, nums = make([]int64, len(attempts)), make([]int32, len(attempts))
 	for i, a := range attempts {
 		ids[i], nums[i] = a.ID, int32(a.Attempt)
@@ -68,9 +70,17 @@ func attemptArrays(attempts []Attempt) (ids []int64, nums []int32) {
 // rather than in a join with them: with the jobs estimated at one row, the
 // planner joined them in a nested loop that re-ran the arrays' unnest for
 // every job (200 jobs, 40,000 rows generated).
-const completeRunningSQL = `
-UPDATE /*schema*/river_job j
-SET state = 'completed', finalized_at = $3
-WHERE j.id = ANY($1::bigint[]) AND (j.state = 'running') IS TRUE
-  AND j.attempt = ($2::int[])[array_position($1::bigint[], j.id)]
+var completeRunningSQL = `
+` + CompleteRunningUpdate("$1", "$2", "$3")
+
+// CompleteRunningUpdate is completeRunningSQL with the parameters a caller's
+// statement gives it (ids a bigint[], attempts an int[] in the same order,
+// now the finalized_at), for the body of a data-modifying CTE (the
+// workflow's completion): it returns the ids of the jobs it completed.
+func CompleteRunningUpdate(ids, attempts, now string) string {
+	return `UPDATE /*schema*/river_job j
+SET state = 'completed', finalized_at = ` + now + `
+WHERE j.id = ANY(` + ids + `::bigint[]) AND (j.state = 'running') IS TRUE
+  AND j.attempt = (` + attempts + `::int[])[array_position(` + ids + `::bigint[], j.id)]
 RETURNING j.id`
+}

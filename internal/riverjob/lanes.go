@@ -391,7 +391,7 @@ func GiveBack(ctx context.Context, tx pgx.Tx, schema string, attempts []Attempt,
 	if len(attempts) == 0 {
 		return nil
 	}
-	ids, nums := attemptArrays(attempts)
+	ids, nums := AttemptArrays(attempts)
 	if _, err := tx.Exec(ctx, q(schema, giveBackSQL), customPlan, ids, nums, now); err != nil {
 		return fmt.Errorf("error putting %d claimed dispatches back to pending: %w", len(attempts), err)
 	}

@@ -24,10 +24,26 @@ import (
 // It reaches the jobs through their primary key alone (byIDs).
 const promoteSQL = `
 UPDATE /*schema*/river_job
-SET state = CASE WHEN scheduled_at > now() THEN 'scheduled'::/*schema*/river_job_state ELSE 'available'::/*schema*/river_job_state END,
-    scheduled_at = greatest(scheduled_at, now())
+SET ` + promoteStateSet + `
 WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE
 RETURNING queue`
+
+// promoteStateSet is promoteSQL's SET list.
+const promoteStateSet = `state = CASE WHEN scheduled_at > now() THEN 'scheduled'::/*schema*/river_job_state ELSE 'available'::/*schema*/river_job_state END,
+    scheduled_at = greatest(scheduled_at, now())`
+
+// PromoteUpdate is promoteSQL as the body of a data-modifying CTE of a
+// caller's statement (the workflow's completion): it releases the pending
+// jobs whose ids the expression ids (a bigint[]) gives, and returns their
+// id and queue. An array rather than a join keeps the jobs reached through
+// the primary key: joined to a CTE without estimates, the planner may scan
+// the table.
+func PromoteUpdate(ids string) string {
+	return `UPDATE /*schema*/river_job j
+    SET ` + promoteStateSet + `
+    WHERE j.id = ANY(` + ids + `) AND (j.state = 'pending') IS TRUE
+    RETURNING j.id, j.queue`
+}
 
 // byIDs: the statements that change jobs given by id (promote, complete,
 // finalize) write their state condition as (state = 'x') IS TRUE, which

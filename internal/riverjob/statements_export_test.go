@@ -13,6 +13,8 @@ func Statements() map[string]string {
 		"(QueueCountsSQL exact)":   QueueCountsSQL(false),
 		"(JobListSQL filtered)":    JobListSQL + "\nWHERE state = $1::" + StateType + " AND kind = $2 AND queue = $3 AND id < $4\nORDER BY id DESC LIMIT $5",
 		"JobStateEstimateSQL":      JobStateEstimateSQL,
+		"(CompleteRunningUpdate)":  "WITH done AS (" + CompleteRunningUpdate("$1", "$2", "$3") + ") SELECT id FROM done",
+		"(PromoteUpdate)":          "WITH prom AS (" + PromoteUpdate("$1::bigint[]") + ") SELECT id, queue FROM prom",
 		"JobStateQueueEstimateSQL": JobStateQueueEstimateSQL,
 
 		"QueuesPausedSQL":  QueuesPausedSQL,
@@ -46,7 +48,7 @@ func Statements() map[string]string {
 		"laneJobsAtSQL":                laneJobsAtSQL,
 		"jobPlaceSQL":                  jobPlaceSQL,
 		"cancelRequestedSQL":           cancelRequestedSQL,
-		"completeRunningSQL":           completeRunningSQL,
+		"(completeRunningSQL)":         completeRunningSQL,
 		"claimAtHeadSQL":               claimAtHeadSQL,
 		"promoteAtHeadSQL":             promoteAtHeadSQL,
 		"giveBackSQL":                  giveBackSQL,

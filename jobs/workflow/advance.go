@@ -82,8 +82,9 @@ type advance struct {
 	now    time.Time
 
 	deltas   map[string]*counts
-	promote  []int64 // pending jobs of tasks that became active
-	cancel   []int64 // pending jobs of tasks that were cancelled or skipped
+	promote  []int64  // pending jobs of tasks that became active
+	queues   []string // queues of jobs released already (completeReleaseSQL)
+	cancel   []int64  // pending jobs of tasks that were cancelled or skipped
 	finished map[string]Status
 }
 
@@ -143,59 +144,103 @@ SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY
 // case, outcomes of active tasks, is one statement that records them and
 // updates their dependents (finishReleaseSQL).
 func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error) {
+	_, done, err := a.record(ctx, nil, outs)
+	return done, err
+}
+
+// completeFinish is finish for outcomes whose successful attempts' jobs are
+// not completed yet: one statement (completeReleaseSQL) completes those
+// jobs (riverjob.CompleteRunning's guard: running at that attempt), records
+// the outcomes of the ones it completed and of the other outcomes (failures
+// whose jobs the caller finalized), tells their dependents and releases the
+// dependents' jobs. It returns the ids of the jobs it completed and the
+// outcomes it recorded; a success whose job it did not complete is stale and
+// not recorded.
+func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
+	return a.record(ctx, attempts, outs)
+}
+
+// record runs finishReleaseSQL, or completeReleaseSQL when attempts is not
+// nil, then records the completions of tasks an operator cancelled while
+// they ran and settles the dependents.
+func (a *advance) record(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
 	if len(outs) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	type key struct{ wf, task string }
 	recorded := map[key]bool{}
+	var completed []int64
 	var deps []decided
-	record := func(outs []outcome, from TaskState) error {
+	run := func(outs []outcome, from TaskState, attempts []riverjob.Attempt) error {
 		doc, err := outcomesDoc(outs, from)
 		if err != nil {
 			return err
 		}
-		sql := a.sql.finishTasks
-		if from == TaskActive {
-			sql = a.sql.finishRelease
+		var rows pgx.Rows
+		switch {
+		case attempts != nil:
+			// Prepared once per connection, so that Postgres may keep a
+			// generic plan: planning this statement afresh cost more
+			// than its custom plan saved (completionTx keeps the generic
+			// plan on primary keys).
+			ids, nums := riverjob.AttemptArrays(attempts)
+			rows, err = a.tx.Query(ctx, a.sql.completeRelease, generic, doc, a.now, ids, nums)
+		case from == TaskActive:
+			rows, err = a.tx.Query(ctx, a.sql.finishRelease, customPlan, doc, a.now)
+		default:
+			rows, err = a.tx.Query(ctx, a.sql.finishTasks, customPlan, doc, a.now)
 		}
-		rows, err := a.tx.Query(ctx, sql, customPlan, doc, a.now)
 		if err != nil {
 			return fmt.Errorf("error recording task outcomes: %w", err)
 		}
 		for rows.Next() {
-			var finished bool
+			var kind string
 			var d decided
-			if err := rows.Scan(&finished, &d.wf, &d.name, &d.state, &d.pendingDeps, &d.runIf, &d.dependents, &d.jobID); err != nil {
+			if err := rows.Scan(&kind, &d.wf, &d.name, &d.state, &d.pendingDeps, &d.runIf, &d.dependents, &d.jobID); err != nil {
 				rows.Close()
 				return fmt.Errorf("error recording task outcomes: %w", err)
 			}
-			if !finished {
+			switch kind {
+			case rowFinished:
+				recorded[key{d.wf, d.name}] = true
+				a.delta(d.wf).move(from, d.state)
+			case rowDependent:
+				d.released = attempts != nil
 				deps = append(deps, d)
-				continue
+			case rowCompleted:
+				completed = append(completed, d.jobID)
+			case rowPromoted:
+				a.queues = append(a.queues, d.name)
 			}
-			recorded[key{d.wf, d.name}] = true
-			a.delta(d.wf).move(from, d.state)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("error recording task outcomes: %w", err)
 		}
 		return nil
 	}
-	if err := record(outs, TaskActive); err != nil {
-		return nil, err
+	if err := run(outs, TaskActive, attempts); err != nil {
+		return nil, nil, err
+	}
+	live := func(o outcome) bool { return true }
+	if attempts != nil {
+		ok := make(map[int64]bool, len(completed))
+		for _, id := range completed {
+			ok[id] = true
+		}
+		live = func(o outcome) bool { return o.State != TaskCompleted || ok[o.JobID] }
 	}
 	// Completions of tasks an operator cancelled while they ran (rare: a
 	// second statement only then). Their dependents were told when the
 	// task was cancelled.
 	var late []outcome
 	for _, o := range outs {
-		if o.State == TaskCompleted && !recorded[key{o.WorkflowID, o.Task}] {
+		if o.State == TaskCompleted && !recorded[key{o.WorkflowID, o.Task}] && live(o) {
 			late = append(late, o)
 		}
 	}
 	if len(late) > 0 {
-		if err := record(late, TaskCancelled); err != nil {
-			return nil, err
+		if err := run(late, TaskCancelled, nil); err != nil {
+			return nil, nil, err
 		}
 	}
 	var done []outcome
@@ -206,10 +251,18 @@ func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error)
 	}
 	next, err := a.settle(ctx, deps)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return done, a.resolve(ctx, next)
+	return completed, done, a.resolve(ctx, next)
 }
+
+// The kinds of row finishReleaseSQL and completeReleaseSQL return.
+const (
+	rowFinished  = "f" // a task whose outcome was recorded
+	rowDependent = "d" // a dependent the statement updated
+	rowCompleted = "j" // a job the statement completed (job_id)
+	rowPromoted  = "p" // a job the statement released (job_id; its queue as the name)
+)
 
 // outcomesDoc is the JSON parameter of finishTasksSQL and finishReleaseSQL:
 // the outcomes, each with the state its task must be in. The state is a
@@ -254,14 +307,14 @@ WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.job_id = u.job_id 
 // in the shape of finishReleaseSQL's rows.
 const finishTasksSQL = `
 UPDATE /*schema*/tributary_workflow_task t` + finishSetSQL + `
-RETURNING true, t.workflow_id::text, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id`
+RETURNING 'f', t.workflow_id::text, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id`
 
 // finishReleaseSQL records outcomes (outcomesDoc) and tells the finished
 // tasks' dependents in the same statement: n of their dependencies
 // finished, nf of them failed or cancelled, and decides each (decideSQL).
-// It returns the finished tasks (first column true) and the dependents it
-// changed (false). One statement rather than two saves a round trip per
-// completion batch, which on a busy machine costs more than either
+// It returns the finished tasks (kind rowFinished) and the dependents it
+// changed (rowDependent). One statement rather than two saves a round trip
+// per completion batch, which on a busy machine costs more than either
 // statement's work. The two updates never meet on a row: the first changes
 // tasks in u.from_state (active), the second pending ones, and both read
 // the snapshot from before the statement.
@@ -269,7 +322,14 @@ const finishReleaseSQL = `
 WITH fin AS (
     UPDATE /*schema*/tributary_workflow_task t` + finishSetSQL + `
     RETURNING t.workflow_id, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id
-), deps AS (
+), ` + tellDependentsSQL + `
+SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM fin
+UNION ALL
+SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec`
+
+// tellDependentsSQL are the CTEs deps and dec of finishReleaseSQL and
+// completeReleaseSQL: the dependents of the tasks in fin hear of them.
+const tellDependentsSQL = `deps AS (
     SELECT f.workflow_id, d.name, count(*)::integer AS n,
            (count(*) FILTER (WHERE f.state NOT IN ('completed', 'skipped')))::integer AS nf
     FROM fin f CROSS JOIN LATERAL unnest(f.dependents) AS d(name)
@@ -279,10 +339,38 @@ WITH fin AS (
     FROM deps u
     WHERE t.workflow_id = u.workflow_id AND t.name = u.name AND t.state = 'pending'
     RETURNING t.workflow_id, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id
+)`
+
+// completeReleaseSQL is a completion batch's work in one statement: it
+// completes the jobs of the successful attempts ($3 ids, $4 attempts;
+// riverjob.CompleteRunningUpdate, CompleteRunning's statement), records the
+// outcomes (outcomesDoc) of the successes whose jobs it completed and of
+// the failures (the caller finalized their jobs), tells the dependents
+// (tellDependentsSQL) and releases the jobs of those that became active
+// (riverjob.PromoteUpdate, Promote's statement). Beside finishReleaseSQL's
+// rows it returns the jobs it completed (rowCompleted) and the queues of
+// those it released (rowPromoted). Three statements in one: each cost a
+// round trip, its planning and its executor's start per batch. The job
+// updates never meet on a row either: done changes running jobs, prom
+// pending ones. The ids of the jobs to release come as an array
+// (ANY(ARRAY(...))), which the planner reaches through the primary key.
+var completeReleaseSQL = `
+WITH done AS (
+    ` + riverjob.CompleteRunningUpdate("$3", "$4", "$2") + `
+), fin AS (
+    UPDATE /*schema*/tributary_workflow_task t` + finishSetSQL + `
+      AND (u.new_state <> 'completed' OR u.job_id IN (SELECT id FROM done))
+    RETURNING t.workflow_id, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id
+), ` + tellDependentsSQL + `, prom AS (
+    ` + riverjob.PromoteUpdate("ARRAY(SELECT job_id FROM dec WHERE state = 'active')") + `
 )
-SELECT true, workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM fin
+SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM fin
 UNION ALL
-SELECT false, workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec`
+SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec
+UNION ALL
+SELECT 'j', '', '', '', 0, NULL::jsonb, '{}'::text[], id FROM done
+UNION ALL
+SELECT 'p', '', queue, '', 0, NULL::jsonb, '{}'::text[], id FROM prom`
 
 // resolve tells dependents that tasks finished, until nothing more
 // changes: a dependent whose last dependency finished becomes active (or
@@ -349,6 +437,7 @@ type decided struct {
 	runIf       *Condition
 	dependents  []string
 	jobID       int64
+	released    bool // its job was released with its decision (completeReleaseSQL)
 }
 
 // decide runs the dependency update and returns the tasks it finished
@@ -385,7 +474,7 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 	}
 	var conds []cond
 	for _, d := range ds {
-		if r, ok := a.changed(d.wf, d.state, d.dependents, d.jobID); ok {
+		if r, ok := a.changed(d.wf, d.state, d.dependents, d.jobID, d.released); ok {
 			next = append(next, r)
 		}
 		if d.state == TaskPending && d.pendingDeps == 0 && d.runIf != nil {
@@ -441,7 +530,7 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 			rows.Close()
 			return nil, err
 		}
-		if r, ok := a.changed(wf, state, dependents, jobID); ok {
+		if r, ok := a.changed(wf, state, dependents, jobID, false); ok {
 			next = append(next, r)
 		}
 	}
@@ -452,12 +541,15 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 }
 
 // changed accounts for a pending task that left pending (or not) and
-// returns its resolution when it finished.
-func (a *advance) changed(wf string, state TaskState, dependents []string, jobID int64) (resolution, bool) {
+// returns its resolution when it finished. released: its job was
+// released already, if it became active (completeReleaseSQL).
+func (a *advance) changed(wf string, state TaskState, dependents []string, jobID int64, released bool) (resolution, bool) {
 	switch state {
 	case TaskActive:
 		a.delta(wf).move(TaskPending, TaskActive)
-		a.promote = append(a.promote, jobID)
+		if !released {
+			a.promote = append(a.promote, jobID)
+		}
 	case TaskCancelled, TaskSkipped:
 		a.delta(wf).move(TaskPending, state)
 		a.cancel = append(a.cancel, jobID)
@@ -524,6 +616,11 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 	queues, err := riverjob.Promote(ctx, a.tx, a.schema, a.promote)
 	if err != nil {
 		return nil, err
+	}
+	if len(a.queues) > 0 {
+		queues = append(queues, a.queues...)
+		slices.Sort(queues)
+		queues = slices.Compact(queues)
 	}
 	if _, err := riverjob.CancelUnstarted(ctx, a.tx, a.schema, a.cancel, a.now); err != nil {
 		return nil, err

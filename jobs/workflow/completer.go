@@ -128,7 +128,7 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 	var recorded []outcome
 	var finished map[string]Status
 	stale := 0
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, c.pool, completionTx, func(tx pgx.Tx) error {
 		now := time.Now().UTC()
 		ids := make([]string, len(batch))
 		for i, req := range batch {
@@ -142,9 +142,11 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		// its outcome is dropped.
 		var completions []riverjob.Attempt
 		var finals []riverjob.Final
+		expanding := false
 		byJob := make(map[int64]*request, len(batch))
 		for _, req := range batch {
 			byJob[req.job.ID] = req
+			expanding = expanding || len(req.expand) > 0
 			if req.jobState == rivertype.JobStateCompleted {
 				completions = append(completions, riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt})
 				continue
@@ -153,31 +155,52 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
 				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
 		}
-		completed, err := cp.completeJobs(ctx, tx, completions, now)
-		if err != nil {
-			return err
-		}
 		finalized, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
 		if err != nil {
 			return err
 		}
-		live := make([]outcome, 0, len(batch))
-		for _, id := range append(completed, finalized...) {
-			req := byJob[id]
-			live = append(live, req.outcome)
-			if len(req.expand) > 0 {
-				// Before finish: it reads the task's dependents, the
-				// expanded tasks among them.
-				rc, _ := river.ClientFromContextSafely[pgx.Tx](req.jobCtx)
-				if err := insertExpanded(ctx, tx, &c.sql, rc, req.outcome.WorkflowID, req.outcome.Task, req.expand, now); err != nil {
-					return err
+		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		if !expanding && len(completions) > 0 {
+			// The common case: the successes' jobs are completed in the
+			// statement that records the outcomes and releases the
+			// dependents (completeReleaseSQL).
+			outs := make([]outcome, 0, len(batch))
+			for _, req := range batch {
+				if req.jobState == rivertype.JobStateCompleted {
+					outs = append(outs, req.outcome)
 				}
 			}
-		}
-		stale = len(batch) - len(live)
-		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
-		if recorded, err = a.finish(ctx, live); err != nil {
-			return err
+			for _, id := range finalized {
+				outs = append(outs, byJob[id].outcome)
+			}
+			completed, done, err := a.completeFinish(ctx, completions, outs)
+			if err != nil {
+				return err
+			}
+			recorded = done
+			stale = len(batch) - len(completed) - len(finalized)
+		} else {
+			completed, err := cp.completeJobs(ctx, tx, completions, now)
+			if err != nil {
+				return err
+			}
+			live := make([]outcome, 0, len(batch))
+			for _, id := range append(completed, finalized...) {
+				req := byJob[id]
+				live = append(live, req.outcome)
+				if len(req.expand) > 0 {
+					// Before finish: it reads the task's dependents, the
+					// expanded tasks among them.
+					rc, _ := river.ClientFromContextSafely[pgx.Tx](req.jobCtx)
+					if err := insertExpanded(ctx, tx, &c.sql, rc, req.outcome.WorkflowID, req.outcome.Task, req.expand, now); err != nil {
+						return err
+					}
+				}
+			}
+			stale = len(batch) - len(live)
+			if recorded, err = a.finish(ctx, live); err != nil {
+				return err
+			}
 		}
 		if queues, err = a.flush(ctx); err != nil {
 			return err
@@ -208,6 +231,20 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		c.logger.WarnContext(ctx, "error waking River for released tasks", "error", err)
 	}
 	return nil
+}
+
+// completionTx begins a completion transaction with the planner's
+// sequential scans, hash joins and merge joins off (SET LOCAL, in the
+// BEGIN's round trip). Every statement of the transaction reaches its rows
+// through a primary key, and completeReleaseSQL runs with a generic plan
+// (generic): without these settings, the generic plan Postgres built while
+// the tables were small or empty read them whole (a sequential scan of
+// river_job, a hash join over an index scan of every task) and would be
+// kept per connection after they grew. With them, the generic plan is
+// primary-key probes whatever the tables' sizes, as the custom plans are
+// for every statement of the path.
+var completionTx = pgx.TxOptions{
+	BeginQuery: "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
 }
 
 // completeJobs completes the jobs of successful tasks in one statement

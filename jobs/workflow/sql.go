@@ -5,12 +5,12 @@ import "github.com/tributary-run/tributary/queue"
 // statements are the package's SQL constants qualified for one schema; each
 // constant sits beside the code that runs it.
 type statements struct {
-	insertWorkflow, selectByKey, insertTasks                                         string
-	lockWorkflows, finishTasks, finishRelease, decrementDeps, taskStates, setDecided string
-	applyCounts                                                                      string
-	depOutputs, taskOutput                                                           string
-	selectWorkflow, selectTasks, listWorkflows, recount, cancelTasks                 string
-	retryTasks, undecidedTasks                                                       string
+	insertWorkflow, selectByKey, insertTasks                                  string
+	lockWorkflows, finishTasks, finishRelease, completeRelease, decrementDeps string
+	taskStates, setDecided, applyCounts                                       string
+	depOutputs, taskOutput                                                    string
+	selectWorkflow, selectTasks, listWorkflows, recount, cancelTasks          string
+	retryTasks, undecidedTasks                                                string
 
 	selectSteps, selectStep, insertStep, finishStep, selectStepRecord    string
 	workflowStatus, lockSignal, insertSignal, waitingJobs, consumeSignal string
@@ -25,7 +25,7 @@ func qualify(schema string) statements {
 	q := func(s string) string { return queue.Qualify(schema, s) }
 	return statements{
 		insertWorkflow: q(insertWorkflowSQL), selectByKey: q(selectByKeySQL), insertTasks: q(insertTasksSQL),
-		lockWorkflows: q(lockWorkflowsSQL), finishTasks: q(finishTasksSQL), finishRelease: q(finishReleaseSQL), decrementDeps: q(decrementDepsSQL),
+		lockWorkflows: q(lockWorkflowsSQL), finishTasks: q(finishTasksSQL), finishRelease: q(finishReleaseSQL), completeRelease: q(completeReleaseSQL), decrementDeps: q(decrementDepsSQL),
 		taskStates: q(taskStatesSQL), setDecided: q(setDecidedSQL), applyCounts: q(applyCountsSQL),
 		depOutputs: q(depOutputsSQL), taskOutput: q(taskOutputSQL),
 		selectWorkflow: q(selectWorkflowSQL), selectTasks: q(selectTasksSQL), listWorkflows: q(listWorkflowsSQL),
