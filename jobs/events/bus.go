@@ -199,13 +199,15 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // instead. params are the jobs without a lane; it returns the queues of
 // every job inserted or promoted, and ok false after the roll back.
 func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) (queues []string, ok bool, err error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
+	// One round trip: custom plans for the rest of the transaction (the
+	// read goes out prepared, as a batch does), the savepoint, the read.
+	seen := make(map[laneKey]laneRange, len(r.laneCounts))
+	batch := &pgx.Batch{}
+	batch.Queue(forceCustomPlanSQL)
+	batch.Queue(`SAVEPOINT ` + busSavepoint)
+	b.lanes.queuePeek(batch, r.laneCounts, seen)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("error starting the dispatch insert: %w", err)
-	}
-	seen, err := b.lanes.peek(ctx, sp, r.laneCounts)
-	if err != nil {
-		return nil, false, err
 	}
 	guess := make(map[laneKey]laneRange, len(seen))
 	for k, lr := range seen {
@@ -219,10 +221,10 @@ func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, param
 		return nil, false, err
 	}
 	all := slices.Concat(params, more)
-	if err := b.insert(ctx, sp, all, evs); err != nil {
+	if err := b.insert(ctx, tx, all, evs); err != nil {
 		return nil, false, err
 	}
-	reserved, err := b.lanes.reserve(ctx, sp, r.laneCounts)
+	reserved, err := b.lanes.reserve(ctx, tx, r.laneCounts)
 	if err != nil {
 		return nil, false, err
 	}
@@ -231,7 +233,7 @@ func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, param
 		was := seen[k]
 		idle := was.head == was.next
 		if lr.next != was.next || (idle && lr.head != lr.next) {
-			if err := sp.Rollback(ctx); err != nil {
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+busSavepoint); err != nil {
 				return nil, false, fmt.Errorf("error rolling back the dispatch insert: %w", err)
 			}
 			return nil, false, nil
@@ -240,15 +242,18 @@ func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, param
 			heads = append(heads, riverjob.LaneSeq{Consumer: k.consumer, AggregateID: k.aggregate, Seq: lr.next})
 		}
 	}
-	promoted, err := riverjob.PromoteNext(ctx, sp, b.client.Schema(), heads, time.Now().UTC())
+	// The savepoint stays: the transaction's commit commits it, and a
+	// release would cost a round trip.
+	promoted, err := riverjob.PromoteNext(ctx, tx, b.client.Schema(), heads, time.Now().UTC())
 	if err != nil {
 		return nil, false, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, false, fmt.Errorf("error releasing the dispatch insert's savepoint: %w", err)
-	}
 	return append(queuesOf(all), promoted...), true, nil
 }
+
+// busSavepoint is insertReserveLate's savepoint, rolled back to when a lane
+// moved before its reservation.
+const busSavepoint = "tributary_bus_insert"
 
 // queuesOf is the queues of params, with repeats.
 func queuesOf(params []river.InsertManyParams) []string {
@@ -259,12 +264,23 @@ func queuesOf(params []river.InsertManyParams) []string {
 	return queues
 }
 
+// busCopyFrom is the number of dispatch jobs from which the bus inserts by
+// COPY (River's InsertManyFastTx, two round trips, the cheapest per row)
+// rather than one INSERT statement (InsertManyTx, one round trip): a quiet
+// forwarder's batches hold a few events, where the round trip is the cost.
+const busCopyFrom = 64
+
 // insert inserts the dispatch jobs params and the lane events evs.
 func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent) error {
-	if len(params) > 0 {
-		if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
-			return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
-		}
+	var err error
+	switch {
+	case len(params) >= busCopyFrom:
+		_, err = b.inserter.InsertManyFastTx(ctx, tx, params)
+	case len(params) > 0:
+		_, err = b.inserter.InsertManyTx(ctx, tx, params)
+	}
+	if err != nil {
+		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
 	}
 	return b.lanes.insertEvents(ctx, tx, evs)
 }

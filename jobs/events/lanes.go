@@ -132,33 +132,29 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	return out, nil
 }
 
-// peek reads each lane without a lock, for insertReserveLate: the range its
-// next reservation would get (next is last_seq + 1; head is head_seq), a lane
-// not created yet as the reservation would create it (next and head 1).
-func (l *lanes) peek(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64) (map[laneKey]laneRange, error) {
+// queuePeek queues on b the read of each lane without a lock, for
+// insertReserveLate, and fills out with the range its next reservation
+// would get (next is last_seq + 1; head is head_seq) when b's results are
+// read; a lane not created yet as the reservation would create it (next and
+// head 1).
+func (l *lanes) queuePeek(b *pgx.Batch, counts map[laneKey]int64, out map[laneKey]laneRange) {
 	cs, as := make([]string, 0, len(counts)), make([]string, 0, len(counts))
-	out := make(map[laneKey]laneRange, len(counts))
 	for k := range counts {
 		cs, as = append(cs, k.consumer), append(as, k.aggregate)
 		out[k] = laneRange{next: 1, head: 1}
 	}
-	rows, err := tx.Query(ctx, l.lastSQL, customPlan, cs, as)
-	if err != nil {
-		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	b.Queue(l.lastSQL, cs, as).Query(func(rows pgx.Rows) error {
 		var k laneKey
 		var head, last int64
-		if err := rows.Scan(&k.consumer, &k.aggregate, &head, &last); err != nil {
-			return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
+		_, err := pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head, &last}, func() error {
+			out[k] = laneRange{next: last + 1, head: head}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
 		}
-		out[k] = laneRange{next: last + 1, head: head}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // cmpLane orders lanes as every lane transaction locks them.
