@@ -215,7 +215,12 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 	emitted := time.Since(start)
 	forwarded := make(chan time.Duration, 1)
 	go func() {
-		q := queue.Qualify(rt.Schema(), `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_outbox WHERE status <> 'SENT')`)
+		// Rows not yet forwarded, through the PENDING and CLAIMED partial
+		// indexes: a "status <> 'SENT'" scanned the whole outbox every 20
+		// ms, about 30 ms of a Postgres core each time at 100,000 rows,
+		// taken from the run it measured.
+		q := queue.Qualify(rt.Schema(), `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_outbox WHERE status = 'PENDING')
+    OR EXISTS (SELECT 1 FROM /*schema*/tributary_outbox WHERE status = 'CLAIMED')`)
 		for {
 			var left bool
 			if err := emitPool.QueryRow(ctx, q).Scan(&left); err != nil || !left {

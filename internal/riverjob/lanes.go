@@ -63,17 +63,13 @@ func PromoteNext(ctx context.Context, tx pgx.Tx, schema string, places []LaneSeq
 		return nil, nil
 	}
 	consumers, aggs, seqs := LaneArrays(places)
+	rows, err := tx.Query(ctx, q(schema, promoteNextSQL), customPlan, consumers, aggs, seqs, now)
 	var queues []string
-	for _, sql := range []string{promoteNextSQL, materializeNextSQL} {
-		rows, err := tx.Query(ctx, q(schema, sql), customPlan, consumers, aggs, seqs, now)
-		var got []string
-		if err == nil {
-			got, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if err != nil {
-			return nil, fmt.Errorf("error promoting the next dispatches: %w", err)
-		}
-		queues = append(queues, got...)
+	if err == nil {
+		queues, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return nil, fmt.Errorf("error promoting the next dispatches: %w", err)
 	}
 	return queues, nil
 }
@@ -91,16 +87,14 @@ func QueuePromoteAtHead(b *pgx.Batch, schema string, places []LaneSeq, now time.
 		return
 	}
 	consumers, aggs, seqs := LaneArrays(places)
-	for _, sql := range []string{promoteAtHeadSQL, materializeAtHeadSQL} {
-		b.Queue(q(schema, sql), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
-			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return fmt.Errorf("error promoting the next dispatches: %w", err)
-			}
-			*queues = append(*queues, got...)
-			return nil
-		})
-	}
+	b.Queue(q(schema, promoteAtHeadSQL), consumers, aggs, seqs, now).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("error promoting the next dispatches: %w", err)
+		}
+		*queues = append(*queues, got...)
+		return nil
+	})
 }
 
 // PromoteHead makes dispatch id, its lane's head, available if it is still
@@ -259,16 +253,34 @@ const laneTurnJSON = `'{"` + LaneTurnKey + `": true}'`
 const dispatchAt = `p.kind = '` + DispatchKind + `'
       AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a AND ((p.args ->> 'seq')::bigint) = u.s`
 
-// promoteNextSQL looks up each place's pending dispatch in a LATERAL
+// promoteNextSQL is one statement of two parts, which touch different
+// rows: the "promoted" part makes each place's pending dispatch available
+// (promoteSet, promoteLookup), the "materialized" part moves each place's
+// unclaimed lane event into river_job (materializeSet ... materializeAvailable).
+// A place holds one or the other. One statement, not two, saves a round trip
+// (a pipelined batch, a parse and plan) per promotion; its one snapshot,
+// taken after the caller's lane lock, is what each of the two had.
+//
+// The promotion looks up each place's pending dispatch in a LATERAL
 // subquery (LIMIT 1 keeps the planner from flattening it), which always
 // probes tributary_dispatch_lane_idx with the place's key. As a plain join,
 // the plan Postgres picked while river_job had no statistics yet walked the
 // whole partial index for each batch (docs/ARCHITECTURE.md, "Plans").
-const promoteNextSQL = promoteSet + promotePlaces + promoteLookup
+const promoteNextSQL = `
+WITH promoted AS (` + promoteSet + promotePlaces + promoteLookup + `
+),` + materializeSet + materializeAt + `,
+materialized AS (` + materializeAvailable + `
+)
+SELECT queue FROM promoted UNION ALL SELECT queue FROM materialized`
 
 // promoteAtHeadSQL is promoteNextSQL for the places whose lane's head is at
 // them (QueuePromoteAtHead).
-const promoteAtHeadSQL = promoteSet + promotePlaces + atLaneHead + promoteLookup
+const promoteAtHeadSQL = `
+WITH promoted AS (` + promoteSet + promotePlaces + atLaneHead + promoteLookup + `
+),` + materializeSet + atLaneHead + materializeAt + `,
+materialized AS (` + materializeAvailable + `
+)
+SELECT queue FROM promoted UNION ALL SELECT queue FROM materialized`
 
 const (
 	promoteSet = `
@@ -464,11 +476,11 @@ WHERE id = $1 AND state = 'running' AND attempt = $2`
 // statements below move a lane event into river_job.
 const LaneEventTable = "tributary_event_lane_event"
 
-// materializeSet is the start of a statement that moves the lane events at
-// the places u(c, a, s) into river_job: the DELETE returns them, the INSERT
-// after it makes each a dispatch job.
+// materializeSet is the start of the part of promoteNextSQL that moves the
+// lane events at the places u(c, a, s) into river_job: the DELETE (CTE ev)
+// returns them, the INSERT after it makes each a dispatch job.
 const materializeSet = `
-WITH ev AS (
+ev AS (
     DELETE FROM /*schema*/` + LaneEventTable + ` e
     USING unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)`
 
@@ -484,10 +496,3 @@ INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, sched
 SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ev.args, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
 FROM ev
 RETURNING queue`
-
-// materializeNextSQL is promoteNextSQL for the places that hold a lane
-// event; materializeAtHeadSQL promoteAtHeadSQL's.
-const (
-	materializeNextSQL   = materializeSet + materializeAt + materializeAvailable
-	materializeAtHeadSQL = materializeSet + atLaneHead + materializeAt + materializeAvailable
-)

@@ -57,7 +57,5 @@ func Statements() map[string]string {
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
-		"materializeNextSQL":           materializeNextSQL,
-		"materializeAtHeadSQL":         materializeAtHeadSQL,
 	}
 }

@@ -161,7 +161,8 @@ func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params
 // insertReserveFirst reserves the lanes' sequence numbers, then inserts the
 // dispatch jobs, holding the lanes' row locks through the insert (and the
 // commit). It returns the queues of params and of r's deliveries' jobs
-// (lane or not).
+// (lane or not). An idle lane's head goes in as its available job, lane
+// events or not (laneParams).
 func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]string, error) {
 	var reserved map[laneKey]laneRange
 	if len(r.laneCounts) > 0 {
@@ -178,79 +179,81 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 	if err := b.insert(ctx, tx, all, evs); err != nil {
 		return nil, err
 	}
-	// The lane events at an idle lane's head go in as their dispatch jobs.
-	var heads []riverjob.LaneSeq
-	for _, ev := range evs {
-		if lr := reserved[laneKey{ev.Consumer, ev.AggregateID}]; ev.Seq == lr.head {
-			heads = append(heads, ev.LaneSeq)
-		}
-	}
-	queues, err := riverjob.PromoteNext(ctx, tx, b.client.Schema(), heads, time.Now().UTC())
-	if err != nil {
-		return nil, err
-	}
-	return append(queuesOf(all), queues...), nil
+	return queuesOf(all), nil
 }
 
 // insertReserveLate inserts the dispatch jobs first and reserves the lanes'
 // sequence numbers last, so that the lanes' row locks (which a chain's or a
 // group commit's advance waits for) are held only from the reservation to
-// the commit. The sequence numbers come from the lanes' last_seq read
-// without a lock: the aggregate's advisory lock keeps forwarders apart, so
-// the reservation normally finds them unchanged. Every lane job goes in as
-// pending; under the lock, those whose lane's head is at their sequence
-// number (the lane was idle) are promoted as the head. When a lane moved
-// between the read and the reservation (another publisher, the idle lanes'
-// clean-up), everything is rolled back to a savepoint: the
-// caller reserves first instead. params are the jobs without a lane; it
-// returns the queues of every job inserted or promoted, and ok false after
-// the roll back.
+// the commit. The sequence numbers and the lanes' heads come from the lanes
+// read without a lock (peek): the aggregate's advisory lock keeps
+// forwarders apart, so the reservation normally finds last_seq unchanged.
+// A lane that was idle (its head at the next number) stays so until a
+// reservation moves last_seq, so its first delivery goes in as the head's
+// available job, as under the lock. A busy lane's jobs go in as pending (or
+// lane events); under the lock, those whose lane's head moved to their
+// sequence number meanwhile (the lane's chain caught up) are promoted.
+// When a lane's last_seq moved between the read and the reservation
+// (another publisher, the idle lanes' clean-up), or an idle lane's head
+// did, everything is rolled back to a savepoint: the caller reserves first
+// instead. params are the jobs without a lane; it returns the queues of
+// every job inserted or promoted, and ok false after the roll back.
 func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) (queues []string, ok bool, err error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
+	// One round trip: custom plans for the rest of the transaction (the
+	// read goes out prepared, as a batch does), the savepoint, the read.
+	seen := make(map[laneKey]laneRange, len(r.laneCounts))
+	batch := &pgx.Batch{}
+	batch.Queue(forceCustomPlanSQL)
+	batch.Queue(`SAVEPOINT ` + busSavepoint)
+	b.lanes.queuePeek(batch, r.laneCounts, seen)
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, false, fmt.Errorf("error starting the dispatch insert: %w", err)
 	}
-	last, err := b.lanes.lastSeqs(ctx, sp, r.laneCounts)
-	if err != nil {
-		return nil, false, err
-	}
-	guess := make(map[laneKey]laneRange, len(last))
-	for k, n := range last {
-		guess[k] = laneRange{next: n + 1} // head 0: every lane job pending
+	guess := make(map[laneKey]laneRange, len(seen))
+	for k, lr := range seen {
+		if lr.head != lr.next {
+			lr.head = 0 // busy: every lane job pending
+		}
+		guess[k] = lr
 	}
 	more, evs, err := r.laneParams(guess)
 	if err != nil {
 		return nil, false, err
 	}
 	all := slices.Concat(params, more)
-	if err := b.insert(ctx, sp, all, evs); err != nil {
+	if err := b.insert(ctx, tx, all, evs); err != nil {
 		return nil, false, err
 	}
-	reserved, err := b.lanes.reserve(ctx, sp, r.laneCounts)
+	reserved, err := b.lanes.reserve(ctx, tx, r.laneCounts)
 	if err != nil {
 		return nil, false, err
 	}
 	var heads []riverjob.LaneSeq
 	for k, lr := range reserved {
-		if lr.next != last[k]+1 {
-			if err := sp.Rollback(ctx); err != nil {
+		was := seen[k]
+		idle := was.head == was.next
+		if lr.next != was.next || (idle && lr.head != lr.next) {
+			if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT `+busSavepoint); err != nil {
 				return nil, false, fmt.Errorf("error rolling back the dispatch insert: %w", err)
 			}
 			return nil, false, nil
 		}
-		if lr.head == lr.next {
+		if !idle && lr.head == lr.next {
 			heads = append(heads, riverjob.LaneSeq{Consumer: k.consumer, AggregateID: k.aggregate, Seq: lr.next})
 		}
 	}
-	promoted, err := riverjob.PromoteNext(ctx, sp, b.client.Schema(), heads, time.Now().UTC())
+	// The savepoint stays: the transaction's commit commits it, and a
+	// release would cost a round trip.
+	promoted, err := riverjob.PromoteNext(ctx, tx, b.client.Schema(), heads, time.Now().UTC())
 	if err != nil {
 		return nil, false, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, false, fmt.Errorf("error releasing the dispatch insert's savepoint: %w", err)
-	}
 	return append(queuesOf(all), promoted...), true, nil
 }
+
+// busSavepoint is insertReserveLate's savepoint, rolled back to when a lane
+// moved before its reservation.
+const busSavepoint = "tributary_bus_insert"
 
 // queuesOf is the queues of params, with repeats.
 func queuesOf(params []river.InsertManyParams) []string {
@@ -261,12 +264,23 @@ func queuesOf(params []river.InsertManyParams) []string {
 	return queues
 }
 
+// busCopyFrom is the number of dispatch jobs from which the bus inserts by
+// COPY (River's InsertManyFastTx, two round trips, the cheapest per row)
+// rather than one INSERT statement (InsertManyTx, one round trip): a quiet
+// forwarder's batches hold a few events, where the round trip is the cost.
+const busCopyFrom = 64
+
 // insert inserts the dispatch jobs params and the lane events evs.
 func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent) error {
-	if len(params) > 0 {
-		if _, err := b.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
-			return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
-		}
+	var err error
+	switch {
+	case len(params) >= busCopyFrom:
+		_, err = b.inserter.InsertManyFastTx(ctx, tx, params)
+	case len(params) > 0:
+		_, err = b.inserter.InsertManyTx(ctx, tx, params)
+	}
+	if err != nil {
+		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
 	}
 	return b.lanes.insertEvents(ctx, tx, evs)
 }
@@ -352,7 +366,8 @@ func (r routing) batchParams() []river.InsertManyParams {
 // laneParams are the deliveries' jobs: an aggregate's get their lane's
 // reserved sequence numbers in emit order, and all but the lane's head wait
 // as pending. A consumer with lane events gets lane events instead of its
-// lanes' jobs, the head's included (the caller promotes it).
+// lanes' pending jobs; a lane's head (reserved[k].head at its number) goes
+// in as its available job, marked as the lane's turn, for both.
 func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, []laneEvent, error) {
 	params := make([]river.InsertManyParams, 0, len(r.deliveries))
 	var evs []laneEvent
@@ -371,7 +386,7 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 			}
 			lr.next++
 			reserved[d.lane] = lr
-			if d.c.laneEvents {
+			if d.c.laneEvents && opts.Pending {
 				ev, err := newLaneEvent(args, d.c.queue, d.c.maxAttempts)
 				if err != nil {
 					return nil, nil, err

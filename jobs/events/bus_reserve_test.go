@@ -27,34 +27,7 @@ func TestPublishAfterLaneMoved(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), jobSeq(t, db, "moved", first))
 
-	other, err := db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = other.Rollback(ctx) }()
-	var otherPID int
-	require.NoError(t, other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID))
-	_, err = other.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`))
-	require.NoError(t, err)
-
-	second, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: "z"})
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() { _, err := f.ForwardOnce(ctx); done <- err }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var waiting int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&waiting))
-		if waiting > 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "the forwarder never waited for the lane")
-		select {
-		case err := <-done:
-			t.Fatalf("the forward ended before the lane was released: %v", err)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	require.NoError(t, other.Commit(ctx))
-	require.NoError(t, <-done)
+	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`)
 
 	require.Equal(t, int64(4), jobSeq(t, db, "moved", second), "the numbers the other transaction reserved are not reused")
 	_, state, _ := dispatchJob(t, db, "moved", second)
@@ -75,4 +48,92 @@ func jobSeq(t *testing.T, db *pgtest.DB, consumer, eventID string) int64 {
         WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2`),
 		consumer, eventID).Scan(&seq))
 	return seq
+}
+
+// forwardWhileLaneHeld runs update on aggregate agg's lane in a transaction
+// of its own, emits an event of agg and forwards it, and commits the update
+// once the forward waits for the lane's row; it returns the event's id.
+func forwardWhileLaneHeld(t *testing.T, db *pgtest.DB, f *events.Forwarder, em *events.Emitter, agg, update string) string {
+	t.Helper()
+	ctx := context.Background()
+	other, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(ctx) }()
+	var otherPID int
+	require.NoError(t, other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID))
+	_, err = other.Exec(ctx, db.Q(update))
+	require.NoError(t, err)
+
+	id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "2"}, events.Meta{AggregateID: agg})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { _, err := f.ForwardOnce(ctx); done <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&waiting))
+		if waiting > 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the forwarder never waited for the lane")
+		select {
+		case err := <-done:
+			t.Fatalf("the forward ended before the lane was released: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.NoError(t, other.Commit(ctx))
+	require.NoError(t, <-done)
+	return id
+}
+
+// TestPublishIdleLaneMoved: a lane read idle (its head past its last
+// event), whose next event the bus therefore inserts as the available head,
+// but whose last_seq another transaction moved before the reservation: the
+// insert is rolled back and redone under the lock, as a pending job behind
+// the numbers the other transaction reserved.
+func TestPublishIdleLaneMoved(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, f, em := startBusForwarder(t, db, "idle")
+	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
+	require.NoError(t, err)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	// The head's completion, without the job's: the lane is idle.
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = 2 WHERE aggregate_id = 'z'`))
+	require.NoError(t, err)
+
+	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`)
+	require.Equal(t, int64(4), jobSeq(t, db, "idle", second))
+	_, state, _ := dispatchJob(t, db, "idle", second)
+	require.Equal(t, "pending", state, "not the head: the lane's head is at 2")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n))
+	require.Equal(t, 2, n, "the rolled-back head left no job")
+	require.Equal(t, int64(1), jobSeq(t, db, "idle", first))
+}
+
+// TestPublishLaneCaughtUp: a lane read busy (its head at an unfinished
+// event), whose head moved to the next number before the reservation (the
+// head completed): the bus's pending job at that number is promoted under
+// the lane's lock.
+func TestPublishLaneCaughtUp(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, f, em := startBusForwarder(t, db, "caught")
+	_, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
+	require.NoError(t, err)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+
+	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET head_seq = 2 WHERE aggregate_id = 'z'`)
+	require.Equal(t, int64(2), jobSeq(t, db, "caught", second))
+	id, state, _ := dispatchJob(t, db, "caught", second)
+	require.Equal(t, "available", state, "the head's job")
+	var turn bool
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT metadata ? 'tributary_lane_turn' FROM /*schema*/river_job WHERE id = $1`), id).Scan(&turn))
+	require.True(t, turn, "marked as its lane's turn")
 }

@@ -113,7 +113,10 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	for len(claimed) > 0 {
 		for i, cj := range claimed {
 			rest := claimed[i:]
-			if d.chainStops(ctx, c, ch) {
+			// Only the shutdown stops a chain before an event it claimed:
+			// its split and wall time stopped it claiming (below), so a
+			// chain runs at most one step past them.
+			if ctx.Err() != nil {
 				d.endChain(ctx, c, job.Args, req.processID, nil, rest)
 				return nil
 			}
@@ -135,7 +138,11 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 			} else {
 				step.attempts = []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}}
 			}
-			if last && ctx.Err() == nil {
+			// A chain that stops after this step (the shutdown, its split or
+			// wall time) lets the step promote the lane's next dispatch
+			// rather than claim it: no transaction of its own to give the
+			// claim back.
+			if last && !d.chainStops(ctx, c, ch) {
 				step.claim = min(chainAhead, chainClaim(c, ch.handlers, handled))
 			}
 			if err := d.completer.submit(step); err != nil {
@@ -184,9 +191,10 @@ type chain struct {
 	handlers time.Duration
 }
 
-// chainStops reports whether a chain stops before its next event: the
-// process is stopping, its handlers ran for DispatchBatchSplitAfter, or it
-// ran chainWallFactor times that.
+// chainStops reports whether a chain claims no next event (its step then
+// promotes the lane's next dispatch, and the chain ends there): the process
+// is stopping, its handlers ran for DispatchBatchSplitAfter, or it ran
+// chainWallFactor times that.
 func (d *Dispatcher) chainStops(ctx context.Context, c *Consumer, ch *chain) bool {
 	split := c.cfg.DispatchBatchSplitAfter
 	return ctx.Err() != nil || (split > 0 && (ch.handlers >= split || time.Since(ch.start) >= chainWallFactor*split))

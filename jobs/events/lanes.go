@@ -132,32 +132,29 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	return out, nil
 }
 
-// lastSeqs reads each lane's last sequence number without a lock (0 for a
-// lane not created yet), for insertReserveLate.
-func (l *lanes) lastSeqs(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64) (map[laneKey]int64, error) {
+// queuePeek queues on b the read of each lane without a lock, for
+// insertReserveLate, and fills out with the range its next reservation
+// would get (next is last_seq + 1; head is head_seq) when b's results are
+// read; a lane not created yet as the reservation would create it (next and
+// head 1).
+func (l *lanes) queuePeek(b *pgx.Batch, counts map[laneKey]int64, out map[laneKey]laneRange) {
 	cs, as := make([]string, 0, len(counts)), make([]string, 0, len(counts))
-	out := make(map[laneKey]int64, len(counts))
 	for k := range counts {
 		cs, as = append(cs, k.consumer), append(as, k.aggregate)
-		out[k] = 0
+		out[k] = laneRange{next: 1, head: 1}
 	}
-	rows, err := tx.Query(ctx, l.lastSQL, customPlan, cs, as)
-	if err != nil {
-		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	b.Queue(l.lastSQL, cs, as).Query(func(rows pgx.Rows) error {
 		var k laneKey
-		var last int64
-		if err := rows.Scan(&k.consumer, &k.aggregate, &last); err != nil {
-			return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
+		var head, last int64
+		_, err := pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head, &last}, func() error {
+			out[k] = laneRange{next: last + 1, head: head}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
 		}
-		out[k] = last
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error reading lanes' last sequence numbers: %w", err)
-	}
-	return out, nil
+		return nil
+	})
 }
 
 // cmpLane orders lanes as every lane transaction locks them.
@@ -456,9 +453,9 @@ ON CONFLICT (consumer, aggregate_id) DO UPDATE
 SET last_seq = l.last_seq + excluded.last_seq, updated_at = excluded.updated_at
 RETURNING consumer, aggregate_id, head_seq, last_seq`
 
-// laneLastSQL reads the lanes' last sequence numbers.
+// laneLastSQL reads the lanes' heads and last sequence numbers.
 const laneLastSQL = `
-SELECT l.consumer, l.aggregate_id, l.last_seq FROM /*schema*/tributary_event_lane l
+SELECT l.consumer, l.aggregate_id, l.head_seq, l.last_seq FROM /*schema*/tributary_event_lane l
 JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a`
 
 // laneAdvanceSQL moves the head on and forgets a block: whatever held the
