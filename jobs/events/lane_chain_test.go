@@ -211,10 +211,14 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	})
 	state, _ := b.jobStateAttempt(t, ids[0])
 	require.Equal(t, "completed", state, "the head's job is recorded")
-	for _, id := range ids[1:3] {
-		state, _ := b.jobStateAttempt(t, id)
-		require.Empty(t, state, "a handled lane event is recorded: gone")
-	}
+	// The gate's handler waits for the test, so it may run past the
+	// consumer's DispatchBatchSplitAfter (50 ms); then the gate starts no
+	// chain, its completion promotes the next event to a job of its own, and
+	// that job starts the chain. Either way the event is recorded.
+	state, _ = b.jobStateAttempt(t, ids[1])
+	require.Contains(t, []string{"", "completed"}, state, "the event after the gate is recorded: gone, or its own job completed")
+	state, _ = b.jobStateAttempt(t, ids[2])
+	require.Empty(t, state, "a handled lane event is recorded: gone")
 	state, attempt := b.jobStateAttempt(t, ids[3])
 	require.Contains(t, []string{"pending", "available"}, state, "the interrupted event waits to run again, as a dispatch job")
 	require.Zero(t, attempt, "the interruption spent no attempt")
