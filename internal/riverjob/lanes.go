@@ -266,21 +266,22 @@ const dispatchAt = `p.kind = '` + DispatchKind + `'
 // probes tributary_dispatch_lane_idx with the place's key. As a plain join,
 // the plan Postgres picked while river_job had no statistics yet walked the
 // whole partial index for each batch (docs/ARCHITECTURE.md, "Plans").
-const promoteNextSQL = `
-WITH promoted AS (` + promoteSet + promotePlaces + promoteLookup + `
-),` + materializeSet + materializeAt + `,
-materialized AS (` + materializeAvailable + `
-)
-SELECT queue FROM promoted UNION ALL SELECT queue FROM materialized`
+var promoteNextSQL = promoteNextAt("")
 
 // promoteAtHeadSQL is promoteNextSQL for the places whose lane's head is at
 // them (QueuePromoteAtHead).
-const promoteAtHeadSQL = `
-WITH promoted AS (` + promoteSet + promotePlaces + atLaneHead + promoteLookup + `
-),` + materializeSet + atLaneHead + materializeAt + `,
+var promoteAtHeadSQL = promoteNextAt(atLaneHead)
+
+// promoteNextAt is promoteNextSQL with filter (empty, or atLaneHead) added
+// to both parts' conditions on the places.
+func promoteNextAt(filter string) string {
+	return `
+WITH promoted AS (` + promoteSet + promotePlaces + filter + promoteLookup + `
+),` + materializeSet + filter + materializeAt + `,
 materialized AS (` + materializeAvailable + `
 )
 SELECT queue FROM promoted UNION ALL SELECT queue FROM materialized`
+}
 
 const (
 	promoteSet = `

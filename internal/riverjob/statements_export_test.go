@@ -41,7 +41,7 @@ func Statements() map[string]string {
 		"wakeSnoozedSQL":       wakeSnoozedSQL,
 		"wakeDueSQL":           wakeDueSQL,
 
-		"promoteNextSQL":               promoteNextSQL,
+		"(promoteNextSQL)":             promoteNextSQL,
 		"promoteHeadSQL":               promoteHeadSQL,
 		"returnToPendingSQL":           returnToPendingSQL,
 		"requeueGivenUpSQL":            requeueGivenUpSQL,
@@ -50,7 +50,7 @@ func Statements() map[string]string {
 		"cancelRequestedSQL":           cancelRequestedSQL,
 		"(completeRunningSQL)":         completeRunningSQL,
 		"claimAtHeadSQL":               claimAtHeadSQL,
-		"promoteAtHeadSQL":             promoteAtHeadSQL,
+		"(promoteAtHeadSQL)":           promoteAtHeadSQL,
 		"giveBackSQL":                  giveBackSQL,
 		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,

@@ -20,11 +20,7 @@ func TestPublishAfterLaneMoved(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	_, f, em := startBusForwarder(t, db, "moved")
-	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
-	require.NoError(t, err)
-	_, err = f.ForwardOnce(ctx)
-	require.NoError(t, err)
+	f, em, first := forwardFirst(t, db, "moved")
 	require.Equal(t, int64(1), jobSeq(t, db, "moved", first))
 
 	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`)
@@ -32,12 +28,32 @@ func TestPublishAfterLaneMoved(t *testing.T) {
 	require.Equal(t, int64(4), jobSeq(t, db, "moved", second), "the numbers the other transaction reserved are not reused")
 	_, state, _ := dispatchJob(t, db, "moved", second)
 	require.Equal(t, "pending", state)
-	var n int
-	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n))
-	require.Equal(t, 2, n, "the rolled-back insert left no job")
+	require.Equal(t, 2, dispatchJobCount(t, db), "the rolled-back insert left no job")
 	var last int64
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT last_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'z'`)).Scan(&last))
 	require.Equal(t, int64(4), last)
+}
+
+// forwardFirst starts a bus consumer named consumer and its forwarder,
+// emits the first event of aggregate "z" and forwards it; it returns the
+// forwarder, the emitter and the event's id.
+func forwardFirst(t *testing.T, db *pgtest.DB, consumer string) (*events.Forwarder, *events.Emitter, string) {
+	t.Helper()
+	ctx := context.Background()
+	_, f, em := startBusForwarder(t, db, consumer)
+	id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
+	require.NoError(t, err)
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	return f, em, id
+}
+
+// dispatchJobCount is the number of dispatch jobs in river_job.
+func dispatchJobCount(t *testing.T, db *pgtest.DB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n))
+	return n
 }
 
 func jobSeq(t *testing.T, db *pgtest.DB, consumer, eventID string) int64 {
@@ -96,22 +112,16 @@ func TestPublishIdleLaneMoved(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	_, f, em := startBusForwarder(t, db, "idle")
-	first, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
-	require.NoError(t, err)
-	_, err = f.ForwardOnce(ctx)
-	require.NoError(t, err)
+	f, em, first := forwardFirst(t, db, "idle")
 	// The head's completion, without the job's: the lane is idle.
-	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = 2 WHERE aggregate_id = 'z'`))
+	_, err := db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = 2 WHERE aggregate_id = 'z'`))
 	require.NoError(t, err)
 
 	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`)
 	require.Equal(t, int64(4), jobSeq(t, db, "idle", second))
 	_, state, _ := dispatchJob(t, db, "idle", second)
 	require.Equal(t, "pending", state, "not the head: the lane's head is at 2")
-	var n int
-	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n))
-	require.Equal(t, 2, n, "the rolled-back head left no job")
+	require.Equal(t, 2, dispatchJobCount(t, db), "the rolled-back head left no job")
 	require.Equal(t, int64(1), jobSeq(t, db, "idle", first))
 }
 
@@ -123,11 +133,7 @@ func TestPublishLaneCaughtUp(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	_, f, em := startBusForwarder(t, db, "caught")
-	_, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "1"}, events.Meta{AggregateID: "z"})
-	require.NoError(t, err)
-	_, err = f.ForwardOnce(ctx)
-	require.NoError(t, err)
+	f, em, _ := forwardFirst(t, db, "caught")
 
 	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET head_seq = 2 WHERE aggregate_id = 'z'`)
 	require.Equal(t, int64(2), jobSeq(t, db, "caught", second))

@@ -144,26 +144,21 @@ SELECT w.id::text, w.status FROM /*schema*/tributary_workflow w WHERE w.id = ANY
 // case, outcomes of active tasks, is one statement that records them and
 // updates their dependents (finishReleaseSQL).
 func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error) {
-	_, done, err := a.record(ctx, nil, outs)
+	_, done, err := a.completeFinish(ctx, nil, outs)
 	return done, err
 }
 
 // completeFinish is finish for outcomes whose successful attempts' jobs are
-// not completed yet: one statement (completeReleaseSQL) completes those
-// jobs (riverjob.CompleteRunning's guard: running at that attempt), records
-// the outcomes of the ones it completed and of the other outcomes (failures
+// not completed yet (attempts; nil: finish itself): one statement
+// (completeReleaseSQL instead of finishReleaseSQL) completes those jobs
+// (riverjob.CompleteRunning's guard: running at that attempt), records the
+// outcomes of the ones it completed and of the other outcomes (failures
 // whose jobs the caller finalized), tells their dependents and releases the
-// dependents' jobs. It returns the ids of the jobs it completed and the
-// outcomes it recorded; a success whose job it did not complete is stale and
-// not recorded.
+// dependents' jobs. Then it records the completions of tasks an operator
+// cancelled while they ran and settles the dependents. It returns the ids
+// of the jobs it completed and the outcomes it recorded; a success whose
+// job it did not complete is stale and not recorded.
 func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
-	return a.record(ctx, attempts, outs)
-}
-
-// record runs finishReleaseSQL, or completeReleaseSQL when attempts is not
-// nil, then records the completions of tasks an operator cancelled while
-// they ran and settles the dependents.
-func (a *advance) record(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
 	if len(outs) == 0 {
 		return nil, nil, nil
 	}
