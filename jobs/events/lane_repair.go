@@ -157,7 +157,7 @@ func (d *Dispatcher) repairLanes(ctx context.Context) int {
 	var after laneSnapshot
 	var dead map[string]bool // read once a sweep, when a claimed lane event needs it
 	for {
-		page, err := d.lanes.quiet(ctx, d.pool, cutoff, after, laneRepairPage)
+		page, err := d.lanes.quiet(ctx, d.pool, laneQuietCutoff(time.Now().UTC(), laneRepairQuietFor), after, laneRepairPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)

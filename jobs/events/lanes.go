@@ -112,7 +112,7 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	for i, k := range keys {
 		cs[i], as[i], ns[i] = k.consumer, k.aggregate, counts[k]
 	}
-	rows, err := tx.Query(ctx, l.reserveSQL, customPlan, cs, as, ns, time.Now().UTC())
+	rows, err := tx.Query(ctx, l.reserveSQL, customPlan, cs, as, ns, time.Now().UTC(), laneTouchEvery)
 	if err != nil {
 		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
 	}
@@ -200,7 +200,7 @@ func (l *lanes) queueAdvanceMany(b *pgx.Batch, places []riverjob.LaneSeq, nexts 
 		consumers[i], aggs[i], seqs[i] = p.Consumer, p.AggregateID, p.Seq
 	}
 	b.Queue(l.lockManySQL, consumers, aggs)
-	b.Queue(l.advanceManySQL, consumers, aggs, seqs, now, nexts)
+	b.Queue(l.advanceManySQL, consumers, aggs, seqs, now, nexts, laneTouchEvery)
 }
 
 // release moves the lane past a dispatch that was given up (OrderingSkip,
@@ -443,14 +443,30 @@ func availableQueue(job *rivertype.JobRow) string {
 	return job.Queue
 }
 
+// laneTouchEvery is how stale the bus's reservation and the group commit's
+// advance let a lane's updated_at get: they write it only when it is older
+// than that. An update that changes no indexed column (updated_at and the
+// waiting column of migration 0017) stays on its page (HOT), and these two
+// run once per ordered event each. The repair sweep's quiet time counts it
+// (laneQuietCutoff), and the idle lanes' clean-up keeps a lane up to this
+// much longer.
+const laneTouchEvery = 5 * time.Second
+
+// laneQuietCutoff is the updated_at before which a lane has been untouched
+// for at least quietFor at now, whatever laneTouchEvery left unwritten.
+func laneQuietCutoff(now time.Time, quietFor time.Duration) time.Time {
+	return now.Add(-quietFor - laneTouchEvery)
+}
+
 // laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at
-// head 1) and returns the lane's head and new last sequence number.
+// head 1) and returns the lane's head and new last sequence number;
+// updated_at moves only when it is $5 older than $4 (laneTouchEvery).
 const laneReserveSQL = `
 INSERT INTO /*schema*/tributary_event_lane AS l (consumer, aggregate_id, head_seq, last_seq, updated_at)
 SELECT u.c, u.a, 1, u.n, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, n, ord)
 ORDER BY u.ord
 ON CONFLICT (consumer, aggregate_id) DO UPDATE
-SET last_seq = l.last_seq + excluded.last_seq, updated_at = excluded.updated_at
+SET last_seq = l.last_seq + excluded.last_seq, updated_at = CASE WHEN l.updated_at > excluded.updated_at - $5::interval THEN l.updated_at ELSE excluded.updated_at END
 RETURNING consumer, aggregate_id, head_seq, last_seq`
 
 // laneLastSQL reads the lanes' heads and last sequence numbers.
@@ -474,10 +490,11 @@ ORDER BY l.consumer, l.aggregate_id
 FOR UPDATE OF l`
 
 // laneAdvanceManySQL is laneAdvanceSQL for many lanes, each moved from
-// head $3[i] to $5[i].
+// head $3[i] to $5[i]; updated_at moves only when it is $6 older than $4
+// (laneTouchEvery).
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
-SET head_seq = u.n, updated_at = $4,
+SET head_seq = u.n, updated_at = CASE WHEN l.updated_at > $4::timestamptz - $6::interval THEN l.updated_at ELSE $4 END,
     blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
 FROM unnest($1::text[], $2::text[], $3::bigint[], $5::bigint[]) AS u(c, a, s, n)
 WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
@@ -511,7 +528,7 @@ FOR UPDATE`
 const laneQuietSQL = `
 WITH quiet AS MATERIALIZED (
     SELECT consumer, aggregate_id, head_seq, updated_at, blocked_job_id FROM /*schema*/tributary_event_lane
-    WHERE head_seq <= last_seq AND updated_at < $1
+    WHERE waiting AND updated_at < $1
       AND (updated_at, consumer, aggregate_id) > ($2, $3, $4)
     ORDER BY updated_at, consumer, aggregate_id
     LIMIT $5

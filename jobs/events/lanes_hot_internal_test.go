@@ -1,0 +1,70 @@
+package events
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// TestLaneHotPathUpdatesStayOnTheirPage: the two updates every ordered
+// event makes to its lane's row, the bus's reservation into a busy lane and
+// the group commit's advance that leaves it busy, change no indexed column
+// (updated_at is left alone while it is recent, waiting stays true), so
+// Postgres makes them HOT; the reservation that turns an idle lane busy and
+// the advance that makes a lane idle are not, and a stale updated_at is
+// written.
+func TestLaneHotPathUpdatesStayOnTheirPage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	l := newLanes(db.Schema)
+	key := laneKey{"c", "a"}
+
+	// In one transaction, whose own counts pg_stat_get_xact_* returns.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	counts := func() (updated, hot int64) {
+		require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'tributary_event_lane'`), db.Schema).Scan(&updated, &hot))
+		return updated, hot
+	}
+	reserve := func(n int64) {
+		_, err := l.reserve(ctx, tx, map[laneKey]int64{key: n})
+		require.NoError(t, err)
+	}
+	advance := func(from, to int64) {
+		b := &pgx.Batch{}
+		l.queueAdvanceMany(b, []riverjob.LaneSeq{{Consumer: "c", AggregateID: "a", Seq: from}}, []int64{to}, time.Now().UTC())
+		require.NoError(t, tx.SendBatch(ctx, b).Close())
+	}
+
+	reserve(3) // created: head 1, last 3
+	reserve(2) // busy, last 5: HOT
+	advance(1, 2)
+	advance(2, 3) // both HOT
+	updated, hot := counts()
+	require.Equal(t, int64(3), updated)
+	require.Equal(t, int64(3), hot, "a busy lane's reservation and advances are HOT")
+
+	advance(3, 6) // idle now: waiting turns false, not HOT
+	reserve(1)    // busy again: not HOT
+	updated, hot = counts()
+	require.Equal(t, int64(5), updated)
+	require.Equal(t, int64(3), hot, "a lane turning idle or busy changes its waiting index")
+
+	_, err = tx.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET updated_at = updated_at - interval '1 minute'`))
+	require.NoError(t, err)
+	var before time.Time
+	require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT updated_at FROM /*schema*/tributary_event_lane`)).Scan(&before))
+	reserve(1)
+	var after time.Time
+	require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT updated_at FROM /*schema*/tributary_event_lane`)).Scan(&after))
+	require.Greater(t, after.Sub(before), 50*time.Second, "an updated_at older than laneTouchEvery is written")
+}
