@@ -57,11 +57,11 @@ type DispatcherConfig struct {
 	Consumers []*Consumer
 
 	// LaneRepairInterval is how often the dispatcher's repair sweep looks
-	// at lanes that have been quiet with work behind their head, and moves
-	// on those whose head was given up outside tributary (see repairLanes).
-	// -1 turns it off.
+	// at lanes whose head has not moved for 10 s with work behind it, and
+	// moves on those whose head was given up outside tributary or lost (see
+	// repairLanes). -1 turns it off.
 	//
-	// Defaults to 30 seconds.
+	// Defaults to 10 seconds (LaneRepairIntervalDefault).
 	LaneRepairInterval time.Duration
 }
 

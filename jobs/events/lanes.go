@@ -444,13 +444,19 @@ func availableQueue(job *rivertype.JobRow) string {
 }
 
 // laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at
-// head 1) and returns the lane's head and new last sequence number.
+// head 1) and returns the lane's head and new last sequence number. A
+// lane's updated_at is when its head last changed: a reservation sets it
+// only where the lane was idle (its first reserved event becomes the head).
+// Events added behind a head leave it, so the repair sweep's quiet time
+// (lanes untouched for laneRepairQuietFor) counts from the head's last move
+// even while the aggregate's events keep coming.
 const laneReserveSQL = `
 INSERT INTO /*schema*/tributary_event_lane AS l (consumer, aggregate_id, head_seq, last_seq, updated_at)
 SELECT u.c, u.a, 1, u.n, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, n, ord)
 ORDER BY u.ord
 ON CONFLICT (consumer, aggregate_id) DO UPDATE
-SET last_seq = l.last_seq + excluded.last_seq, updated_at = excluded.updated_at
+SET last_seq = l.last_seq + excluded.last_seq,
+    updated_at = CASE WHEN l.head_seq > l.last_seq THEN excluded.updated_at ELSE l.updated_at END
 RETURNING consumer, aggregate_id, head_seq, last_seq`
 
 // laneLastSQL reads the lanes' heads and last sequence numbers.
