@@ -156,13 +156,15 @@ type Runtime struct {
 	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
 	// runs outside Work; lostSuspects are the jobs its last look found
 	// running under this id and not run here, with when each was first
-	// seen; lostCheckedAt is that look's time.
-	lostSuspects  map[int64]time.Time // touched by the sweep loop only
-	jobHolders    []func(id int64) bool
-	lostCheckedAt time.Time
-	lossOnce      sync.Once
-	lossDone      chan struct{} // closed once the stop after a loss finished
-	lossErr       error         // the loss and that stop's errors; set before lossDone closes
+	// seen; lostCheckedAt is that look's time and lostBeatFailures the
+	// count of failed heartbeats then.
+	lostSuspects     map[int64]time.Time // touched by the sweep loop only
+	jobHolders       []func(id int64) bool
+	lostCheckedAt    time.Time
+	lostBeatFailures uint64
+	lossOnce         sync.Once
+	lossDone         chan struct{} // closed once the stop after a loss finished
+	lossErr          error         // the loss and that stop's errors; set before lossDone closes
 }
 
 // Validate checks cfg as NewRuntime would use it, defaults applied, and

@@ -13,9 +13,10 @@ import (
 )
 
 // CutProxy forwards TCP connections to the test database until Cut, which
-// closes every connection and refuses new ones: a process connected through
-// it loses its database the way a network partition or a dead link makes it
-// lose it, while the database stays up for everyone else.
+// closes every connection and refuses new ones (until Restore): a process
+// connected through it loses its database the way a network partition or a
+// dead link makes it lose it, while the database stays up for everyone
+// else.
 type CutProxy struct {
 	ln       net.Listener
 	upstream string
@@ -88,4 +89,11 @@ func (p *CutProxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// Restore forwards new connections again after Cut.
+func (p *CutProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
 }
