@@ -67,15 +67,11 @@ func (rt *Runtime) AddJobHolder(holds func(id int64) bool) {
 // notRunning returns those of ids nothing in this process runs.
 func (rt *Runtime) notRunning(ids []int64) []int64 {
 	rt.jobsMu.Lock()
-	running := make(map[int64]bool, len(rt.jobCancels))
-	for job := range rt.jobCancels {
-		running[job.ID] = true
-	}
 	holders := slices.Clone(rt.jobHolders)
 	rt.jobsMu.Unlock()
 	var out []int64
 	for _, id := range ids {
-		if running[id] || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
+		if rt.inWork.has(id) || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
 			continue
 		}
 		out = append(out, id)
