@@ -25,14 +25,7 @@ func TestLivenessDatabaseLost(t *testing.T) {
 	db := pgtest.New(t)
 	log := newHoldLog()
 
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pcfg.MaxConns = 4
-	cutOffPool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(cutOffPool.Close)
+	proxy, cutOffPool := poolThroughProxy(t, db)
 
 	victim, err := queue.NewRuntime(cutOffPool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), LivenessTimeout: timeout,
 		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Queues: map[string]int{"default": 2}})
@@ -92,14 +85,7 @@ func TestLostJobClockWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pcfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	proxy, pool := poolThroughProxy(t, db)
 	// The default timeout: heartbeats every 5 s, the fence after 25 s
 	// without one, well past the cut below.
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
@@ -146,4 +132,18 @@ WHERE id = $1`), lost.Job.ID, rt.ProcessID())
 		t.Fatal("the process lost its liveness during a 12 s cut with a 30 s liveness timeout")
 	default:
 	}
+}
+
+// poolThroughProxy returns a pool that reaches db through a cut proxy.
+func poolThroughProxy(t *testing.T, db *pgtest.DB) (*pgtest.CutProxy, *pgxpool.Pool) {
+	t.Helper()
+	proxy := pgtest.NewCutProxy(t, db.URL)
+	pcfg, err := pgxpool.ParseConfig(proxy.URL())
+	require.NoError(t, err)
+	pcfg.ConnConfig.ConnectTimeout = time.Second
+	pcfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return proxy, pool
 }
