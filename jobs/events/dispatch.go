@@ -3,6 +3,7 @@ package events
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -240,7 +241,45 @@ type dispatchWorker[A consumerArgs] struct {
 }
 
 func (w *dispatchWorker[A]) Work(ctx context.Context, job *river.Job[A]) error {
-	return w.work(ctx, job)
+	err := w.work(ctx, job)
+	var rec *recordError
+	if errors.As(err, &rec) && riverjob.ConnectionError(rec.err) {
+		// The database connection failed while the dispatcher recorded
+		// the dispatch, not the handler: the job runs again without
+		// spending an attempt, so a burst of terminated sessions cannot
+		// discard events (or block a lane) that never failed.
+		delay := recordRetryDelay(job.Metadata)
+		w.d.logger.WarnContext(ctx, "the database connection failed while recording a dispatch: it runs again, its attempt not counted",
+			"job_id", job.ID, "consumer", job.Args.consumer(), "attempt", job.Attempt, "retry_in", delay, "error", rec.err)
+		return river.JobSnooze(delay)
+	}
+	return err
+}
+
+// recordError is a failure of the dispatcher's own writes around the
+// handlers (the lane's turn, the completion in the lane, a batch's
+// outcome), as opposed to a handler's failure.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+func recordFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &recordError{err: err}
+}
+
+// recordRetryDelay is how long a dispatch whose recording lost its
+// connection waits before it runs again: 1 s, doubling with each snooze
+// River counted on the job (its metadata's "snoozes"), at most 10 s.
+func recordRetryDelay(metadata []byte) time.Duration {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return min(time.Second<<min(max(m.Snoozes, 0), 4), 10*time.Second)
 }
 
 // NextRetry follows the consumer's retry delays (a batched dispatch fails as
@@ -271,7 +310,7 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 	if args.AggregateID != "" && !hadLaneTurn(job.Metadata) {
 		early, head, err := d.lanes.turn(ctx, d.pool, job.ID, args)
 		if err != nil {
-			return err
+			return recordFailed(err)
 		}
 		if early {
 			d.logger.WarnContext(ctx, "dispatch started ahead of its lane's head (made available outside tributary): back to pending, attempt not counted",
@@ -453,7 +492,7 @@ func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *outbox.Even
 // the next event cannot start before this one is done and cannot be
 // forgotten if this process dies.
 func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[dispatchArgs]) error {
-	return d.completer.complete(ctx, job)
+	return recordFailed(d.completer.complete(ctx, job))
 }
 
 // wakeRiver tells River's producers that dispatch jobs became available
