@@ -2,10 +2,12 @@ package riverjob
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -38,4 +40,16 @@ func ConnectionError(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) || pgconn.SafeToRetry(err)
+}
+
+// RecordRetryDelay is how long a job whose own records lost the database
+// connection is snoozed before it runs again (no attempt spent): 1 s,
+// doubling with each snooze River counted on the job (its metadata's
+// "snoozes"), at most 10 s.
+func RecordRetryDelay(metadata []byte) time.Duration {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return min(time.Second<<min(max(m.Snoozes, 0), 4), 10*time.Second)
 }

@@ -3,7 +3,6 @@ package events
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -248,7 +247,7 @@ func (w *dispatchWorker[A]) Work(ctx context.Context, job *river.Job[A]) error {
 		// the dispatch, not the handler: the job runs again without
 		// spending an attempt, so a burst of terminated sessions cannot
 		// discard events (or block a lane) that never failed.
-		delay := recordRetryDelay(job.Metadata)
+		delay := riverjob.RecordRetryDelay(job.Metadata)
 		w.d.logger.WarnContext(ctx, "the database connection failed while recording a dispatch: it runs again, its attempt not counted",
 			"job_id", job.ID, "consumer", job.Args.consumer(), "attempt", job.Attempt, "retry_in", delay, "error", rec.err)
 		return river.JobSnooze(delay)
@@ -271,16 +270,6 @@ func recordFailed(err error) error {
 	return &recordError{err: err}
 }
 
-// recordRetryDelay is how long a dispatch whose recording lost its
-// connection waits before it runs again: 1 s, doubling with each snooze
-// River counted on the job (its metadata's "snoozes"), at most 10 s.
-func recordRetryDelay(metadata []byte) time.Duration {
-	var m struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(metadata, &m)
-	return min(time.Second<<min(max(m.Snoozes, 0), 4), 10*time.Second)
-}
 
 // NextRetry follows the consumer's retry delays (a batched dispatch fails as
 // a whole only when its outcome cannot be recorded).
