@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -25,7 +24,8 @@ func TestLivenessDatabaseLost(t *testing.T) {
 	db := pgtest.New(t)
 	log := newHoldLog()
 
-	proxy, cutOffPool := poolThroughProxy(t, db)
+	proxy, cutOff := pgtest.ThroughCutProxy(t, db)
+	cutOffPool := cutOff.Pool
 
 	victim, err := queue.NewRuntime(cutOffPool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), LivenessTimeout: timeout,
 		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Queues: map[string]int{"default": 2}})
@@ -85,7 +85,8 @@ func TestLostJobClockWaitsForTheDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	proxy, pool := poolThroughProxy(t, db)
+	proxy, cutOff := pgtest.ThroughCutProxy(t, db)
+	pool := cutOff.Pool
 	// The default timeout: heartbeats every 5 s, the fence after 25 s
 	// without one, well past the cut below.
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
@@ -132,18 +133,4 @@ WHERE id = $1`), lost.Job.ID, rt.ProcessID())
 		t.Fatal("the process lost its liveness during a 12 s cut with a 30 s liveness timeout")
 	default:
 	}
-}
-
-// poolThroughProxy returns a pool that reaches db through a cut proxy.
-func poolThroughProxy(t *testing.T, db *pgtest.DB) (*pgtest.CutProxy, *pgxpool.Pool) {
-	t.Helper()
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pcfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return proxy, pool
 }

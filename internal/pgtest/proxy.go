@@ -1,14 +1,17 @@
 package pgtest
 
 import (
+	"context"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
@@ -96,4 +99,20 @@ func (p *CutProxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+}
+
+// ThroughCutProxy returns a cut proxy in front of db and db as seen through
+// it: the same schema, a pool of its own (closed when the test ends) whose
+// connections the proxy can cut.
+func ThroughCutProxy(tb testing.TB, db *DB) (*CutProxy, *DB) {
+	tb.Helper()
+	proxy := NewCutProxy(tb, db.URL)
+	cfg, err := pgxpool.ParseConfig(proxy.URL())
+	require.NoError(tb, err)
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return proxy, &DB{Pool: pool, Schema: db.Schema, URL: proxy.URL()}
 }

@@ -270,7 +270,6 @@ func recordFailed(err error) error {
 	return &recordError{err: err}
 }
 
-
 // NextRetry follows the consumer's retry delays (a batched dispatch fails as
 // a whole only when its outcome cannot be recorded).
 func (w *dispatchWorker[A]) NextRetry(job *river.Job[A]) time.Time {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -25,13 +24,7 @@ func TestDispatchRecordLosesConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	proxy, via := pgtest.ThroughCutProxy(t, db)
 
 	// The first call of each of these cuts the connections for a moment
 	// before it returns; "fails" also fails that first call.
@@ -54,7 +47,7 @@ func TestDispatchRecordLosesConnection(t *testing.T) {
 		}
 		return nil
 	})
-	startEvents(t, &pgtest.DB{Pool: pool, Schema: db.Schema, URL: proxy.URL()}, events.ForwarderConfig{}, c)
+	startEvents(t, via, events.ForwarderConfig{}, c)
 
 	em := newEmitter(t, db)
 	lane, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "lane"}, events.Meta{AggregateID: "a"})

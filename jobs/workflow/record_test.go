@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -45,16 +44,9 @@ func TestTaskCompletionLosesConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	via := &pgtest.DB{Pool: pool, Schema: db.Schema, URL: proxy.URL()}
+	proxy, via := pgtest.ThroughCutProxy(t, db)
 
-	coord, err := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
+	coord, err := workflow.NewCoordinator(via.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
 	require.NoError(t, err)
 	w := &cutWorker{proxy: proxy}
 	pgtest.StartRuntime(t, via, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
