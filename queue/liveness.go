@@ -108,7 +108,10 @@ type liveness struct {
 
 	base   time.Time    // monotonic origin of lastOK
 	lastOK atomic.Int64 // send time of the last confirmed heartbeat, as nanoseconds since base
-	lost   atomic.Bool  // the process lost its liveness; it neither beats nor sweeps
+	// beatFailures counts the heartbeats that did not reach the database:
+	// the lost-jobs check (lost_jobs.go) starts its clock again after one.
+	beatFailures atomic.Uint64
+	lost         atomic.Bool // the process lost its liveness; it neither beats nor sweeps
 
 	life Lifecycle
 }
@@ -328,6 +331,7 @@ func (l *liveness) beatLoop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			l.beatFailures.Add(1)
 			l.logger.WarnContext(ctx, "heartbeat failed", "process_id", l.id, "error", err,
 				"stopping_in", max(l.fenceAfter-l.sinceBeat(), 0).Round(time.Millisecond))
 		case tag.RowsAffected() == 0:

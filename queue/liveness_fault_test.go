@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
@@ -25,14 +24,8 @@ func TestLivenessDatabaseLost(t *testing.T) {
 	db := pgtest.New(t)
 	log := newHoldLog()
 
-	proxy := pgtest.NewCutProxy(t, db.URL)
-	pcfg, err := pgxpool.ParseConfig(proxy.URL())
-	require.NoError(t, err)
-	pcfg.ConnConfig.ConnectTimeout = time.Second
-	pcfg.MaxConns = 4
-	cutOffPool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(cutOffPool.Close)
+	proxy, cutOff := pgtest.ThroughCutProxy(t, db)
+	cutOffPool := cutOff.Pool
 
 	victim, err := queue.NewRuntime(cutOffPool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), LivenessTimeout: timeout,
 		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Queues: map[string]int{"default": 2}})
@@ -81,4 +74,63 @@ func TestLivenessDatabaseLost(t *testing.T) {
 	require.Equal(t, []string{victim.ProcessID(), survivor.ProcessID()}, j.AttemptedBy)
 	require.Len(t, j.Errors, 1)
 	require.Contains(t, j.Errors[0].Error, victim.ProcessID())
+}
+
+// TestLostJobClockWaitsForTheDatabase: a job running under a live process
+// that nothing in it runs is made available again only after the process
+// reached its database for lostJobAfter (20 s) on end. While the database
+// is away, River's completer may hold the job's end; the clock starts again
+// once it is back.
+func TestLostJobClockWaitsForTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	proxy, cutOff := pgtest.ThroughCutProxy(t, db)
+	pool := cutOff.Pool
+	// The default timeout: heartbeats every 5 s, the fence after 25 s
+	// without one, well past the cut below.
+	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t),
+		FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond, Queues: map[string]int{"default": 2}})
+	require.NoError(t, err)
+	queue.AddWorker(rt, &holdWorker{process: rt.ProcessID(), log: newHoldLog()})
+	require.NoError(t, rt.Start(ctx))
+	t.Cleanup(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = rt.Stop(stopCtx)
+	})
+
+	// A job this process fetched and never got: running under its id, an
+	// hour old, run by nothing in it.
+	lost, err := rt.Client.Enqueue(ctx, holdArgs{Key: "lost", MS: 1}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`
+UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() - interval '1 hour',
+    attempted_by = ARRAY[$2::text], scheduled_at = now() - interval '1 hour'
+WHERE id = $1`), lost.Job.ID, rt.ProcessID())
+	require.NoError(t, err)
+	setAt := time.Now()
+
+	// A look (one every 5 s) has seen it by 6 s; without the database from
+	// 6 s to 18 s, at least two heartbeats fail. A clock that ignored the
+	// cut would take the job for lost by 25 s (first seen by 5 s, plus
+	// 20 s); this one starts at the first look after 18 s.
+	time.Sleep(time.Until(setAt.Add(6 * time.Second))) // the fault's timing, not a synchronisation
+	proxy.Cut()
+	time.Sleep(time.Until(setAt.Add(18 * time.Second)))
+	proxy.Restore()
+	time.Sleep(time.Until(setAt.Add(32 * time.Second)))
+	j := readJob(t, db, lost.Job.ID)
+	require.Equal(t, "running", j.State, "taken for lost less than 20 s after the database came back")
+	require.Equal(t, 1, j.Attempt)
+
+	pgtest.WaitFor(t, 60*time.Second, "the lost job runs again and completes", func() (bool, error) {
+		return readJob(t, db, lost.Job.ID).State == "completed", nil
+	})
+	require.Equal(t, 2, readJob(t, db, lost.Job.ID).Attempt)
+	select {
+	case <-rt.LivenessLost():
+		t.Fatal("the process lost its liveness during a 12 s cut with a 30 s liveness timeout")
+	default:
+	}
 }

@@ -530,8 +530,9 @@ UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = no
 WHERE id = $1`), lost.Job.ID, me)
 	require.NoError(t, err)
 
-	// Seen by a look, lost at the first look a minute later (lostJobAfter).
-	pgtest.WaitFor(t, 150*time.Second, "the lost job runs again and completes", func() (bool, error) {
+	// Seen by a look, lost at the first look lostJobAfter (20 s) later:
+	// seconds, not the minute it used to be.
+	pgtest.WaitFor(t, 45*time.Second, "the lost job runs again and completes", func() (bool, error) {
 		return readJob(t, db, lost.Job.ID).State == "completed", nil
 	})
 	j := readJob(t, db, lost.Job.ID)

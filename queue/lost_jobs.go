@@ -13,35 +13,46 @@ import (
 )
 
 // A live process can leave a job running in the database that it no
-// longer runs: the job's Work returned, and River's completer could not
-// record the end because the database was away (a restart, a terminated
-// session) longer than the completer retries. River's rescuer would make
-// the job available again after RescueStuckJobsAfter (an hour by default),
-// and the liveness sweep leaves a live process's jobs alone, so until then
-// the job holds what it holds: an event lane, a batch stream's flush. The
-// runtime therefore looks, every LivenessTimeout, at the jobs running under
-// its own id that nothing in the process runs (no Work of this runtime, no
-// holder: a lane chain running a job inside another's Work). A job seen so
-// is a suspect; one still seen so lostJobAfter after it was first seen,
-// whose attempt began more than lostJobAfter ago, is lost, and is made
-// available again the way the liveness sweep does for a dead process
-// (TestLostCompletionRunsAgain). Its Work returned before it was first
-// seen, so its completion had lostJobAfter to land, well past River's
-// completer's retries. Only the sweep's look keeps state (the suspects, a
-// handful); a Work's return writes nothing: a map of every return of the
-// last minute, the earlier design, held a million entries at 35,000 jobs/s
-// and cost the runtime a tenth of its rate in bench jobs.
+// longer runs: River's fetch committed but its answer never reached the
+// process (the database restarted, or the session was terminated, between
+// the commit and the reply), or the job's Work returned and its end has
+// not been recorded yet. River's rescuer would make such a job available
+// again after RescueStuckJobsAfter (an hour by default), and the liveness
+// sweep leaves a live process's jobs alone, so until then the job holds
+// what it holds: an event lane, a batch stream's flush. The runtime
+// therefore looks, after every sweep (every heartbeat interval), at the
+// jobs running under its own id that nothing in the process runs (no Work
+// of this runtime, no holder: a lane chain running a job inside another's
+// Work). A job seen so is a suspect; one still seen so lostJobAfter after
+// it was first seen, whose attempt began more than lostJobAfter ago, is
+// lost, and is made available again the way the liveness sweep does for
+// a dead process (TestLostCompletionRunsAgain).
+//
+// The wait is what keeps a pending end from being overtaken. River's
+// completer keeps a failed completion and tries it again (three tries
+// with 1, 2 and 4 s between, each bounded by 10 s, then again with its
+// next batch, every 250 ms), so while the database answers, an end in its
+// hands lands within seconds. The suspects' clock runs only while this
+// process reaches its database: a failed heartbeat or a failed look
+// between two looks starts it again for every suspect
+// (TestLostJobClockWaitsForTheDatabase). Only the sweep's look keeps
+// state (the suspects, a handful); a Work's return writes nothing: a map
+// of every return of the last minute, an earlier design, held a million
+// entries at 35,000 jobs/s and cost the runtime a tenth of its rate in
+// bench jobs.
 
-// lostJobAfterMin is the shortest time after its attempt began that a job
-// may be taken for lost; River's completer gives a completion up well
-// within it.
-const lostJobAfterMin = time.Minute
+// lostJobAfterMin is the shortest time a job must be seen not run by its
+// process, with the database reachable throughout, before it is taken for
+// lost: River's completer, which retries within seconds while the
+// database answers, has had twice its longest try to record the end.
+const lostJobAfterMin = 20 * time.Second
 
 // lostJobAfter is how old a job's attempt must be, and how long ago the
 // job must have been first seen not run by the process, before it counts
-// as lost: two liveness timeouts, at least a minute.
+// as lost: four heartbeat intervals, at least lostJobAfterMin (20 s with
+// the default liveness timeout of 30 s).
 func (rt *Runtime) lostJobAfter() time.Duration {
-	return max(2*rt.cfg.LivenessTimeout, lostJobAfterMin)
+	return max(4*rt.live.interval, lostJobAfterMin)
 }
 
 // AddJobHolder registers holds, which reports whether this process runs
@@ -56,15 +67,11 @@ func (rt *Runtime) AddJobHolder(holds func(id int64) bool) {
 // notRunning returns those of ids nothing in this process runs.
 func (rt *Runtime) notRunning(ids []int64) []int64 {
 	rt.jobsMu.Lock()
-	running := make(map[int64]bool, len(rt.jobCancels))
-	for job := range rt.jobCancels {
-		running[job.ID] = true
-	}
 	holders := slices.Clone(rt.jobHolders)
 	rt.jobsMu.Unlock()
 	var out []int64
 	for _, id := range ids {
-		if running[id] || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
+		if rt.inWork.has(id) || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
 			continue
 		}
 		out = append(out, id)
@@ -93,9 +100,9 @@ func (rt *Runtime) suspectsLost(notRun []int64, now time.Time, after time.Durati
 }
 
 // checkLostJobs runs from the liveness sweep loop; it looks at most once
-// a LivenessTimeout.
+// a heartbeat interval.
 func (rt *Runtime) checkLostJobs(ctx context.Context) {
-	if time.Since(rt.lostCheckedAt) < rt.cfg.LivenessTimeout {
+	if time.Since(rt.lostCheckedAt) < rt.live.interval {
 		return
 	}
 	rt.lostCheckedAt = time.Now()
@@ -106,8 +113,15 @@ func (rt *Runtime) checkLostJobs(ctx context.Context) {
 
 func (rt *Runtime) rescueLostJobs(ctx context.Context) error {
 	after := rt.lostJobAfter()
+	// A heartbeat that failed since the last look: the database was away
+	// for this process, and so maybe for River's completer; every
+	// suspect's clock starts again.
+	if failures := rt.live.beatFailures.Load(); failures != rt.lostBeatFailures {
+		rt.lostBeatFailures, rt.lostSuspects = failures, nil
+	}
 	ids, err := riverjob.RunningUnder(ctx, rt.pool, rt.cfg.Schema, rt.cfg.ID)
 	if err != nil {
+		rt.lostSuspects = nil
 		return err
 	}
 	lost := rt.suspectsLost(rt.notRunning(ids), time.Now(), after)

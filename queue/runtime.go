@@ -143,26 +143,30 @@ type Runtime struct {
 	running  bool
 
 	hardStopping      atomic.Bool
-	softStopCancel    context.CancelFunc // set while River's soft stop runs
-	hardStopRequested bool               // HardStop was called
+	softStopCancel    context.CancelFunc      // set while River's soft stop runs
+	riverStartCancel  context.CancelCauseFunc // ends River's start context (the jobs' contexts); set at River's start
+	hardStopRequested bool                    // HardStop was called
 
 	live *liveness
 	// lostCtx is cancelled, with the cause, when the process lost its
-	// liveness; so are the contexts of the jobs running then (jobCancels).
+	// liveness; so, through River's start context (riverService.Start),
+	// are the contexts of the jobs running then.
 	lostCtx    context.Context
 	loseCancel context.CancelCauseFunc
-	jobsMu     sync.Mutex
-	jobCancels map[*rivertype.JobRow]context.CancelCauseFunc
+	inWork     runningSet // the jobs in River's Work (guardJob)
+	jobsMu     sync.Mutex // guards jobHolders
 	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
 	// runs outside Work; lostSuspects are the jobs its last look found
 	// running under this id and not run here, with when each was first
-	// seen; lostCheckedAt is that look's time.
-	lostSuspects  map[int64]time.Time // touched by the sweep loop only
-	jobHolders    []func(id int64) bool
-	lostCheckedAt time.Time
-	lossOnce      sync.Once
-	lossDone      chan struct{} // closed once the stop after a loss finished
-	lossErr       error         // the loss and that stop's errors; set before lossDone closes
+	// seen; lostCheckedAt is that look's time and lostBeatFailures the
+	// count of failed heartbeats then.
+	lostSuspects     map[int64]time.Time // touched by the sweep loop only
+	jobHolders       []func(id int64) bool
+	lostCheckedAt    time.Time
+	lostBeatFailures uint64
+	lossOnce         sync.Once
+	lossDone         chan struct{} // closed once the stop after a loss finished
+	lossErr          error         // the loss and that stop's errors; set before lossDone closes
 }
 
 // Validate checks cfg as NewRuntime would use it, defaults applied, and
@@ -201,7 +205,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{}), jobCancels: map[*rivertype.JobRow]context.CancelCauseFunc{}}
+	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{})}
 	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -255,19 +259,10 @@ func (rt *Runtime) guardJob(ctx context.Context, job *rivertype.JobRow, doInner 
 	if rt.livenessLost() {
 		rt.withholdResult(ctx, job)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	rt.jobsMu.Lock()
-	rt.jobCancels[job] = cancel
-	rt.jobsMu.Unlock()
-	defer func() {
-		rt.jobsMu.Lock()
-		delete(rt.jobCancels, job)
-		rt.jobsMu.Unlock()
-	}()
-	if rt.lostCtx.Err() != nil { // lost since the check above, before the registration
-		cancel(context.Cause(rt.lostCtx))
-	}
+	// No context of its own: River derives ctx from the context River was
+	// started with, which the loss of liveness cancels with its cause.
+	rt.inWork.add(job.ID)
+	defer rt.inWork.remove(job.ID)
 
 	err := doInner(ctx)
 	if rt.livenessLost() {
@@ -315,11 +310,15 @@ func (rt *Runtime) loseLiveness(cause error) {
 	rt.lossOnce.Do(func() {
 		rt.logger.Error("stopping: this process can no longer show that it is alive, so its jobs will be run by others", "process_id", rt.cfg.ID, "cause", cause)
 		rt.loseCancel(cause)
-		rt.jobsMu.Lock()
-		for _, cancel := range rt.jobCancels {
-			cancel(cause)
+		// The running jobs' contexts end with River's start context,
+		// which follows lostCtx (riverService.Start); do it here too, so
+		// they have ended when this returns.
+		rt.mu.Lock()
+		cancelRiver := rt.riverStartCancel
+		rt.mu.Unlock()
+		if cancelRiver != nil {
+			cancelRiver(cause)
 		}
-		rt.jobsMu.Unlock()
 		go func() {
 			rt.HardStop()
 			ctx, cancel := context.WithTimeout(context.Background(), HardStopGraceDefault+5*time.Second)
@@ -516,9 +515,20 @@ func (s *riverService) Name() string { return "river" }
 
 func (s *riverService) Start(ctx context.Context) error {
 	return s.life.Start(ctx, s.Name(), func(run *Run) error {
-		// River derives its fetch loops from this context, which the start
-		// context's cancellation does not end: Stop ends River.
-		if err := s.rt.river.Start(run.Context()); err != nil {
+		// River derives its fetch loops and every job's context from this
+		// context, which the start context's cancellation does not end:
+		// Stop ends River. The loss of liveness cancels it with its cause,
+		// which River takes for StopAndCancel (with no SoftStopTimeout, its
+		// work context inherits from it): every running job's context ends
+		// at once and carries the cause, and nothing more is fetched.
+		startCtx, cancel := context.WithCancelCause(run.Context())
+		stopFollowing := context.AfterFunc(s.rt.lostCtx, func() { cancel(context.Cause(s.rt.lostCtx)) })
+		s.rt.mu.Lock()
+		s.rt.riverStartCancel = cancel
+		s.rt.mu.Unlock()
+		if err := s.rt.river.Start(startCtx); err != nil {
+			stopFollowing()
+			cancel(nil)
 			return err
 		}
 		run.OnStop(s.stopRiver)

@@ -198,7 +198,7 @@ func runChaos(t *testing.T, r run) {
 			break
 		}
 		if time.Since(lastLog) > 30*time.Second {
-			t.Logf("still draining after %.0f s: %s", time.Since(drainStart).Seconds(), report)
+			t.Logf("still draining after %.0f s: %s; repairs logged %v", time.Since(drainStart).Seconds(), report, h.repairsLogged())
 			lastLog = time.Now()
 		}
 		if time.Since(drainStart) > 5*time.Minute {
@@ -210,8 +210,42 @@ func runChaos(t *testing.T, r run) {
 	h.stopAll()
 	_, report, err := h.check(loadEnd, true)
 	require.NoError(t, err)
-	t.Logf("chaos: %s: %s load, drained %.1f s after it; %s; faults %v",
-		r.name, loadEnd.Sub(start).Round(time.Second), drained.Seconds(), report, h.counters)
+	t.Logf("chaos: %s: %s load, drained %.1f s after it; %s; faults %v; repairs logged %v",
+		r.name, loadEnd.Sub(start).Round(time.Second), drained.Seconds(), report, h.counters, h.repairsLogged())
+}
+
+// repairMessages are the workers' log messages of the paths that find
+// lost work, by a short name for the report: a drain that takes long
+// shows which of them it waited for.
+var repairMessages = map[string]string{
+	"lost jobs":              "made jobs available again that were running under this process",
+	"lane heads promoted":    "promoted the stuck head of an event lane",
+	"lane heads given back":  "made the head of an event lane available again",
+	"lane events taken back": "took back the lane event at the head of a lane",
+	"dead processes":         "running jobs of dead processes made available again",
+}
+
+// repairsLogged counts the repair messages in every worker's log.
+func (h *harness) repairsLogged() map[string]int {
+	out := map[string]int{}
+	logs, _ := filepath.Glob(filepath.Join(h.sinkDir, "..", "w*.log"))
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			for name, msg := range repairMessages {
+				if strings.Contains(sc.Text(), msg) {
+					out[name]++
+				}
+			}
+		}
+		f.Close()
+	}
+	return out
 }
 
 func (h *harness) count(name string, n int) {

@@ -1,21 +1,25 @@
 package pgtest
 
 import (
+	"context"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 )
 
 // CutProxy forwards TCP connections to the test database until Cut, which
-// closes every connection and refuses new ones: a process connected through
-// it loses its database the way a network partition or a dead link makes it
-// lose it, while the database stays up for everyone else.
+// closes every connection and refuses new ones (until Restore): a process
+// connected through it loses its database the way a network partition or a
+// dead link makes it lose it, while the database stays up for everyone
+// else.
 type CutProxy struct {
 	ln       net.Listener
 	upstream string
@@ -88,4 +92,27 @@ func (p *CutProxy) Cut() {
 		_ = c.Close()
 	}
 	p.conns = nil
+}
+
+// Restore forwards new connections again after Cut.
+func (p *CutProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+// ThroughCutProxy returns a cut proxy in front of db and db as seen through
+// it: the same schema, a pool of its own (closed when the test ends) whose
+// connections the proxy can cut.
+func ThroughCutProxy(tb testing.TB, db *DB) (*CutProxy, *DB) {
+	tb.Helper()
+	proxy := NewCutProxy(tb, db.URL)
+	cfg, err := pgxpool.ParseConfig(proxy.URL())
+	require.NoError(tb, err)
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
+	return proxy, &DB{Pool: pool, Schema: db.Schema, URL: proxy.URL()}
 }

@@ -57,11 +57,11 @@ type DispatcherConfig struct {
 	Consumers []*Consumer
 
 	// LaneRepairInterval is how often the dispatcher's repair sweep looks
-	// at lanes that have been quiet with work behind their head, and moves
-	// on those whose head was given up outside tributary (see repairLanes).
-	// -1 turns it off.
+	// at lanes whose head has not moved for 10 s with work behind it, and
+	// moves on those whose head was given up outside tributary or lost (see
+	// repairLanes). -1 turns it off.
 	//
-	// Defaults to 30 seconds.
+	// Defaults to 10 seconds (LaneRepairIntervalDefault).
 	LaneRepairInterval time.Duration
 }
 
@@ -240,7 +240,34 @@ type dispatchWorker[A consumerArgs] struct {
 }
 
 func (w *dispatchWorker[A]) Work(ctx context.Context, job *river.Job[A]) error {
-	return w.work(ctx, job)
+	err := w.work(ctx, job)
+	var rec *recordError
+	if errors.As(err, &rec) && riverjob.ConnectionError(rec.err) {
+		// The database connection failed while the dispatcher recorded
+		// the dispatch, not the handler: the job runs again without
+		// spending an attempt, so a burst of terminated sessions cannot
+		// discard events (or block a lane) that never failed.
+		delay := riverjob.RecordRetryDelay(job.Metadata)
+		w.d.logger.WarnContext(ctx, "the database connection failed while recording a dispatch: it runs again, its attempt not counted",
+			"job_id", job.ID, "consumer", job.Args.consumer(), "attempt", job.Attempt, "retry_in", delay, "error", rec.err)
+		return river.JobSnooze(delay)
+	}
+	return err
+}
+
+// recordError is a failure of the dispatcher's own writes around the
+// handlers (the lane's turn, the completion in the lane, a batch's
+// outcome), as opposed to a handler's failure.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+func recordFailed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &recordError{err: err}
 }
 
 // NextRetry follows the consumer's retry delays (a batched dispatch fails as
@@ -271,7 +298,7 @@ func (d *Dispatcher) work(ctx context.Context, job *river.Job[dispatchArgs]) err
 	if args.AggregateID != "" && !hadLaneTurn(job.Metadata) {
 		early, head, err := d.lanes.turn(ctx, d.pool, job.ID, args)
 		if err != nil {
-			return err
+			return recordFailed(err)
 		}
 		if early {
 			d.logger.WarnContext(ctx, "dispatch started ahead of its lane's head (made available outside tributary): back to pending, attempt not counted",
@@ -453,7 +480,7 @@ func (d *Dispatcher) processed(ctx context.Context, c *Consumer, ev *outbox.Even
 // the next event cannot start before this one is done and cannot be
 // forgotten if this process dies.
 func (d *Dispatcher) completeInLane(ctx context.Context, job *river.Job[dispatchArgs]) error {
-	return d.completer.complete(ctx, job)
+	return recordFailed(d.completer.complete(ctx, job))
 }
 
 // wakeRiver tells River's producers that dispatch jobs became available

@@ -108,7 +108,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[dispatchBatch
 	if err := d.finishBatch(ctx, job, rems); err != nil {
 		// Nothing of it was written; River retries the whole batch (the
 		// events that succeeded run again: at-least-once).
-		return fmt.Errorf("error recording the outcome of batched dispatch %d: %w", job.ID, err)
+		return recordFailed(fmt.Errorf("error recording the outcome of batched dispatch %d: %w", job.ID, err))
 	}
 	for _, rem := range rems {
 		if rem.state == rivertype.JobStateAvailable {

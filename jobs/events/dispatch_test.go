@@ -257,6 +257,45 @@ func TestLaneRepair(t *testing.T) {
 	require.Zero(t, d.RepairLanes(ctx), "nothing left to repair")
 }
 
+// A stuck head is repaired while its aggregate's events keep coming: the
+// events forwarded behind it change the lane's tail, not its head, so they
+// do not make the lane look busy to the sweep (they used to, and a lane
+// under a steady stream stayed stuck until the stream paused for 10 s).
+func TestLaneRepairWhileEventsKeepComing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	d, f, em := startBusForwarder(t, db, "repair")
+	emit := func(text string) string {
+		id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: "z"})
+		require.NoError(t, err)
+		return id
+	}
+	first, second := emit("1"), emit("2")
+	_, err := f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	id1, _, _ := dispatchJob(t, db, "repair", first)
+
+	// The first completes but its promotion is lost, a minute ago.
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'completed', finalized_at = now() WHERE id = $1`), id1)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET head_seq = 2, updated_at = now() - interval '1 minute'`))
+	require.NoError(t, err)
+
+	// A third event of the aggregate arrives just before the sweep.
+	third := emit("3")
+	_, err = f.ForwardOnce(ctx)
+	require.NoError(t, err)
+	_, s3, _ := dispatchJob(t, db, "repair", third)
+	require.Equal(t, "pending", s3)
+
+	require.Equal(t, 1, d.RepairLanes(ctx), "the stuck head is promoted")
+	_, s2, _ := dispatchJob(t, db, "repair", second)
+	require.Equal(t, "available", s2)
+	_, s3, _ = dispatchJob(t, db, "repair", third)
+	require.Equal(t, "pending", s3, "the event behind the head still waits its turn")
+}
+
 // startBusForwarder starts a dispatcher of one no-op consumer of noteEvent
 // (without its repair sweep) and returns it with a forwarder to the bus that
 // runs only when asked (ForwardOnce) and an emitter.

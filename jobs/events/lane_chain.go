@@ -102,7 +102,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	req := completionOf(ctx, job)
 	req.claim, req.processID, req.wait = chainAhead, job.AttemptedBy[len(job.AttemptedBy)-1], true
 	if err := d.completer.submit(req); err != nil {
-		return err
+		return recordFailed(err)
 	}
 	handled := 1
 	claimed := req.claimed

@@ -13,11 +13,15 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// LaneRepairIntervalDefault is how often a dispatcher sweeps the lanes.
-const LaneRepairIntervalDefault = 30 * time.Second
+// LaneRepairIntervalDefault is how often a dispatcher sweeps the lanes: a
+// stuck head moves on 10 to 20 s after it stopped moving. A sweep reads
+// only the lanes whose head has not moved for laneRepairQuietFor, one
+// indexed page, so it is cheap to run often.
+const LaneRepairIntervalDefault = 10 * time.Second
 
-// laneRepairQuietFor is how long a lane must have been untouched before the
-// repair looks at it, so it never races a completion in flight; and
+// laneRepairQuietFor is how long a lane's head must have stood still
+// (updated_at: the head's last move, not events added behind it) before
+// the repair looks at it, so it never races a completion in flight; and
 // laneRepairPage how many lanes one statement of the sweep reads.
 const (
 	laneRepairQuietFor = 10 * time.Second

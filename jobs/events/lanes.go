@@ -112,7 +112,7 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	for i, k := range keys {
 		cs[i], as[i], ns[i] = k.consumer, k.aggregate, counts[k]
 	}
-	rows, err := tx.Query(ctx, l.reserveSQL, customPlan, cs, as, ns, time.Now().UTC(), laneTouchEvery)
+	rows, err := tx.Query(ctx, l.reserveSQL, customPlan, cs, as, ns, time.Now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
 	}
@@ -443,11 +443,12 @@ func availableQueue(job *rivertype.JobRow) string {
 	return job.Queue
 }
 
-// laneTouchEvery is how stale the bus's reservation and the group commit's
-// advance let a lane's updated_at get: they write it only when it is older
-// than that. An update that changes no indexed column (updated_at and the
-// waiting column of migration 0017) stays on its page (HOT), and these two
-// run once per ordered event each. The repair sweep's quiet time counts it
+// laneTouchEvery is how stale the group commit's advance lets a lane's
+// updated_at get: it writes it only when it is older than that (the bus's
+// reservation writes it only where the lane was idle, laneReserveSQL). An
+// update that changes no indexed column (updated_at and the waiting column
+// of migration 0017) stays on its page (HOT), and these two run once per
+// ordered event each. The repair sweep's quiet time counts it
 // (laneQuietCutoff), and the idle lanes' clean-up keeps a lane up to this
 // much longer.
 const laneTouchEvery = 5 * time.Second
@@ -459,14 +460,19 @@ func laneQuietCutoff(now time.Time, quietFor time.Duration) time.Time {
 }
 
 // laneReserveSQL adds $3[i] sequence numbers to each lane (creating it at
-// head 1) and returns the lane's head and new last sequence number;
-// updated_at moves only when it is $5 older than $4 (laneTouchEvery).
+// head 1) and returns the lane's head and new last sequence number. A
+// lane's updated_at is when its head last changed: a reservation sets it
+// only where the lane was idle (its first reserved event becomes the head).
+// Events added behind a head leave it, so the repair sweep's quiet time
+// (lanes untouched for laneRepairQuietFor) counts from the head's last move
+// even while the aggregate's events keep coming.
 const laneReserveSQL = `
 INSERT INTO /*schema*/tributary_event_lane AS l (consumer, aggregate_id, head_seq, last_seq, updated_at)
 SELECT u.c, u.a, 1, u.n, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, n, ord)
 ORDER BY u.ord
 ON CONFLICT (consumer, aggregate_id) DO UPDATE
-SET last_seq = l.last_seq + excluded.last_seq, updated_at = CASE WHEN l.updated_at > excluded.updated_at - $5::interval THEN l.updated_at ELSE excluded.updated_at END
+SET last_seq = l.last_seq + excluded.last_seq,
+    updated_at = CASE WHEN l.head_seq > l.last_seq THEN excluded.updated_at ELSE l.updated_at END
 RETURNING consumer, aggregate_id, head_seq, last_seq`
 
 // laneLastSQL reads the lanes' heads and last sequence numbers.

@@ -15,10 +15,10 @@ import (
 // TestLaneHotPathUpdatesStayOnTheirPage: the two updates every ordered
 // event makes to its lane's row, the bus's reservation into a busy lane and
 // the group commit's advance that leaves it busy, change no indexed column
-// (updated_at is left alone while it is recent, waiting stays true), so
-// Postgres makes them HOT; the reservation that turns an idle lane busy and
-// the advance that makes a lane idle are not, and a stale updated_at is
-// written.
+// (updated_at is left alone: by the reservation of a busy lane, and by the
+// advance while it is recent; waiting stays true), so Postgres makes them
+// HOT; the reservation that turns an idle lane busy and the advance that
+// makes a lane idle are not, and the advance writes a stale updated_at.
 func TestLaneHotPathUpdatesStayOnTheirPage(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -59,12 +59,13 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 
 	require.Equal(t, int64(5), updated)
 	require.Equal(t, int64(3), hot, "a lane turning idle or busy changes its waiting index")
 
+	reserve(1) // head 6, last 7: busy
 	_, err = tx.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_event_lane SET updated_at = updated_at - interval '1 minute'`))
 	require.NoError(t, err)
 	var before time.Time
 	require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT updated_at FROM /*schema*/tributary_event_lane`)).Scan(&before))
-	reserve(1)
+	advance(6, 7)
 	var after time.Time
 	require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT updated_at FROM /*schema*/tributary_event_lane`)).Scan(&after))
-	require.Greater(t, after.Sub(before), 50*time.Second, "an updated_at older than laneTouchEvery is written")
+	require.Greater(t, after.Sub(before), 50*time.Second, "an advance writes an updated_at older than laneTouchEvery")
 }

@@ -7,7 +7,10 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // middleware is the Coordinator's River worker middleware.
@@ -54,6 +57,15 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	switch {
 	case cerr == nil:
 		return err
+	case err == nil && riverjob.ConnectionError(cerr):
+		// The database connection failed, not the task: it runs again
+		// without spending an attempt (snoozed), so a burst of
+		// terminated sessions cannot fail a workflow whose tasks never
+		// failed.
+		delay := riverjob.RecordRetryDelay(job.Metadata)
+		c.logger.WarnContext(ctx, "the database connection failed while recording a task's completion: it runs again, its attempt not counted",
+			"workflow_id", meta.Workflow, "task", meta.Task, "job_id", job.ID, "attempt", job.Attempt, "retry_in", delay, "error", cerr)
+		return river.JobSnooze(delay)
 	case err == nil:
 		// Not recorded: River retries the job (the task runs again).
 		return fmt.Errorf("task %q of workflow %s succeeded but its completion could not be recorded: %w", meta.Task, meta.Workflow, cerr)
