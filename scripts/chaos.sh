@@ -11,7 +11,15 @@ run() {
 	"$@" >"$log" 2>&1
 	local rc=$?
 	grep -E '^(=== RUN|--- |PASS|FAIL|ok|chaos:|fresh-clone test:|go-install test:|tests:|\s+\w+_test\.go:[0-9]+:)' "$log"
-	[ "$rc" = 0 ] || { status=1; tail -50 "$log"; }
+	if [ "$rc" != 0 ]; then
+		status=1
+		tail -50 "$log"
+		# The whole output (the workers' logs a failed run prints are not
+		# in the lines above) stays for reading.
+		kept=$(mktemp "${TMPDIR:-/tmp}/tributary-chaos-failed.XXXXXX")
+		cp "$log" "$kept"
+		echo "chaos: the whole output of the failed command is in $kept"
+	fi
 }
 # Tests built only with the chaos tag (batch: a worker killed after its upload;
 # workflows: 1,000 diamonds with a replica SIGKILLed five times; 300
