@@ -20,7 +20,7 @@ type runningShard struct {
 	// ids counts the Works of each id: one, unless River runs a job again
 	// while an earlier Work of it has not returned yet.
 	ids map[int64]int32
-	_   [40]byte // a cache line each
+	_   [48]byte // 64 bytes, a cache line, each
 }
 
 func (s *runningSet) shard(id int64) *runningShard {

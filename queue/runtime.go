@@ -149,8 +149,8 @@ type Runtime struct {
 
 	live *liveness
 	// lostCtx is cancelled, with the cause, when the process lost its
-	// liveness; so, through River's start context (riverService.Start),
-	// are the contexts of the jobs running then.
+	// liveness; so, through River's start context (riverStartCancel), are
+	// the contexts of the jobs running then.
 	lostCtx    context.Context
 	loseCancel context.CancelCauseFunc
 	inWork     runningSet // the jobs in River's Work (guardJob)
@@ -310,9 +310,8 @@ func (rt *Runtime) loseLiveness(cause error) {
 	rt.lossOnce.Do(func() {
 		rt.logger.Error("stopping: this process can no longer show that it is alive, so its jobs will be run by others", "process_id", rt.cfg.ID, "cause", cause)
 		rt.loseCancel(cause)
-		// The running jobs' contexts end with River's start context,
-		// which follows lostCtx (riverService.Start); do it here too, so
-		// they have ended when this returns.
+		// The running jobs' contexts end with River's start context
+		// (riverService.Start), and have ended when this returns.
 		rt.mu.Lock()
 		cancelRiver := rt.riverStartCancel
 		rt.mu.Unlock()
@@ -521,13 +520,17 @@ func (s *riverService) Start(ctx context.Context) error {
 		// which River takes for StopAndCancel (with no SoftStopTimeout, its
 		// work context inherits from it): every running job's context ends
 		// at once and carries the cause, and nothing more is fetched.
+		// loseLiveness cancels it once it is set; a loss before that (the
+		// loss cancels lostCtx first, then reads the cancel under rt.mu) is
+		// seen here.
 		startCtx, cancel := context.WithCancelCause(run.Context())
-		stopFollowing := context.AfterFunc(s.rt.lostCtx, func() { cancel(context.Cause(s.rt.lostCtx)) })
 		s.rt.mu.Lock()
 		s.rt.riverStartCancel = cancel
 		s.rt.mu.Unlock()
+		if s.rt.lostCtx.Err() != nil {
+			cancel(context.Cause(s.rt.lostCtx))
+		}
 		if err := s.rt.river.Start(startCtx); err != nil {
-			stopFollowing()
 			cancel(nil)
 			return err
 		}

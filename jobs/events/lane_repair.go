@@ -156,12 +156,13 @@ func planRepair(s laneSnapshot) repairAction {
 // after checking that the lane and its head are still as read, and is
 // logged as a warning: it means something happened outside tributary.
 func (d *Dispatcher) repairLanes(ctx context.Context) int {
-	cutoff := time.Now().UTC().Add(-laneRepairQuietFor)
+	now := time.Now().UTC()
+	cutoff, quietCutoff := now.Add(-laneRepairQuietFor), laneQuietCutoff(now, laneRepairQuietFor)
 	moved := 0
 	var after laneSnapshot
 	var dead map[string]bool // read once a sweep, when a claimed lane event needs it
 	for {
-		page, err := d.lanes.quiet(ctx, d.pool, laneQuietCutoff(time.Now().UTC(), laneRepairQuietFor), after, laneRepairPage)
+		page, err := d.lanes.quiet(ctx, d.pool, quietCutoff, after, laneRepairPage)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.logger.WarnContext(ctx, "error looking for stuck event lanes", "error", err)
