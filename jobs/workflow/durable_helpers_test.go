@@ -239,11 +239,16 @@ func effects(t *testing.T, db *pgtest.DB, task, step string) int {
 	return n
 }
 
-// waitEffect waits until task's step has had its side effect.
-func waitEffect(t *testing.T, db *pgtest.DB, task, step string) {
+// waitStepRecorded waits until task's step has had its side effect and its
+// record has committed. Waiting for the effect alone is not enough: the
+// effect commits before the record, and a process killed between the two
+// runs the step again on its next attempt, as Step documents.
+func waitStepRecorded(t *testing.T, db *pgtest.DB, task, step string) {
 	t.Helper()
-	pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("step %s of %s", step, task), func() (bool, error) {
-		return effects(t, db, task, step) > 0, nil
+	pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("step %s of %s recorded", step, task), func() (bool, error) {
+		var done bool
+		err := db.Pool.QueryRow(context.Background(), db.Q(`SELECT EXISTS (SELECT FROM /*schema*/tributary_workflow_step WHERE task = $1 AND name = $2 AND done)`), task, step).Scan(&done)
+		return done && effects(t, db, task, step) > 0, err
 	})
 }
 

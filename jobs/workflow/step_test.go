@@ -19,7 +19,9 @@ import (
 )
 
 // TestStepNotRerunAfterKill runs a task in a child process (this test
-// binary, re-executed) until its step "one" is recorded and the task sits
+// binary, re-executed) until its step "one" is recorded (the record, not
+// only the effect: a kill between the two runs the step again, by design)
+// and the task sits
 // between two steps, SIGKILLs the process, and lets a runtime in this
 // process pick the task up once liveness hands it on: step "one" is not
 // run again, the rest runs once.
@@ -45,7 +47,7 @@ func TestStepNotRerunAfterKill(t *testing.T) {
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 
-	waitEffect(t, db, "t", "one")
+	waitStepRecorded(t, db, "t", "one")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	<-exited
 	require.Equal(t, 0, effects(t, db, "t", "tx"), "the child was killed before step tx: %s", stderr.String())
