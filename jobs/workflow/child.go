@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // childSignalPrefix starts the name of the signal a child workflow's end
@@ -67,14 +69,16 @@ func RunChild(ctx context.Context, name string, wf *Workflow) (*ChildResult, err
 		}
 		cl := &Client{schema: tc.c.cfg.Schema, logger: tc.c.logger, sql: tc.c.sql, rc: rc}
 		res, err := cl.InsertTx(ctx, tx, wf)
-		if err != nil {
+		if riverjob.ConnectionError(err) {
+			return "", ownRecord(err) // the child's insert is tributary's write
+		} else if err != nil {
 			return "", err
 		}
 		if res.Existing {
 			return "", fmt.Errorf("child workflow %q: key %q is taken by workflow %s, which is not this task's child", name, res.Key, res.ID)
 		}
 		if _, err := tx.Exec(ctx, tc.c.sql.setParent, customPlan, res.ID, tc.ref.WorkflowID, tc.ref.Task); err != nil {
-			return "", fmt.Errorf("error linking child workflow %s: %w", res.ID, err)
+			return "", ownRecord(fmt.Errorf("error linking child workflow %s: %w", res.ID, err))
 		}
 		return res.ID, nil
 	})

@@ -81,13 +81,13 @@ func Expand(ctx context.Context, tx pgx.Tx, tasks ...ExpandTask) error {
 func precheckExpand(ctx context.Context, tc *taskContext, defs []*taskDef) error {
 	rows, err := tc.c.pool.Query(ctx, tc.c.sql.taskNamesStates, customPlan, tc.ref.WorkflowID)
 	if err != nil {
-		return fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err)
+		return ownRecord(fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err))
 	}
 	existing := map[string]TaskState{}
 	var n string
 	var st TaskState
 	if _, err := pgx.ForEachRow(rows, []any{&n, &st}, func() error { existing[n] = st; return nil }); err != nil {
-		return fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err)
+		return ownRecord(fmt.Errorf("error reading the tasks of workflow %s: %w", tc.ref.WorkflowID, err))
 	}
 	return checkExpansion(tc.ref.WorkflowID, tc.ref.Task, existing, defs, len(tc.expand))
 }

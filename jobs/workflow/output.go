@@ -131,7 +131,7 @@ func (tc *taskContext) read(ctx context.Context, task string) (storedOutput, err
 	if !tc.depsRead {
 		rows, err := tc.c.pool.Query(ctx, tc.c.sql.depOutputs, customPlan, tc.ref.WorkflowID, tc.ref.Task)
 		if err != nil {
-			return storedOutput{}, fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err)
+			return storedOutput{}, ownRecord(fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err))
 		}
 		deps := map[string]storedOutput{}
 		for rows.Next() {
@@ -139,12 +139,12 @@ func (tc *taskContext) read(ctx context.Context, task string) (storedOutput, err
 			var o storedOutput
 			if err := rows.Scan(&name, &o.state, &o.output); err != nil {
 				rows.Close()
-				return storedOutput{}, fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err)
+				return storedOutput{}, ownRecord(fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err))
 			}
 			deps[name] = o
 		}
 		if err := rows.Err(); err != nil {
-			return storedOutput{}, fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err)
+			return storedOutput{}, ownRecord(fmt.Errorf("error reading the outputs of task %q's dependencies: %w", tc.ref.Task, err))
 		}
 		tc.deps, tc.depsRead = deps, true
 	}
@@ -160,7 +160,7 @@ func (tc *taskContext) read(ctx context.Context, task string) (storedOutput, err
 		return o, fmt.Errorf("workflow %s has no task %q: %w", tc.ref.WorkflowID, task, ErrUnknownTask)
 	}
 	if err != nil {
-		return o, fmt.Errorf("error reading the output of task %q: %w", task, err)
+		return o, ownRecord(fmt.Errorf("error reading the output of task %q: %w", task, err))
 	}
 	// A task that is not a dependency may still change; remember only a
 	// final answer.

@@ -315,7 +315,7 @@ func awaitSignal(ctx context.Context, name string, timeout time.Duration) (json.
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, ownRecord(err) // no code of the task's ran in it
 	}
 	tc.mu.Lock()
 	defer tc.mu.Unlock()

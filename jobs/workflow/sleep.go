@@ -88,7 +88,7 @@ func Sleep(ctx context.Context, name string, d time.Duration) error {
 				return err
 			}
 		case err != nil:
-			return fmt.Errorf("error recording sleep %q of task %q: %w", name, tc.ref.Task, err)
+			return ownRecord(fmt.Errorf("error recording sleep %q of task %q: %w", name, tc.ref.Task, err))
 		default:
 			rec = &stepRecord{kind: "sleep", wakeAt: &wake, done: done}
 		}
@@ -106,7 +106,7 @@ func Sleep(ctx context.Context, name string, d time.Duration) error {
 		return waitUntil(tc, name, *rec.wakeAt)
 	}
 	if _, err := tc.c.pool.Exec(ctx, tc.c.sql.finishStep, customPlan, tc.ref.JobID, name, nil, false, now); err != nil {
-		return fmt.Errorf("error recording the end of sleep %q of task %q: %w", name, tc.ref.Task, err)
+		return ownRecord(fmt.Errorf("error recording the end of sleep %q of task %q: %w", name, tc.ref.Task, err))
 	}
 	tc.mu.Lock()
 	rec.done = true
@@ -119,7 +119,7 @@ func (tc *taskContext) readStepRecord(ctx context.Context, name string) (*stepRe
 	var r stepRecord
 	if err := tc.c.pool.QueryRow(ctx, tc.c.sql.selectStepRecord, customPlan, tc.ref.JobID, name).
 		Scan(&r.kind, &r.output, &r.wakeAt, &r.done, &r.timedOut); err != nil {
-		return nil, fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err)
+		return nil, ownRecord(fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err))
 	}
 	return &r, nil
 }

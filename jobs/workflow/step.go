@@ -82,7 +82,7 @@ func (tc *taskContext) useStep(ctx context.Context, name string) (*stepRecord, e
 	if !tc.dur.loaded {
 		rows, err := tc.c.pool.Query(ctx, tc.c.sql.selectSteps, customPlan, tc.ref.JobID)
 		if err != nil {
-			return nil, fmt.Errorf("error reading the steps of task %q: %w", tc.ref.Task, err)
+			return nil, ownRecord(fmt.Errorf("error reading the steps of task %q: %w", tc.ref.Task, err))
 		}
 		steps := map[string]*stepRecord{}
 		var n string
@@ -93,7 +93,7 @@ func (tc *taskContext) useStep(ctx context.Context, name string) (*stepRecord, e
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("error reading the steps of task %q: %w", tc.ref.Task, err)
+			return nil, ownRecord(fmt.Errorf("error reading the steps of task %q: %w", tc.ref.Task, err))
 		}
 		tc.dur.steps, tc.dur.loaded = steps, true
 		tc.dur.used = map[string]bool{}
@@ -141,7 +141,9 @@ func userStepName(name string) error {
 // by name, not position, so a deploy that adds or reorders steps does not
 // confuse runs in flight; a name used twice in one run is ErrDuplicateStep.
 // An error from fn is returned and nothing is recorded: the step runs again
-// on the next attempt.
+// on the next attempt. When the record itself fails because the database
+// connection did, the error returned says so to the task's middleware: a
+// task that returns it runs again without spending an attempt.
 //
 // fn's side effects outside tributary's database can happen twice when the
 // process dies between fn's return and the record's commit; use StepTx for
@@ -198,7 +200,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		return decodeStepOutput[T](name, raw)
 	}
 	if err != nil {
-		return zero, fmt.Errorf("error recording step %q of task %q: %w", name, tc.ref.Task, err)
+		return zero, ownRecord(fmt.Errorf("error recording step %q of task %q: %w", name, tc.ref.Task, err))
 	}
 	tc.rememberStep(name, out)
 	return v, nil
@@ -234,7 +236,7 @@ func (tc *taskContext) readStepOutput(ctx context.Context, db interface {
 }, name string) (json.RawMessage, error) {
 	var raw json.RawMessage
 	if err := db.QueryRow(ctx, tc.c.sql.selectStep, customPlan, tc.ref.JobID, name).Scan(&raw); err != nil {
-		return nil, fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err)
+		return nil, ownRecord(fmt.Errorf("error reading step %q of task %q: %w", name, tc.ref.Task, err))
 	}
 	return raw, nil
 }
@@ -262,7 +264,7 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 	}
 	var v T
 	var out json.RawMessage
-	recorded := false
+	recorded, fnFailed := false, false
 	err = pgx.BeginFunc(ctx, tc.c.pool, func(tx pgx.Tx) error {
 		now := time.Now().UTC()
 		// The record first: its key is the step's lock. A concurrent
@@ -279,9 +281,11 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 			return fmt.Errorf("error recording step %q of task %q: %w", name, tc.ref.Task, err)
 		}
 		if v, err = fn(ctx, tx); err != nil {
+			fnFailed = true
 			return err
 		}
 		if out, err = encodeStepOutput(name, v); err != nil {
+			fnFailed = true
 			return err
 		}
 		if _, err := tx.Exec(ctx, tc.c.sql.finishStep, customPlan, tc.ref.JobID, name, string(out), false, time.Now().UTC()); err != nil {
@@ -290,7 +294,10 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 		return nil
 	})
 	if err != nil {
-		return zero, err
+		if fnFailed {
+			return zero, err // the task's own failure
+		}
+		return zero, ownRecord(err) // BEGIN, the record, COMMIT
 	}
 	tc.rememberStep(name, out)
 	if recorded {
