@@ -37,6 +37,23 @@ func (w *cutWorker) Work(ctx context.Context, job *river.Job[cutArgs]) error {
 	return nil
 }
 
+// startThroughCutProxy starts a runtime with a coordinator on a fresh
+// schema whose connections go through a cut proxy (stored in *proxy before
+// any job runs) and returns a client that does not.
+func startThroughCutProxy(t *testing.T, proxy **pgtest.CutProxy, register func(rt *queue.Runtime)) *workflow.Client {
+	t.Helper()
+	db := pgtest.New(t)
+	p, via := pgtest.ThroughCutProxy(t, db)
+	*proxy = p
+	coord, err := workflow.NewCoordinator(via.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
+	require.NoError(t, err)
+	pgtest.StartRuntime(t, via, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
+		register(rt)
+		require.NoError(t, coord.Register(rt))
+	})
+	return workflow.NewClient(db.Client(t))
+}
+
 // TestTaskCompletionLosesConnection: a task succeeded and the database
 // connection failed while its completion was recorded. That is not the
 // task's failure: it runs again without spending an attempt (the old code
@@ -45,17 +62,8 @@ func (w *cutWorker) Work(ctx context.Context, job *river.Job[cutArgs]) error {
 func TestTaskCompletionLosesConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
-	proxy, via := pgtest.ThroughCutProxy(t, db)
-
-	coord, err := workflow.NewCoordinator(via.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
-	require.NoError(t, err)
-	w := &cutWorker{proxy: proxy}
-	pgtest.StartRuntime(t, via, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
-		queue.AddWorker(rt, w)
-		require.NoError(t, coord.Register(rt))
-	})
-	client := workflow.NewClient(db.Client(t)) // not through the proxy
+	w := &cutWorker{}
+	client := startThroughCutProxy(t, &w.proxy, func(rt *queue.Runtime) { queue.AddWorker(rt, w) })
 
 	wf := workflow.New("cut", nil)
 	wf.Add("cut", cutArgs{}, nil)
@@ -154,17 +162,11 @@ func TestTaskRecordLosesConnection(t *testing.T) {
 		t.Run(record, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := pgtest.New(t)
-			proxy, via := pgtest.ThroughCutProxy(t, db)
-			coord, err := workflow.NewCoordinator(via.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
-			require.NoError(t, err)
-			w := &cutRecordWorker{proxy: proxy}
-			pgtest.StartRuntime(t, via, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
+			w := &cutRecordWorker{}
+			client := startThroughCutProxy(t, &w.proxy, func(rt *queue.Runtime) {
 				queue.AddWorker(rt, w)
 				queue.AddWorker(rt, outWorker{})
-				require.NoError(t, coord.Register(rt))
 			})
-			client := workflow.NewClient(db.Client(t)) // not through the proxy
 
 			wf := workflow.New("cut-"+record, nil)
 			wf.Add("a", outArgs{}, nil)
