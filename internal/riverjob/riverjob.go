@@ -193,83 +193,99 @@ type Settled struct {
 	CancelAttempted bool // the job's metadata has cancel_attempted_at (a JobCancel)
 }
 
-// ScanCursor is where a scan of active tasks stopped.
-type ScanCursor struct {
-	UpdatedAt  time.Time
+// TaskKey is a workflow task's primary key: its workflow and its name.
+type TaskKey struct {
 	WorkflowID string
 	Task       string
 }
 
-// scanActiveTasksSQL reads a page of active workflow tasks, in (updated_at,
-// workflow, name) order after the cursor, with their jobs' states. It lives
-// here because it reads river_job; the task table is jobs/workflow's
-// (migration 0010). The page is taken first (MATERIALIZED) from the partial
-// index of active tasks, so a pass costs one index range and one
-// primary-key probe of river_job per task of the page, however many tasks
-// are active; filtering on the job's state inside the scan made a pass read
-// every active task to find a few settled ones (1.4 s for 80,000 active
-// tasks). Without statistics (autovacuum off) Postgres estimates a few
-// hundred active tasks and reads all of them in a bitmap scan to sort them
-// (450 ms for 80,000); the scan runs with bitmap scans off, which leaves it
-// the ordered index scan that stops after the page (9 ms).
-const scanActiveTasksSQL = `
-WITH page AS MATERIALIZED (
-    SELECT workflow_id, name, job_id, updated_at FROM /*schema*/tributary_workflow_task
-    WHERE state = 'active' AND updated_at < $1 AND (updated_at, workflow_id, name) > ($2, $3::uuid, $4)
-    ORDER BY updated_at, workflow_id, name
-    LIMIT $5
-)
-SELECT p.workflow_id::text, p.name, p.job_id, p.updated_at, coalesce(j.state::text, ''), coalesce(j.attempt, 0), j.attempted_at,
-       coalesce(j.errors, '{}'), coalesce(j.metadata ? 'cancel_attempted_at', false)
-FROM page p
-LEFT JOIN /*schema*/river_job j ON j.id = p.job_id
-ORDER BY p.updated_at, p.workflow_id, p.name`
-
-// ScanActiveTasks reads up to limit active workflow tasks unchanged since
-// before quietBefore, after the cursor (nil: from the start), and returns
-// those whose job is finalized, pending or missing, and the cursor to
-// continue from (nil once the scan reached the end).
-func ScanActiveTasks(ctx context.Context, db DBTX, schema string, quietBefore time.Time, after *ScanCursor, limit int) ([]Settled, *ScanCursor, error) {
-	c := ScanCursor{WorkflowID: "00000000-0000-0000-0000-000000000000"}
-	if after != nil {
-		c = *after
-	}
-	var out []Settled
-	n := 0
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off"); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, q(schema, scanActiveTasksSQL), customPlan, quietBefore, c.UpdatedAt, c.WorkflowID, c.Task, limit)
-		if err != nil {
-			return err
-		}
-		out, n, err = scanSettled(rows, &c)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("error scanning active workflow tasks: %w", err)
-	}
-	if n < limit {
-		return out, nil, nil
-	}
-	return out, &c, nil
+// TaskPage is what one page of ScanWorkflowTasks found.
+type TaskPage struct {
+	Settled   []Settled // active tasks whose job is finalized, pending or gone
+	Undecided []TaskKey // pending tasks with no dependency left to wait for
+	Read      int       // the task rows the page read, at most its limit
+	Last      TaskKey   // the last task read, when Read > 0
 }
 
-func scanSettled(rows pgx.Rows, c *ScanCursor) ([]Settled, int, error) {
+// scanWorkflowTasksSQL reads a page of the tasks of some workflows ($1,
+// ascending) in primary-key order, from after task $3 of the first ($2),
+// and returns the quiet ones (unchanged since $5) that are active, with
+// their jobs' states, or pending with nothing to wait for, and the page's
+// last task and length so that the caller can continue after it. It lives
+// here because it reads river_job; the task table is jobs/workflow's
+// (migration 0010). The page is taken first (MATERIALIZED) from the
+// primary key: an array on its first column keeps the index's order, so
+// the scan stops after $4 rows, and a pass costs at most $4 task rows and
+// a primary-key probe of river_job per quiet active task among them (the
+// job's id is NULL for the others, which the probe answers without
+// reading: written as a join filter, every row of the page was probed).
+// Without an index on state or updated_at (migration 0018: none may cover
+// a column a task's updates change, or they are not HOT) the filters run
+// on the page's rows. Run it with bitmap and sequential scans off: the
+// planner otherwise reads the table whole once the page is a few per cent
+// of it (docs/ARCHITECTURE.md, workflows, "Repair sweep").
+const scanWorkflowTasksSQL = `
+WITH page AS MATERIALIZED (
+    SELECT workflow_id, name, state, pending_deps, job_id, updated_at FROM /*schema*/tributary_workflow_task
+    WHERE workflow_id = ANY($1::uuid[]) AND (workflow_id, name) > ($2::uuid, $3)
+    ORDER BY workflow_id, name
+    LIMIT $4
+)
+SELECT p.workflow_id::text, p.name, p.state, p.pending_deps, p.updated_at < $5, p.job_id,
+       coalesce(j.state::text, ''), coalesce(j.attempt, 0), j.attempted_at, coalesce(j.errors, '{}'),
+       coalesce(j.metadata ? 'cancel_attempted_at', false), (SELECT count(*) FROM page)
+FROM page p
+LEFT JOIN /*schema*/river_job j ON j.id = CASE WHEN p.state = 'active' AND p.updated_at < $5 THEN p.job_id END
+WHERE (p.updated_at < $5 AND (p.state = 'active' OR (p.state = 'pending' AND p.pending_deps = 0)))
+   OR (p.workflow_id, p.name) = (SELECT workflow_id, name FROM page ORDER BY workflow_id DESC, name DESC LIMIT 1)
+ORDER BY p.workflow_id, p.name`
+
+// ScanWorkflowTasks reads up to limit tasks of the given workflows (ids in
+// ascending order) in primary-key order, starting after task after of the
+// first workflow ("": from its first task). Of the tasks unchanged since
+// before quietBefore it returns the active ones whose job is finalized,
+// pending or missing, and the pending ones with no dependency left to wait
+// for; and how many tasks it read and the last, so that a caller continues
+// after it when the page was full.
+func ScanWorkflowTasks(ctx context.Context, db DBTX, schema string, quietBefore time.Time, workflowIDs []string, after string, limit int) (TaskPage, error) {
+	var page TaskPage
+	if len(workflowIDs) == 0 {
+		return page, nil
+	}
+	rows, err := db.Query(ctx, q(schema, scanWorkflowTasksSQL), customPlan, workflowIDs, workflowIDs[0], after, limit, quietBefore)
+	if err != nil {
+		return page, fmt.Errorf("error scanning workflow tasks: %w", err)
+	}
+	if err := scanTaskPage(rows, &page); err != nil {
+		return TaskPage{}, fmt.Errorf("error scanning workflow tasks: %w", err)
+	}
+	return page, nil
+}
+
+func scanTaskPage(rows pgx.Rows, page *TaskPage) error {
 	defer rows.Close()
-	var out []Settled
-	n := 0
 	for rows.Next() {
 		var s Settled
-		var state string
+		var state, jobState string
+		var pendingDeps int
+		var quiet bool
 		var errs []string
-		if err := rows.Scan(&s.WorkflowID, &s.Task, &s.JobID, &c.UpdatedAt, &state, &s.Attempt, &s.AttemptedAt, &errs, &s.CancelAttempted); err != nil {
-			return nil, 0, err
+		if err := rows.Scan(&s.WorkflowID, &s.Task, &state, &pendingDeps, &quiet, &s.JobID, &jobState, &s.Attempt, &s.AttemptedAt,
+			&errs, &s.CancelAttempted, &page.Read); err != nil {
+			return err
 		}
-		n++
-		c.WorkflowID, c.Task = s.WorkflowID, s.Task
-		s.JobState = rivertype.JobState(state)
+		// The page's last task comes last, whether it qualifies or not.
+		page.Last = TaskKey{WorkflowID: s.WorkflowID, Task: s.Task}
+		switch {
+		case !quiet:
+			continue
+		case state == "pending" && pendingDeps == 0:
+			page.Undecided = append(page.Undecided, page.Last)
+			continue
+		case state != "active":
+			continue
+		}
+		s.JobState = rivertype.JobState(jobState)
 		switch s.JobState {
 		case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled, rivertype.JobStatePending, "":
 		default:
@@ -278,11 +294,11 @@ func scanSettled(rows pgx.Rows, c *ScanCursor) ([]Settled, int, error) {
 		for _, b := range errs {
 			var ae rivertype.AttemptError
 			if err := json.Unmarshal([]byte(b), &ae); err != nil {
-				return nil, 0, fmt.Errorf("error decoding an error of job %d: %w", s.JobID, err)
+				return fmt.Errorf("error decoding an error of job %d: %w", s.JobID, err)
 			}
 			s.Errors = append(s.Errors, ae)
 		}
-		out = append(out, s)
+		page.Settled = append(page.Settled, s)
 	}
-	return out, n, rows.Err()
+	return rows.Err()
 }

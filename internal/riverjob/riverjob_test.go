@@ -185,7 +185,7 @@ func TestCompleteRunning(t *testing.T) {
 	require.Empty(t, ids)
 }
 
-func TestScanActiveTasks(t *testing.T) {
+func TestScanWorkflowTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -210,35 +210,52 @@ func TestScanActiveTasks(t *testing.T) {
 	b.setRunning(t, recent.ID)
 	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'completed', finalized_at = now() WHERE id = $1`), recent.ID)
 	require.NoError(t, err)
+	waiting := b.insert(t, 7, &river.InsertOpts{Pending: true})
+	undecided := b.insert(t, 8, &river.InsertOpts{Pending: true})
 
-	wf := uuid.Must(uuid.NewV7())
-	_, err = b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_workflow
-        (id, name, status, task_count, tasks_pending, tasks_active, tasks_completed, tasks_failed, tasks_cancelled, tasks_skipped, created_at, updated_at)
-        VALUES ($1, 'w', 'running', 7, 0, 7, 0, 0, 0, 0, $2, $2)`), wf, now)
-	require.NoError(t, err)
+	// Two workflows: the first's tasks in every state the scan tells apart,
+	// the second's one undecided task. UUIDv7s ascend.
+	first, second := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	for _, wf := range []uuid.UUID{first, second} {
+		_, err = b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_workflow
+            (id, name, status, task_count, tasks_pending, tasks_active, tasks_completed, tasks_failed, tasks_cancelled, tasks_skipped, created_at, updated_at)
+            VALUES ($1, 'w', 'running', 9, 2, 7, 0, 0, 0, 0, $2, $2)`), wf, now)
+		require.NoError(t, err)
+	}
 	old := now.Add(-time.Minute)
 	for _, task := range []struct {
-		name    string
-		jobID   int64
-		updated time.Time
+		wf          uuid.UUID
+		name, state string
+		pendingDeps int
+		jobID       int64
+		updated     time.Time
 	}{
-		{"completed", completed.ID, old}, {"discarded", discarded.ID, old}, {"cancelled", cancelled.ID, old},
-		{"pending", pending.ID, old}, {"running", running.ID, old}, {"recent", recent.ID, now}, {"deleted", 424242, old},
+		{first, "completed", "active", 0, completed.ID, old}, {first, "discarded", "active", 0, discarded.ID, old},
+		{first, "cancelled", "active", 0, cancelled.ID, old}, {first, "pending", "active", 0, pending.ID, old},
+		{first, "running", "active", 0, running.ID, old}, {first, "recent", "active", 0, recent.ID, now},
+		{first, "deleted", "active", 0, 424242, old}, {first, "waiting", "pending", 1, waiting.ID, old},
+		{first, "undecided", "pending", 0, undecided.ID, old},
+		{second, "undecided", "pending", 0, 424243, old},
 	} {
 		_, err = b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_workflow_task
             (workflow_id, name, position, kind, args, queue, priority, max_attempts, tags, metadata, deps, dependents, pending_deps, failed_deps,
              on_dep_failure, state, job_id, run, attempts, errors, created_at, updated_at)
-            VALUES ($1, $2, 0, 'riverjob.test', '{}', 'default', 1, 25, '{}', '{}', '{}', '{}', 0, 0, 'cancel', 'active', $3, 1, 0, '[]', $4, $4)`),
-			wf, task.name, task.jobID, task.updated)
+            VALUES ($1, $2, 0, 'riverjob.test', '{}', 'default', 1, 25, '{}', '{}', '{}', '{}', $3, 0, 'cancel', $4, $5, 1, 0, '[]', $6, $6)`),
+			task.wf, task.name, task.pendingDeps, task.state, task.jobID, task.updated)
 		require.NoError(t, err)
 	}
+	quiet := now.Add(-10 * time.Second)
+	ids := []string{first.String(), second.String()}
 
-	settled, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), nil, 100)
+	page, err := riverjob.ScanWorkflowTasks(ctx, b.db.Pool, b.db.Schema, quiet, ids, "", 100)
 	require.NoError(t, err)
-	require.Nil(t, next, "the scan reached the end")
+	require.Equal(t, 10, page.Read, "every task of both workflows")
+	require.Equal(t, riverjob.TaskKey{WorkflowID: second.String(), Task: "undecided"}, page.Last)
+	require.Equal(t, []riverjob.TaskKey{{WorkflowID: first.String(), Task: "undecided"}, {WorkflowID: second.String(), Task: "undecided"}}, page.Undecided,
+		"pending tasks with nothing to wait for; not the one waiting for a dependency")
 	byTask := map[string]riverjob.Settled{}
-	for _, s := range settled {
-		require.Equal(t, wf.String(), s.WorkflowID)
+	for _, s := range page.Settled {
+		require.Equal(t, first.String(), s.WorkflowID)
 		byTask[s.Task] = s
 	}
 	require.Len(t, byTask, 5, "finalized, pending and deleted jobs of quiet tasks: %v", byTask)
@@ -255,24 +272,40 @@ func TestScanActiveTasks(t *testing.T) {
 	require.NotContains(t, byTask, "running")
 	require.NotContains(t, byTask, "recent", "a task changed within the quiet time is left alone")
 
-	// Pages of two: the six quiet tasks in three pages, then the end; the
-	// settled ones are the same five.
-	var cursor *riverjob.ScanCursor
-	paged := map[string]bool{}
-	for page := 0; ; page++ {
-		require.Less(t, page, 4)
-		got, next, err := riverjob.ScanActiveTasks(ctx, b.db.Pool, b.db.Schema, now.Add(-10*time.Second), cursor, 2)
-		require.NoError(t, err)
-		for _, s := range got {
-			require.False(t, paged[s.Task], "task %s seen twice", s.Task)
-			paged[s.Task] = true
+	// Pages of three, each continuing after the last one's last task: the
+	// ten tasks in four pages, the same five settled and two undecided.
+	after := riverjob.TaskKey{WorkflowID: first.String()}
+	paged := map[riverjob.TaskKey]bool{}
+	read := 0
+	for p := 0; ; p++ {
+		require.Less(t, p, 4)
+		from := ids
+		if after.WorkflowID == second.String() {
+			from = ids[1:]
 		}
-		if next == nil {
+		got, err := riverjob.ScanWorkflowTasks(ctx, b.db.Pool, b.db.Schema, quiet, from, after.Task, 3)
+		require.NoError(t, err)
+		read += got.Read
+		for _, s := range got.Settled {
+			k := riverjob.TaskKey{WorkflowID: s.WorkflowID, Task: s.Task}
+			require.False(t, paged[k], "task %v seen twice", k)
+			paged[k] = true
+		}
+		for _, k := range got.Undecided {
+			require.False(t, paged[k], "task %v seen twice", k)
+			paged[k] = true
+		}
+		if got.Read < 3 {
 			break
 		}
-		cursor = next
+		after = got.Last
 	}
-	require.Len(t, paged, 5)
+	require.Equal(t, 10, read)
+	require.Len(t, paged, 7)
+
+	page, err = riverjob.ScanWorkflowTasks(ctx, b.db.Pool, b.db.Schema, quiet, nil, "", 100)
+	require.NoError(t, err)
+	require.Zero(t, page.Read, "no workflows, no tasks")
 }
 
 func TestWake(t *testing.T) {

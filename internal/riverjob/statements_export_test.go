@@ -37,7 +37,7 @@ func Statements() map[string]string {
 		"promoteSQL":           promoteSQL,
 		"cancelUnstartedSQL":   cancelUnstartedSQL,
 		"finalizeRunningSQL":   finalizeRunningSQL,
-		"scanActiveTasksSQL":   scanActiveTasksSQL,
+		"scanWorkflowTasksSQL": scanWorkflowTasksSQL,
 		"wakeSnoozedSQL":       wakeSnoozedSQL,
 		"wakeDueSQL":           wakeDueSQL,
 

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/queue"
 )
 
 // TestCompletionBatchGuards commits one completion batch by hand, with an
@@ -26,9 +25,7 @@ func TestCompletionBatchGuards(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	qc, err := queue.NewClient(db.Pool, queue.ClientConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
-	require.NoError(t, err)
-	client := NewClient(qc)
+	client := clientOn(t, db)
 	idle := &TaskOpts{InsertOpts: &river.InsertOpts{Queue: "idle"}}
 	newWF := func(name string, tasks ...string) *InsertResult {
 		wf := New(name, nil)

@@ -14,7 +14,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -92,8 +91,9 @@ type Coordinator struct {
 
 	life queue.Lifecycle
 
-	repairMu     sync.Mutex
-	repairCursor *riverjob.ScanCursor // where the next repair pass continues
+	repairMu                     sync.Mutex
+	repairCursor                 repairCursor // where the next repair pass continues
+	repairWorkflows, repairTasks int          // a pass's page (repairWorkflows, repairTasks; smaller in tests)
 }
 
 // NewCoordinator returns a coordinator on pool.
@@ -108,7 +108,8 @@ func NewCoordinator(pool *pgxpool.Pool, cfg CoordinatorConfig) (*Coordinator, er
 		return nil, fmt.Errorf("invalid OutputMaxBytes %d: must be positive", cfg.OutputMaxBytes)
 	}
 	cfg.RepairInterval = cmp.Or(cfg.RepairInterval, RepairIntervalDefault)
-	c := &Coordinator{pool: pool, cfg: cfg, logger: cfg.Logger.With("component", "workflow"), sql: qualify(cfg.Schema)}
+	c := &Coordinator{pool: pool, cfg: cfg, logger: cfg.Logger.With("component", "workflow"), sql: qualify(cfg.Schema),
+		repairWorkflows: repairWorkflows, repairTasks: repairTasks}
 	c.completer = &completer{c: c}
 	c.timers.c = c
 	return c, nil

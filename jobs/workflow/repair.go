@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -11,11 +12,26 @@ import (
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
-// repairBatch bounds the active tasks one repair pass looks at: a pass
-// continues where the last one stopped and wraps around at the end, so its
-// cost does not grow with the number of active tasks (a large backlog is
-// covered over several passes).
+// repairBatch bounds the signalled waits one repair pass looks at.
 const repairBatch = 1000
+
+// The repair sweep's page: a pass reads at most repairWorkflows running
+// workflows and repairTasks of their task rows, continuing where the last
+// pass stopped and wrapping around at the end, so its cost does not grow
+// with the number of running workflows or tasks (a large backlog is covered
+// over several passes; one workflow of MaxTasks tasks over four).
+const (
+	repairWorkflows = 1000
+	repairTasks     = 5000
+)
+
+// repairCursor is where the next repair pass starts: at the first running
+// workflow from workflowID on, after its task task ("": from its first
+// task). The zero cursor starts from the beginning.
+type repairCursor struct {
+	workflowID string
+	task       string
+}
 
 // Repair runs one pass of the safety net and returns how many tasks it
 // changed: active tasks whose job finished without the middleware
@@ -25,41 +41,25 @@ const repairBatch = 1000
 // counts as cancelled); an active task whose job is still pending is
 // released; a pending task with nothing left to wait for is decided; a
 // snoozed task waiting for a signal that came is woken (its process died
-// before River's snooze event reached its coordinator). Only
-// tasks unchanged for 10 seconds are looked at, and of the active ones at
-// most 1,000 per pass, continuing where the previous pass stopped. Each change is logged as a
-// warning: by construction there are none.
+// before River's snooze event reached its coordinator). Only tasks
+// unchanged for 10 seconds are looked at, those of a page of running
+// workflows (repairWorkflows, repairTasks) continuing where the previous
+// pass stopped. Each change is logged as a warning: by construction there
+// are none.
 func (c *Coordinator) Repair(ctx context.Context) (int, error) {
 	now := time.Now().UTC()
 	quiet := now.Add(-repairQuietFor)
-	c.repairMu.Lock()
-	settled, next, err := riverjob.ScanActiveTasks(ctx, c.pool, c.cfg.Schema, quiet, c.repairCursor, repairBatch)
-	if err == nil {
-		c.repairCursor = next
-	}
-	c.repairMu.Unlock()
+	page, err := c.repairPage(ctx, quiet)
 	if err != nil {
 		return 0, err
 	}
-	rows, err := c.pool.Query(ctx, c.sql.undecidedTasks, customPlan, quiet, repairBatch)
-	if err != nil {
-		return 0, fmt.Errorf("error looking for undecided workflow tasks: %w", err)
+	bySettled := map[string][]riverjob.Settled{}
+	for _, s := range page.Settled {
+		bySettled[s.WorkflowID] = append(bySettled[s.WorkflowID], s)
 	}
 	undecided := map[string][]string{}
-	for rows.Next() {
-		var wf, name string
-		if err := rows.Scan(&wf, &name); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		undecided[wf] = append(undecided[wf], name)
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("error looking for undecided workflow tasks: %w", err)
-	}
-	bySettled := map[string][]riverjob.Settled{}
-	for _, s := range settled {
-		bySettled[s.WorkflowID] = append(bySettled[s.WorkflowID], s)
+	for _, k := range page.Undecided {
+		undecided[k.WorkflowID] = append(undecided[k.WorkflowID], k.Task)
 	}
 	wfs := map[string]bool{}
 	for wf := range bySettled {
@@ -81,6 +81,85 @@ func (c *Coordinator) Repair(ctx context.Context) (int, error) {
 	}
 	c.repaired.Add(int64(total))
 	return total, nil
+}
+
+// runningWorkflow is a running workflow of the repair sweep's page.
+type runningWorkflow struct {
+	id    string
+	tasks int
+}
+
+// repairPage reads the tasks of the next page of running workflows and
+// moves the cursor past them: running workflows from the cursor's on, as
+// many as repairWorkflows and whose task counts add up to at most
+// repairTasks (at least one), then at most repairTasks of their tasks. A
+// page cut short by repairTasks (a workflow of more tasks) ends after its
+// last task; the next pass continues there. Both statements run with
+// bitmap and sequential scans off (repairPlanSQL).
+func (c *Coordinator) repairPage(ctx context.Context, quiet time.Time) (riverjob.TaskPage, error) {
+	c.repairMu.Lock()
+	defer c.repairMu.Unlock()
+	tx, err := c.pool.Begin(ctx)
+	if err != nil {
+		return riverjob.TaskPage{}, fmt.Errorf("error reading the repair sweep's page: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, repairPlanSQL); err != nil {
+		return riverjob.TaskPage{}, fmt.Errorf("error reading the repair sweep's page: %w", err)
+	}
+	cur := c.repairCursor
+	wfs, err := c.runningFrom(ctx, tx, cur.workflowID, c.repairWorkflows+1)
+	if err == nil && len(wfs) == 0 && cur != (repairCursor{}) {
+		// Past the last running workflow: wrap around.
+		cur = repairCursor{}
+		wfs, err = c.runningFrom(ctx, tx, "", c.repairWorkflows+1)
+	}
+	if err != nil {
+		return riverjob.TaskPage{}, err
+	}
+	var ids []string
+	tasks := 0
+	for _, w := range wfs[:min(len(wfs), c.repairWorkflows)] {
+		if len(ids) > 0 && tasks+w.tasks > c.repairTasks {
+			break
+		}
+		ids = append(ids, w.id)
+		tasks += w.tasks
+	}
+	after := ""
+	if len(ids) > 0 && ids[0] == cur.workflowID {
+		after = cur.task
+	}
+	page, err := riverjob.ScanWorkflowTasks(ctx, tx, c.cfg.Schema, quiet, ids, after, c.repairTasks)
+	if err != nil {
+		return riverjob.TaskPage{}, err
+	}
+	switch {
+	case page.Read >= c.repairTasks:
+		c.repairCursor = repairCursor{workflowID: page.Last.WorkflowID, task: page.Last.Task}
+	case len(ids) < len(wfs):
+		c.repairCursor = repairCursor{workflowID: wfs[len(ids)].id}
+	default:
+		c.repairCursor = repairCursor{} // the last running workflow: the next pass starts again
+	}
+	return page, nil
+}
+
+// runningFrom reads up to limit running workflows in id order from id
+// from on ("": from the first) with their task counts.
+func (c *Coordinator) runningFrom(ctx context.Context, tx pgx.Tx, from string, limit int) ([]runningWorkflow, error) {
+	rows, err := tx.Query(ctx, c.sql.runningFrom, customPlan, cmp.Or(from, zeroUUID), limit)
+	if err != nil {
+		return nil, fmt.Errorf("error reading running workflows: %w", err)
+	}
+	wfs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runningWorkflow, error) {
+		var w runningWorkflow
+		return w, row.Scan(&w.id, &w.tasks)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading running workflows: %w", err)
+	}
+	return wfs, nil
 }
 
 func (c *Coordinator) repairWorkflow(ctx context.Context, wf string, settled []riverjob.Settled, undecided []string) (int, error) {
@@ -157,8 +236,24 @@ func (c *Coordinator) repairWorkflow(ctx context.Context, wf string, settled []r
 	return changed, nil
 }
 
-const undecidedTasksSQL = `
-SELECT workflow_id::text, name FROM /*schema*/tributary_workflow_task
-WHERE state = 'pending' AND pending_deps = 0 AND updated_at < $1
-ORDER BY updated_at
+// zeroUUID is below every workflow id.
+const zeroUUID = "00000000-0000-0000-0000-000000000000"
+
+// repairPlanSQL leaves the repair sweep's page the ordered index scans
+// that stop after the page: the running workflows' partial index and the
+// tasks' primary key (docs/ARCHITECTURE.md, workflows, "Repair sweep").
+// Without statistics the planner read every running workflow in a bitmap
+// scan to sort them (2,000 of a 20,000-workflow table; unbounded as they
+// grow), and with them it read the 100,000-task table whole to find 5,000
+// tasks of 1,000 workflows: both grow with the tables, not the page.
+const repairPlanSQL = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
+// runningFromSQL pages through the running workflows in id order: an
+// ordered scan of the partial index of running workflows from $1, which
+// stops after $2 rows. The order names the table's column, not the
+// output's text.
+const runningFromSQL = `
+SELECT w.id::text, w.task_count FROM /*schema*/tributary_workflow w
+WHERE w.status = 'running' AND w.id >= $1::uuid
+ORDER BY w.id
 LIMIT $2`

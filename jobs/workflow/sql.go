@@ -10,7 +10,7 @@ type statements struct {
 	taskStates, setDecided, applyCounts                                       string
 	depOutputs, taskOutput                                                    string
 	selectWorkflow, selectTasks, listWorkflows, recount, cancelTasks          string
-	retryTasks, undecidedTasks                                                string
+	retryTasks, runningFrom                                                   string
 
 	selectSteps, selectStep, insertStep, finishStep, selectStepRecord    string
 	workflowStatus, lockSignal, insertSignal, waitingJobs, consumeSignal string
@@ -30,8 +30,8 @@ func qualify(schema string) statements {
 		depOutputs: q(depOutputsSQL), taskOutput: q(taskOutputSQL),
 		selectWorkflow: q(selectWorkflowSQL), selectTasks: q(selectTasksSQL), listWorkflows: q(listWorkflowsSQL),
 		recount: q(recountSQL), cancelTasks: q(cancelTasksSQL), retryTasks: q(retryTasksSQL),
-		undecidedTasks: q(undecidedTasksSQL),
-		selectSteps:    q(selectStepsSQL), selectStep: q(selectStepSQL), insertStep: q(insertStepSQL), finishStep: q(finishStepSQL),
+		runningFrom: q(runningFromSQL),
+		selectSteps: q(selectStepsSQL), selectStep: q(selectStepSQL), insertStep: q(insertStepSQL), finishStep: q(finishStepSQL),
 		selectStepRecord: q(selectStepRecordSQL),
 		workflowStatus:   q(workflowStatusSQL), lockSignal: lockSignalSQL, insertSignal: q(insertSignalSQL),
 		waitingJobs: q(waitingJobsSQL), consumeSignal: q(consumeSignalSQL), recordSignal: q(recordSignalSQL),
