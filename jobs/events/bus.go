@@ -32,7 +32,10 @@ type Bus struct {
 	consumersSQL string
 }
 
-var _ outbox.TxPublisher = (*Bus)(nil)
+var (
+	_ outbox.TxPublisher = (*Bus)(nil)
+	_ txStarter          = (*Bus)(nil)
+)
 
 // newBus returns a bus that inserts dispatch jobs through client (a
 // Runtime's client in a worker process), logging to the client's logger.
@@ -127,30 +130,72 @@ func (c *busConsumer) wants(ev *outbox.Event) bool {
 // numbers, and only a lane's head is available at once. The returned func
 // wakes River's producers of the jobs' queues once tx committed.
 func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Event) (func(context.Context), error) {
-	consumers, err := b.readConsumers(ctx, tx)
-	if err != nil {
-		return nil, err
+	batch := &pgx.Batch{}
+	publish := b.queueStart(batch, aggregatesOf(events))
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, fmt.Errorf("error starting the dispatch insert: %w", err)
 	}
-	r := route(events, consumers)
-	params := r.batchParams()
-	if len(r.deliveries) == 0 && len(params) == 0 {
-		return nil, nil
+	return publish(ctx, tx, events)
+}
+
+// aggregatesOf is the aggregates of events, each once.
+func aggregatesOf(events []outbox.Event) []string {
+	var aggregates []string
+	seen := map[string]bool{}
+	for i := range events {
+		if a := events[i].AggregateID; a != "" && !seen[a] {
+			seen[a] = true
+			aggregates = append(aggregates, a)
+		}
 	}
-	queues, err := b.insertDispatches(ctx, tx, r, params)
-	if err != nil {
-		return nil, err
+	return aggregates
+}
+
+// queueStart queues on batch what a publish of events of aggregates reads
+// first, and returns the publish (txStarter: the forwarder sends them with
+// its SENT mark): the consumers' read and, with aggregates, custom plans
+// for the rest of the transaction (the reads go out prepared, as a batch
+// does), insertReserveLate's savepoint, and every consumer's lanes of the
+// aggregates read without a lock. Before, the consumers' read and the rest
+// were two round trips of their own, on the path of every ordered event
+// (docs/BENCHMARKS.md, "Ordered events: the latency path").
+func (b *Bus) queueStart(batch *pgx.Batch, aggregates []string) txPublishFunc {
+	var consumers []*busConsumer
+	peeked := make(map[laneKey]laneRange, len(aggregates))
+	batch.Queue(b.consumersSQL, time.Now().UTC()).Query(func(rows pgx.Rows) error {
+		var err error
+		if consumers, err = pgx.CollectRows(rows, scanBusConsumer); err != nil {
+			return fmt.Errorf("error reading event consumers: %w", err)
+		}
+		return nil
+	})
+	if len(aggregates) > 0 {
+		batch.Queue(forceCustomPlanSQL)
+		batch.Queue(`SAVEPOINT ` + busSavepoint)
+		b.lanes.queuePeek(batch, aggregates, peeked)
 	}
-	b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(r.deliveries)+len(params))
-	return b.wake(queues), nil
+	return func(ctx context.Context, tx pgx.Tx, events []outbox.Event) (func(context.Context), error) {
+		r := route(events, consumers)
+		params := r.batchParams()
+		if len(r.deliveries) == 0 && len(params) == 0 {
+			return nil, nil
+		}
+		queues, err := b.insertDispatches(ctx, tx, r, params, peeked)
+		if err != nil {
+			return nil, err
+		}
+		b.logger.DebugContext(ctx, "events dispatched", "events", len(events), "dispatches", len(r.deliveries)+len(params))
+		return b.wake(queues), nil
+	}
 }
 
 // insertDispatches inserts params (the batched jobs) and a job or a lane
 // event per delivery of r, and returns the queues of the jobs (with
-// repeats) to wake: with lanes, reserving late, or first when a lane moved
-// meanwhile.
-func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) ([]string, error) {
+// repeats) to wake: with lanes, reserving late (from the lanes peeked by
+// queueStart), or first when a lane moved meanwhile.
+func (b *Bus) insertDispatches(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams, peeked map[laneKey]laneRange) ([]string, error) {
 	if len(r.laneCounts) > 0 {
-		queues, ok, err := b.insertReserveLate(ctx, tx, r, params)
+		queues, ok, err := b.insertReserveLate(ctx, tx, r, params, peeked)
 		if err != nil || ok {
 			return queues, err
 		}
@@ -186,8 +231,9 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // sequence numbers last, so that the lanes' row locks (which a chain's or a
 // group commit's advance waits for) are held only from the reservation to
 // the commit. The sequence numbers and the lanes' heads come from the lanes
-// read without a lock (peek): the aggregate's advisory lock keeps
-// forwarders apart, so the reservation normally finds last_seq unchanged.
+// read without a lock (peeked, by queueStart, which also set the
+// savepoint): the aggregate's advisory lock keeps forwarders apart, so the
+// reservation normally finds last_seq unchanged.
 // A lane that was idle (its head at the next number) stays so until a
 // reservation moves last_seq, so its first delivery goes in as the head's
 // available job, as under the lock. A busy lane's jobs go in as pending (or
@@ -195,22 +241,15 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // sequence number meanwhile (the lane's chain caught up) are promoted.
 // When a lane's last_seq moved between the read and the reservation
 // (another publisher, the idle lanes' clean-up), or an idle lane's head
-// did, everything is rolled back to a savepoint: the caller reserves first
+// did, everything is rolled back to the savepoint: the caller reserves first
 // instead. params are the jobs without a lane; it returns the queues of
 // every job inserted or promoted, and ok false after the roll back.
-func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams) (queues []string, ok bool, err error) {
-	// One round trip: custom plans for the rest of the transaction (the
-	// read goes out prepared, as a batch does), the savepoint, the read.
+func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, params []river.InsertManyParams, peeked map[laneKey]laneRange) (queues []string, ok bool, err error) {
 	seen := make(map[laneKey]laneRange, len(r.laneCounts))
-	batch := &pgx.Batch{}
-	batch.Queue(forceCustomPlanSQL)
-	batch.Queue(`SAVEPOINT ` + busSavepoint)
-	b.lanes.queuePeek(batch, r.laneCounts, seen)
-	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-		return nil, false, fmt.Errorf("error starting the dispatch insert: %w", err)
-	}
-	guess := make(map[laneKey]laneRange, len(seen))
-	for k, lr := range seen {
+	guess := make(map[laneKey]laneRange, len(r.laneCounts))
+	for k := range r.laneCounts {
+		lr := peekedRange(peeked, k)
+		seen[k] = lr
 		if lr.head != lr.next {
 			lr.head = 0 // busy: every lane job pending
 		}
@@ -285,21 +324,10 @@ func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyPa
 	return b.lanes.insertEvents(ctx, tx, evs)
 }
 
-// readConsumers reads the consumers that receive new events.
-func (b *Bus) readConsumers(ctx context.Context, tx pgx.Tx) ([]*busConsumer, error) {
-	rows, err := tx.Query(ctx, b.consumersSQL, time.Now().UTC())
-	if err != nil {
-		return nil, fmt.Errorf("error reading event consumers: %w", err)
-	}
-	consumers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*busConsumer, error) {
-		var c busConsumer
-		err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.laneEvents)
-		return &c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error reading event consumers: %w", err)
-	}
-	return consumers, nil
+func scanBusConsumer(r pgx.CollectableRow) (*busConsumer, error) {
+	var c busConsumer
+	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.laneEvents)
+	return &c, err
 }
 
 // delivery is one event for one consumer that travels in a job of its own.

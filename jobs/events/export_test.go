@@ -13,13 +13,21 @@ import (
 
 // SelectClaim runs the forwarder's claim query.
 func (f *Forwarder) SelectClaim(ctx context.Context, tx pgx.Tx) (ids []string, candidates int, err error) {
-	return f.selectClaim(ctx, tx, time.Now(), claimScope{})
+	if _, err := tx.Exec(ctx, claimSetupSQL); err != nil {
+		return nil, 0, err
+	}
+	ids, _, candidates, err = f.selectClaim(ctx, tx, time.Now(), claimScope{})
+	return ids, candidates, err
 }
 
 // SelectClaimShare runs the forwarder's claim query as the forward loop
 // that claims share of shares.
 func (f *Forwarder) SelectClaimShare(ctx context.Context, tx pgx.Tx, share, shares int) (ids []string, candidates int, err error) {
-	return f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
+	if _, err := tx.Exec(ctx, claimSetupSQL); err != nil {
+		return nil, 0, err
+	}
+	ids, _, candidates, err = f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
+	return ids, candidates, err
 }
 
 // ForwardOnce claims one batch, publishes it and records the outcome, as

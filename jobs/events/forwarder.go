@@ -683,8 +683,8 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 	var wakeOthers bool
 	var hooks []func(context.Context)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		ids, candidates, err := f.selectClaim(ctx, tx, now, sc)
+	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions, func(tx pgx.Tx) error {
+		ids, aggregates, candidates, err := f.selectClaim(ctx, tx, now, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
@@ -692,16 +692,21 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		if len(ids) == 0 {
 			return nil
 		}
-		rows, err := tx.Query(ctx, f.claimSentSQL, customPlan, ids, f.cfg.ID, now)
-		if err != nil {
-			return fmt.Errorf("error marking outbox rows sent: %w", err)
-		}
-		claimed, err := pgx.CollectRows(rows, scanEvent)
-		if err != nil {
+		// The SENT mark and the transactional publishers' first reads go
+		// out in one round trip (see txStarter).
+		var claimed []claimedEvent
+		batch := &pgx.Batch{}
+		batch.Queue(f.claimSentSQL, ids, f.cfg.ID, now).Query(func(rows pgx.Rows) error {
+			var err error
+			claimed, err = pgx.CollectRows(rows, scanEvent)
+			return err
+		})
+		started := f.queueStarts(batch, aggregates)
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
 		sortByPosition(claimed)
-		if hooks, err = f.publishTx(ctx, tx, claimed, false); err != nil {
+		if hooks, err = f.publishTx(ctx, tx, claimed, false, started); err != nil {
 			return err
 		}
 		res.claimed, res.sent = len(claimed), len(claimed)
@@ -734,11 +739,39 @@ func (f *Forwarder) countClaim(tookRows bool) {
 	}
 }
 
+// txStarter is a transactional publisher (the Bus) whose publish begins
+// with reads that need only the events' aggregates: queueStart queues them
+// on the batch that marks the claimed rows SENT and returns the publish
+// that uses their results once the batch was sent. On a busy machine each
+// round trip of the claim's transaction costs about a millisecond of every
+// ordered event's latency (docs/BENCHMARKS.md, "Ordered events: the latency
+// path").
+type txStarter interface {
+	queueStart(b *pgx.Batch, aggregates []string) txPublishFunc
+}
+
+// txPublishFunc is outbox.TxPublisher's PublishOutboxTx.
+type txPublishFunc func(ctx context.Context, tx pgx.Tx, events []outbox.Event) (func(context.Context), error)
+
+// queueStarts queues the first reads of every transactional publisher that
+// is a txStarter on b, for the events of aggregates, and returns their
+// publishes by publisher, for publishTx.
+func (f *Forwarder) queueStarts(b *pgx.Batch, aggregates []string) map[string]txPublishFunc {
+	started := map[string]txPublishFunc{}
+	for _, p := range f.txPubs {
+		if s, ok := p.(txStarter); ok {
+			started[p.Name()] = s.queueStart(b, aggregates)
+		}
+	}
+	return started
+}
+
 // publishTx hands the events to every transactional publisher that does
 // not have them yet, in tx, and returns what the publishers want done once
 // tx has committed; with record it also notes on each row that the
-// publisher has it (for the retries of the plain publishers).
-func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool) ([]func(context.Context), error) {
+// publisher has it (for the retries of the plain publishers). A publisher
+// in started is published through its started publish (queueStarts).
+func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool, started map[string]txPublishFunc) ([]func(context.Context), error) {
 	var hooks []func(context.Context)
 	for _, p := range f.txPubs {
 		name := p.Name()
@@ -753,7 +786,11 @@ func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEv
 		if len(evs) == 0 {
 			continue
 		}
-		hook, err := callTx(ctx, p, tx, evs)
+		publish := started[name]
+		if publish == nil {
+			publish = p.PublishOutboxTx
+		}
+		hook, err := callTx(ctx, publish, tx, evs)
 		if err != nil {
 			pe := &txPublishError{publisher: name, err: err}
 			for _, e := range events {
@@ -779,13 +816,13 @@ func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEv
 }
 
 // callTx calls a transactional publisher, turning a panic into an error.
-func callTx(ctx context.Context, p outbox.TxPublisher, tx pgx.Tx, evs []outbox.Event) (hook func(context.Context), err error) {
+func callTx(ctx context.Context, publish txPublishFunc, tx pgx.Tx, evs []outbox.Event) (hook func(context.Context), err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			hook, err = nil, fmt.Errorf("publisher panicked: %v", r)
 		}
 	}()
-	return p.PublishOutboxTx(ctx, tx, evs)
+	return publish(ctx, tx, evs)
 }
 
 // afterCommit runs the transactional publishers' after-commit work, once
@@ -815,37 +852,56 @@ type claimScope struct {
 	share, shares int
 }
 
+// claimSetupSQL turns bitmap scans off for the rest of a claim's
+// transaction: while the outbox has no statistics (a new schema,
+// autovacuum behind) Postgres estimates a few hundred PENDING rows and
+// picks a bitmap scan of all of them, sorted, over the index scan in
+// position order that stops after ClaimSize rows (1.2 s against 44 ms per
+// claim of 1,000 over a 100,000-row backlog of 1,000 aggregates, measured
+// with EXPLAIN ANALYZE).
+const claimSetupSQL = "SET LOCAL enable_bitmapscan = off"
+
+// claimTxOptions begin a claim's transaction with claimSetupSQL in the same
+// round trip (a statement without arguments goes as a simple query, which
+// may hold several): every forward round, empty ones included, begins
+// with it, and on a busy machine each round trip a round makes costs
+// about a millisecond of an ordered event's latency.
+var claimTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL + "; " + claimCustomPlanSQL}
+
+// claimCustomPlanSQL plans the rest of a claim's transaction for each
+// statement's parameters: the SENT mark goes out in a batch, which takes
+// the connection's mode (prepared statements), and the events statements
+// are planned custom (see customPlan).
+const claimCustomPlanSQL = "SET LOCAL plan_cache_mode = force_custom_plan"
+
 // selectClaim locks the next PENDING rows of sc that may be tried now and
-// returns the ids of those this transaction may claim (see claimSelectSQL),
-// and how many rows it looked at.
-//
-// Bitmap scans are off for the rest of the transaction: while the outbox has
-// no statistics (a new schema, autovacuum behind) Postgres estimates a few
-// hundred PENDING rows and picks a bitmap scan of all of them, sorted, over
-// the index scan in position order that stops after ClaimSize rows (1.2 s
-// against 44 ms per claim of 1,000 over a 100,000-row backlog of 1,000
-// aggregates, measured with EXPLAIN ANALYZE).
-func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, sc claimScope) (ids []string, candidates int, err error) {
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off"); err != nil {
-		return nil, 0, fmt.Errorf("error preparing the claim: %w", err)
-	}
+// returns the ids of those this transaction may claim (see claimSelectSQL)
+// and their aggregates (each once), and how many rows it looked at. tx must
+// have begun with claimTxOptions.
+func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, sc claimScope) (ids, aggregates []string, candidates int, err error) {
 	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.ClaimSize, f.lockNS, now, sc.only, max(sc.shares, 1), sc.share)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	defer rows.Close()
+	seen := map[string]bool{}
 	for rows.Next() {
-		var id string
+		var id, aggregate string
 		var mine bool
-		if err := rows.Scan(&id, &mine); err != nil {
-			return nil, 0, err
+		if err := rows.Scan(&id, &aggregate, &mine); err != nil {
+			return nil, nil, 0, err
 		}
 		candidates++
-		if mine {
-			ids = append(ids, id)
+		if !mine {
+			continue
+		}
+		ids = append(ids, id)
+		if aggregate != "" && !seen[aggregate] {
+			seen[aggregate] = true
+			aggregates = append(aggregates, aggregate)
 		}
 	}
-	return ids, candidates, rows.Err()
+	return ids, aggregates, candidates, rows.Err()
 }
 
 // forwardClaimed is a round with plain publishers: the claim commits
@@ -885,8 +941,8 @@ func (f *Forwarder) forwardClaimed(ctx, work context.Context, sc claimScope) (ba
 func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 	c := f.newClaim()
 	var hooks []func(context.Context)
-	err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-		ids, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, sc)
+	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions, func(tx pgx.Tx) error {
+		ids, _, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
@@ -905,7 +961,7 @@ func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		sortByPosition(c.events)
-		hooks, err = f.publishTx(ctx, tx, c.events, true)
+		hooks, err = f.publishTx(ctx, tx, c.events, true, nil)
 		return err
 	})
 	f.countClaim(err == nil && len(c.events) > 0)
@@ -1109,7 +1165,7 @@ WITH candidate AS MATERIALIZED (
     LIMIT $1
     FOR UPDATE OF o SKIP LOCKED
 )
-SELECT id::text, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
+SELECT id::text, coalesce(aggregate_id, ''), aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
 FROM candidate
 ORDER BY position`
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -228,51 +229,45 @@ var _ outbox.TxPublisher = (*refusingTx)(nil)
 // error for one event fails that event alone; its batch-mates are sent.
 func TestForwarderTxPublisherRefusesOneEvent(t *testing.T) {
 	t.Parallel()
-	for _, withPlain := range []bool{false, true} {
-		t.Run(fmt.Sprintf("WithPlain=%v", withPlain), func(t *testing.T) {
-			t.Parallel()
-			db := pgtest.New(t)
-			ctx := context.Background()
-			em := newEmitter(t, db)
-			ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
-				{Def: noteEvent, Payload: noteV1{Text: "1"}},
-				{Def: noteEvent, Payload: noteV1{Text: "2"}, Meta: events.Meta{AggregateID: "A"}},
-				{Def: noteEvent, Payload: noteV1{Text: "3"}},
-				{Def: noteEvent, Payload: noteV1{Text: "4"}, Meta: events.Meta{AggregateID: "A"}},
-				{Def: noteEvent, Payload: noteV1{Text: "5"}, Meta: events.Meta{AggregateID: "B"}},
-			})
-			require.NoError(t, err)
-			bad := ids[1]
-			pubs := []outbox.Publisher{&refusingTx{bad: bad}}
-			if withPlain {
-				pubs = append(pubs, newEachPublisher("plain", nil))
-			}
-			startForwarder(t, db, events.ForwarderConfig{
-				Publishers: pubs, MaxRetries: 3, SweepInterval: 50 * time.Millisecond, RetryBackoffMin: 10 * time.Millisecond,
-			})
-			pgtest.WaitFor(t, 20*time.Second, "the refused event FAILED and the rest SENT", func() (bool, error) {
-				for _, id := range ids {
-					want := events.StatusSent
-					if id == bad {
-						want = events.StatusFailed
-					}
-					if outboxRow(t, db, id).Status != want {
-						return false, nil
-					}
-				}
-				return true, nil
-			})
-			st := outboxRow(t, db, bad)
-			require.Equal(t, 3, st.Retries)
-			require.Contains(t, st.LastError, "picky-tx")
-			require.Contains(t, st.LastError, "cannot take event "+bad)
-			for _, id := range ids {
-				if id != bad {
-					require.Zero(t, outboxRow(t, db, id).Retries, "event %s was not charged for its batch-mate", id)
-				}
-			}
+	withAndWithoutPlain(t, func(t *testing.T, plain []outbox.Publisher) {
+		db := pgtest.New(t)
+		ctx := context.Background()
+		em := newEmitter(t, db)
+		ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
+			{Def: noteEvent, Payload: noteV1{Text: "1"}},
+			{Def: noteEvent, Payload: noteV1{Text: "2"}, Meta: events.Meta{AggregateID: "A"}},
+			{Def: noteEvent, Payload: noteV1{Text: "3"}},
+			{Def: noteEvent, Payload: noteV1{Text: "4"}, Meta: events.Meta{AggregateID: "A"}},
+			{Def: noteEvent, Payload: noteV1{Text: "5"}, Meta: events.Meta{AggregateID: "B"}},
 		})
-	}
+		require.NoError(t, err)
+		bad := ids[1]
+		pubs := append([]outbox.Publisher{&refusingTx{bad: bad}}, plain...)
+		startForwarder(t, db, events.ForwarderConfig{
+			Publishers: pubs, MaxRetries: 3, SweepInterval: 50 * time.Millisecond, RetryBackoffMin: 10 * time.Millisecond,
+		})
+		pgtest.WaitFor(t, 20*time.Second, "the refused event FAILED and the rest SENT", func() (bool, error) {
+			for _, id := range ids {
+				want := events.StatusSent
+				if id == bad {
+					want = events.StatusFailed
+				}
+				if outboxRow(t, db, id).Status != want {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		st := outboxRow(t, db, bad)
+		require.Equal(t, 3, st.Retries)
+		require.Contains(t, st.LastError, "picky-tx")
+		require.Contains(t, st.LastError, "cannot take event "+bad)
+		for _, id := range ids {
+			if id != bad {
+				require.Zero(t, outboxRow(t, db, id).Retries, "event %s was not charged for its batch-mate", id)
+			}
+		}
+	})
 }
 
 // panickyPublisher panics on every call.
@@ -337,4 +332,77 @@ func TestForwarderPublishTimeout(t *testing.T) {
 	require.Equal(t, events.StatusPending, st.Status)
 	require.Equal(t, 1, st.Retries)
 	require.NotNil(t, st.NextAttempt)
+}
+
+// settingsTx is a transactional publisher that records, per batch, the
+// claim transaction's planner settings it publishes in.
+type settingsTx struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *settingsTx) Name() string { return "settings-tx" }
+
+func (p *settingsTx) PublishOutbox(context.Context, []outbox.Event) error {
+	return errors.New("not used")
+}
+
+func (p *settingsTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []outbox.Event) (func(context.Context), error) {
+	var bitmap, plans string
+	if err := tx.QueryRow(ctx, "SELECT current_setting('enable_bitmapscan'), current_setting('plan_cache_mode')").Scan(&bitmap, &plans); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.seen = append(p.seen, bitmap+" "+plans)
+	p.mu.Unlock()
+	return nil, nil
+}
+
+func (p *settingsTx) settings() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen)
+}
+
+// TestForwarderClaimTxSettings: the claim's transaction (one transaction, and
+// with a plain publisher) plans without bitmap scans and with custom plans,
+// set in the round trip that begins it.
+func TestForwarderClaimTxSettings(t *testing.T) {
+	t.Parallel()
+	withAndWithoutPlain(t, func(t *testing.T, plain []outbox.Publisher) {
+		db := pgtest.New(t)
+		ids := emitLane(t, db, "A", "1", "2")
+		pub := &settingsTx{}
+		pubs := append([]outbox.Publisher{pub}, plain...)
+		startForwarder(t, db, events.ForwarderConfig{Publishers: pubs, SweepInterval: 50 * time.Millisecond})
+		pgtest.WaitFor(t, 20*time.Second, "every event SENT", func() (bool, error) {
+			for _, id := range ids {
+				if outboxRow(t, db, id).Status != events.StatusSent {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		seen := pub.settings()
+		require.NotEmpty(t, seen)
+		for _, s := range seen {
+			require.Equal(t, "off force_custom_plan", s)
+		}
+	})
+}
+
+// withAndWithoutPlain runs test twice in parallel: with plain (one plain
+// publisher) empty, so the forwarder publishes in one transaction, and with
+// a plain publisher, so it claims first.
+func withAndWithoutPlain(t *testing.T, test func(t *testing.T, plain []outbox.Publisher)) {
+	for _, withPlain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("WithPlain=%v", withPlain), func(t *testing.T) {
+			t.Parallel()
+			var plain []outbox.Publisher
+			if withPlain {
+				plain = append(plain, newEachPublisher("plain", nil))
+			}
+			test(t, plain)
+		})
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
@@ -27,9 +26,6 @@ const (
 // chain (lane_chain.go), waiting for its completion transaction.
 type laneCompletion struct {
 	ctx context.Context
-	// job is a lone dispatch completed with River's JobCompleteTx; nil for
-	// a chain's run.
-	job *river.Job[dispatchArgs]
 	// place is the lane and the seq of the first event handled (the head);
 	// next the head after them (the last handled seq + 1).
 	place riverjob.LaneSeq
@@ -56,7 +52,7 @@ type laneCompletion struct {
 // completionOf is the completion of a lone lane dispatch job.
 func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneCompletion {
 	a := job.Args
-	return &laneCompletion{ctx: ctx, job: job,
+	return &laneCompletion{ctx: ctx,
 		place:    riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq},
 		next:     a.Seq + 1,
 		attempts: []riverjob.Attempt{{ID: job.ID, Attempt: job.Attempt}},
@@ -68,7 +64,12 @@ func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneComple
 // and one commit (one WAL flush) per job caps a busy worker at the disk's
 // flush rate. Completions that arrive while a transaction runs are batched
 // into the next one. There is no timer: a lone completion commits at once,
-// so batching adds no latency when the worker is quiet.
+// so batching adds no latency when the worker is quiet. A lone completion
+// is a batch of one (two round trips); until 2026-12-02 it went through
+// River's JobCompleteTx in a transaction of five (begin, advance, promote,
+// complete, commit), which at 500 ordered events/s over idle lanes was the
+// largest share of the statements per event (docs/BENCHMARKS.md, "Ordered
+// events: the latency path").
 type laneCompleter struct {
 	d *Dispatcher
 
@@ -156,9 +157,6 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 }
 
 func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion) ([]string, error) {
-	if len(batch) == 1 && batch[0].job != nil && batch[0].claim == 0 {
-		return c.completeOneTx(ctx, batch[0])
-	}
 	places, nexts := make([]riverjob.LaneSeq, len(batch)), make([]int64, len(batch))
 	var attempts []riverjob.Attempt
 	var evs []riverjob.LaneSeq
@@ -246,25 +244,3 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 // forceCustomPlanSQL makes the rest of the transaction plan every statement
 // for its parameters.
 const forceCustomPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
-
-// completeOneTx completes one lane job with River's own JobCompleteTx.
-func (c *laneCompleter) completeOneTx(ctx context.Context, req *laneCompletion) ([]string, error) {
-	var q string
-	err := pgx.BeginFunc(ctx, c.d.pool, func(tx pgx.Tx) error {
-		var err error
-		a := req.job.Args
-		if q, err = c.d.lanes.advance(ctx, tx, a.Consumer, a.AggregateID, a.Seq); err != nil {
-			return err
-		}
-		// The job's own context: River finds its client (and the worker's
-		// metadata updates) there.
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](req.ctx, tx, req.job); err != nil {
-			return fmt.Errorf("error completing job %d: %w", req.job.ID, err)
-		}
-		return nil
-	})
-	if q == "" {
-		return nil, err
-	}
-	return []string{q}, err
-}

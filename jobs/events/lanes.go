@@ -132,18 +132,15 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	return out, nil
 }
 
-// queuePeek queues on b the read of each lane without a lock, for
-// insertReserveLate, and fills out with the range its next reservation
-// would get (next is last_seq + 1; head is head_seq) when b's results are
-// read; a lane not created yet as the reservation would create it (next and
-// head 1).
-func (l *lanes) queuePeek(b *pgx.Batch, counts map[laneKey]int64, out map[laneKey]laneRange) {
-	cs, as := make([]string, 0, len(counts)), make([]string, 0, len(counts))
-	for k := range counts {
-		cs, as = append(cs, k.consumer), append(as, k.aggregate)
-		out[k] = laneRange{next: 1, head: 1}
-	}
-	b.Queue(l.lastSQL, cs, as).Query(func(rows pgx.Rows) error {
+// queuePeek queues on b the read without a lock of every consumer's lane
+// of the given aggregates, for insertReserveLate, and fills out with the
+// range each lane's next reservation would get (next is last_seq + 1; head
+// is head_seq) when b's results are read; see peekedRange for a lane not
+// created yet. It names aggregates, not lanes, so that it can go out in one
+// round trip with the consumers' read, before the routing that names the
+// lanes.
+func (l *lanes) queuePeek(b *pgx.Batch, aggregates []string, out map[laneKey]laneRange) {
+	b.Queue(l.lastSQL, aggregates).Query(func(rows pgx.Rows) error {
 		var k laneKey
 		var head, last int64
 		_, err := pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head, &last}, func() error {
@@ -155,6 +152,15 @@ func (l *lanes) queuePeek(b *pgx.Batch, counts map[laneKey]int64, out map[laneKe
 		}
 		return nil
 	})
+}
+
+// peekedRange is lane k's range as queuePeek read it; a lane not created
+// yet as the reservation would create it (next and head 1).
+func peekedRange(peeked map[laneKey]laneRange, k laneKey) laneRange {
+	if lr, ok := peeked[k]; ok {
+		return lr
+	}
+	return laneRange{next: 1, head: 1}
 }
 
 // cmpLane orders lanes as every lane transaction locks them.
@@ -475,10 +481,15 @@ SET last_seq = l.last_seq + excluded.last_seq,
     updated_at = CASE WHEN l.head_seq > l.last_seq THEN excluded.updated_at ELSE l.updated_at END
 RETURNING consumer, aggregate_id, head_seq, last_seq`
 
-// laneLastSQL reads the lanes' heads and last sequence numbers.
+// laneLastSQL reads the heads and last sequence numbers of every
+// consumer's lanes of the aggregates $1: one probe of the primary key per
+// (consumer, aggregate), the consumers' names from their table (the read
+// goes out before the bus knows which consumers the events go to).
 const laneLastSQL = `
-SELECT l.consumer, l.aggregate_id, l.head_seq, l.last_seq FROM /*schema*/tributary_event_lane l
-JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a`
+SELECT l.consumer, l.aggregate_id, l.head_seq, l.last_seq
+FROM /*schema*/tributary_event_consumer c
+CROSS JOIN unnest($1::text[]) AS u(a)
+JOIN /*schema*/tributary_event_lane l ON l.consumer = c.name AND l.aggregate_id = u.a`
 
 // laneAdvanceSQL moves the head on and forgets a block: whatever held the
 // lane was handled or given up.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
@@ -268,4 +269,38 @@ func TestDispatchForUnregisteredConsumer(t *testing.T) {
 	require.Zero(t, attempt, "no attempt spent")
 	require.Empty(t, errs, "no failure recorded")
 	require.Contains(t, []string{"scheduled", "available"}, state, "waiting for a worker that runs it")
+}
+
+// TestLaneCompletionKeepsRiverOutput: a lane dispatch completed alone (one
+// at a time on a quiet lane, the completion a transaction of its own) keeps
+// what its handler recorded in River's metadata: River's completer merges
+// it after the lane's commit completed the job.
+func TestLaneCompletionKeepsRiverOutput(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	c := fastConsumer(t, "outputs", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 1 })
+	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
+		return river.RecordOutput(ctx, m.Payload.Text)
+	})
+	startEvents(t, db, events.ForwarderConfig{}, c)
+	texts := []string{"one", "two", "three"}
+	em := newEmitter(t, db)
+	for i, text := range texts {
+		_, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: text}, events.Meta{AggregateID: "A"})
+		require.NoError(t, err)
+		// Each event after the one before completed: every completion alone.
+		pgtest.WaitFor(t, 20*time.Second, "the dispatch of "+text+" completed with its output", func() (bool, error) {
+			var n int
+			err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job
+WHERE kind = 'tributary.event.dispatch' AND state = 'completed' AND metadata ? 'output'`)).Scan(&n)
+			return n == i+1, err
+		})
+	}
+	rows, err := db.Pool.Query(ctx, db.Q(`SELECT metadata ->> 'output' FROM /*schema*/river_job
+WHERE kind = 'tributary.event.dispatch' ORDER BY (args ->> 'seq')::bigint`))
+	require.NoError(t, err)
+	outputs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, texts, outputs)
 }
