@@ -195,9 +195,16 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	got := make([][]riverjob.Claimed, len(claims))
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	// The statements go out prepared (a batch takes the connection's mode);
-	// custom plans keep them planned for their parameters, as customPlan.
-	b.Queue(forceCustomPlanSQL)
+	// The statements go out prepared (a batch takes the connection's mode)
+	// and run with their generic plans, built with sequential scans, hash
+	// joins and merge joins off (genericPlanSQL), so that a plan first
+	// built while the tables were small still reaches every row through an
+	// index. Planned for their parameters instead (custom plans), the
+	// promotion and the two claims cost 0.9 and 0.6 ms of planning a call,
+	// ten times their execution, on a lone completion of an idle lane
+	// that promotes and claims nothing (docs/BENCHMARKS.md, "Ordered
+	// events: generic plans for the lane completion").
+	b.Queue(genericPlanSQL)
 	c.d.lanes.queueAdvanceMany(b, places, nexts, now)
 	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
 	if len(claims) > 0 {
@@ -244,3 +251,10 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 // forceCustomPlanSQL makes the rest of the transaction plan every statement
 // for its parameters.
 const forceCustomPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
+
+// genericPlanSQL makes the rest of the transaction run every statement
+// with its generic plan, one built with no sequential scans, hash joins or
+// merge joins: those are what a plan made on small or empty tables
+// chooses, and a generic plan is kept per connection after they grew.
+const genericPlanSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
