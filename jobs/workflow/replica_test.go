@@ -98,24 +98,34 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 
 	client := workflow.NewClient(db.Client(t))
 	begin := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := g; i < n; i += 4 {
-				if _, err := client.Insert(ctx, wfreplica.Diamond(i)); err != nil {
-					errs <- err
-					return
+	// The workflows go in in kills+1 parts: one before the first kill and
+	// one before each later kill, so every kill lands while tasks run
+	// however fast the machine works a part (all at once, a quiet machine
+	// finished the 1,000 before the second kill, and the test then waited
+	// for tasks that would never start).
+	parts := kills + 1
+	insertPart := func(part int) {
+		t.Helper()
+		from, to := part*n/parts, (part+1)*n/parts
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := from + g; i < to; i += 4 {
+					if _, err := client.Insert(ctx, wfreplica.Diamond(i)); err != nil {
+						errs <- err
+						return
+					}
 				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
 	}
 
 	completed := func() (int, error) {
@@ -126,15 +136,11 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 	startedSince := time.Now()
 	for k := range kills {
 		// Kill while tasks run on it: once the process has started tasks
-		// since it was last (re)started, and after some progress overall.
-		target := (k + 1) * n / (kills + 2)
-		pgtest.WaitFor(t, timeout, fmt.Sprintf("%d workflows to complete before kill %d", target, k+1), func() (bool, error) {
-			c, err := completed()
-			if err != nil || c < target {
-				return false, err
-			}
+		// since it was last (re)started, among the part just inserted.
+		insertPart(k)
+		pgtest.WaitFor(t, timeout, fmt.Sprintf("process %s to start tasks before kill %d", procs[0].name, k+1), func() (bool, error) {
 			var mine int
-			err = db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/replica_start WHERE replica = $1 AND started_at > $2`), procs[0].name, startedSince).Scan(&mine)
+			err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/replica_start WHERE replica = $1 AND started_at > $2`), procs[0].name, startedSince).Scan(&mine)
 			return mine >= 10, err
 		})
 		var running int
@@ -144,6 +150,7 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 		startedSince = time.Now()
 		procs[0].start()
 	}
+	insertPart(kills)
 	pgtest.WaitFor(t, timeout, fmt.Sprintf("all %d workflows to complete", n), func() (bool, error) {
 		c, err := completed()
 		return c == n, err
