@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
@@ -107,25 +108,18 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 	insertPart := func(part int) {
 		t.Helper()
 		from, to := part*n/parts, (part+1)*n/parts
-		var wg sync.WaitGroup
-		errs := make(chan error, 4)
-		for g := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := from + g; i < to; i += 4 {
+		var g errgroup.Group
+		for w := range 4 {
+			g.Go(func() error {
+				for i := from + w; i < to; i += 4 {
 					if _, err := client.Insert(ctx, wfreplica.Diamond(i)); err != nil {
-						errs <- err
-						return
+						return err
 					}
 				}
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err)
-		}
+		require.NoError(t, g.Wait())
 	}
 
 	completed := func() (int, error) {
