@@ -53,3 +53,31 @@ func RecordRetryDelay(metadata []byte) time.Duration {
 	_ = json.Unmarshal(metadata, &m)
 	return min(time.Second<<min(max(m.Snoozes, 0), 4), 10*time.Second)
 }
+
+// recordError is a failure of tributary's own reads and writes around or
+// inside a job's handler (a lane's turn, a dispatch's outcome, a workflow
+// step's record), as opposed to a failure of the handler's own code. Its
+// message is the wrapped error's.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return e.err.Error() }
+func (e *recordError) Unwrap() error { return e.err }
+
+// OwnRecord marks err, when not nil, as a failure of tributary's records.
+func OwnRecord(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &recordError{err: err}
+}
+
+// RecordLostConnection returns the cause when err carries a failure of
+// tributary's records (OwnRecord) that is the database connection failing
+// (ConnectionError): the job may run again without spending an attempt.
+func RecordLostConnection(err error) (error, bool) {
+	var rec *recordError
+	if errors.As(err, &rec) && ConnectionError(rec.err) {
+		return rec.err, true
+	}
+	return nil, false
+}

@@ -241,34 +241,23 @@ type dispatchWorker[A consumerArgs] struct {
 
 func (w *dispatchWorker[A]) Work(ctx context.Context, job *river.Job[A]) error {
 	err := w.work(ctx, job)
-	var rec *recordError
-	if errors.As(err, &rec) && riverjob.ConnectionError(rec.err) {
+	if cause, lost := riverjob.RecordLostConnection(err); lost {
 		// The database connection failed while the dispatcher recorded
 		// the dispatch, not the handler: the job runs again without
 		// spending an attempt, so a burst of terminated sessions cannot
 		// discard events (or block a lane) that never failed.
 		delay := riverjob.RecordRetryDelay(job.Metadata)
 		w.d.logger.WarnContext(ctx, "the database connection failed while recording a dispatch: it runs again, its attempt not counted",
-			"job_id", job.ID, "consumer", job.Args.consumer(), "attempt", job.Attempt, "retry_in", delay, "error", rec.err)
+			"job_id", job.ID, "consumer", job.Args.consumer(), "attempt", job.Attempt, "retry_in", delay, "error", cause)
 		return river.JobSnooze(delay)
 	}
 	return err
 }
 
-// recordError is a failure of the dispatcher's own writes around the
+// recordFailed marks a failure of the dispatcher's own writes around the
 // handlers (the lane's turn, the completion in the lane, a batch's
 // outcome), as opposed to a handler's failure.
-type recordError struct{ err error }
-
-func (e *recordError) Error() string { return e.err.Error() }
-func (e *recordError) Unwrap() error { return e.err }
-
-func recordFailed(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &recordError{err: err}
-}
+var recordFailed = riverjob.OwnRecord
 
 // NextRetry follows the consumer's retry delays (a batched dispatch fails as
 // a whole only when its outcome cannot be recorded).

@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // childSignalPrefix starts the name of the signal a child workflow's end
@@ -69,10 +67,8 @@ func RunChild(ctx context.Context, name string, wf *Workflow) (*ChildResult, err
 		}
 		cl := &Client{schema: tc.c.cfg.Schema, logger: tc.c.logger, sql: tc.c.sql, rc: rc}
 		res, err := cl.InsertTx(ctx, tx, wf)
-		if riverjob.ConnectionError(err) {
+		if err != nil {
 			return "", ownRecord(err) // the child's insert is tributary's write
-		} else if err != nil {
-			return "", err
 		}
 		if res.Existing {
 			return "", fmt.Errorf("child workflow %q: key %q is taken by workflow %s, which is not this task's child", name, res.Key, res.ID)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // Kinds of *ValidationError, for errors.Is.
@@ -119,21 +121,9 @@ func (e *PanicError) Error() string {
 	return fmt.Sprintf("task panicked: %v\n%s", e.Value, e.Stack)
 }
 
-// recordError is a failure of tributary's own reads and writes inside a
+// ownRecord marks a failure of tributary's own reads and writes inside a
 // running task (a step's record, a sleep's, a signal wait's, the outputs of
 // its dependencies), as opposed to a failure of the task's own code. A task
 // that returns one which is the database connection failing runs again
-// without spending an attempt (see middleware.Work). Its message is the
-// wrapped error's.
-type recordError struct{ err error }
-
-func (e *recordError) Error() string { return e.err.Error() }
-func (e *recordError) Unwrap() error { return e.err }
-
-// ownRecord marks err, when not nil, as a failure of tributary's records.
-func ownRecord(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &recordError{err: err}
-}
+// without spending an attempt (see middleware.Work).
+var ownRecord = riverjob.OwnRecord

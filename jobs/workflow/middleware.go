@@ -32,14 +32,13 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	tc := &taskContext{c: c, ref: TaskRef{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID}}
 	start := time.Now().UTC()
 	err := runRecovered(withTask(ctx, tc), doInner)
-	var rec *recordError
-	if errors.As(err, &rec) && riverjob.ConnectionError(rec.err) && ctx.Err() == nil {
-		// A step's, sleep's or signal wait's own record lost the database
+	if cause, lost := riverjob.RecordLostConnection(err); lost && ctx.Err() == nil {
+		// One of tributary's records inside the task lost the database
 		// connection, not the task's code: it runs again without spending
 		// an attempt, from its recorded steps.
 		delay := riverjob.RecordRetryDelay(job.Metadata)
 		c.logger.WarnContext(ctx, "the database connection failed while a task recorded a step: it runs again, its attempt not counted",
-			"workflow_id", meta.Workflow, "task", meta.Task, "job_id", job.ID, "attempt", job.Attempt, "retry_in", delay, "error", rec.err)
+			"workflow_id", meta.Workflow, "task", meta.Task, "job_id", job.ID, "attempt", job.Attempt, "retry_in", delay, "error", cause)
 		return river.JobSnooze(delay)
 	}
 
