@@ -72,9 +72,9 @@ type laneRow struct {
 type lanes struct {
 	schema string
 
-	reserveSQL, lastSQL, advanceSQL, lockManySQL, advanceManySQL, lockSQL, headSQL string
-	blockSQL, clearBlockSQL, quietSQL, blockedByJobSQL, blockedSQL                 string
-	blockedJobsSQL, deleteConsumerSQL                                              string
+	reserveSQL, lastSQL, advanceSQL, advanceManySQL, lockSQL, headSQL string
+	blockSQL, clearBlockSQL, quietSQL, blockedByJobSQL, blockedSQL    string
+	blockedJobsSQL, deleteConsumerSQL                                 string
 
 	insertEventsSQL, eventsAtSQL, deleteConsumerEventsSQL, countEventsSQL string // lane_events.go
 	claimEventsSQL, deleteClaimedSQL, unclaimSQL                          string
@@ -85,8 +85,8 @@ func newLanes(schema string) *lanes {
 	return &lanes{
 		schema:     schema,
 		reserveSQL: q(laneReserveSQL), lastSQL: q(laneLastSQL), advanceSQL: q(laneAdvanceSQL),
-		lockManySQL: q(laneLockManySQL), advanceManySQL: q(laneAdvanceManySQL),
-		lockSQL: q(laneLockSQL), headSQL: q(laneHeadSQL),
+		advanceManySQL: q(laneAdvanceManySQL),
+		lockSQL:        q(laneLockSQL), headSQL: q(laneHeadSQL),
 		blockSQL: q(laneBlockSQL), clearBlockSQL: q(laneClearBlockSQL),
 		quietSQL: q(laneQuietSQL), blockedByJobSQL: q(laneBlockedByJobSQL),
 		blockedSQL: q(laneBlockedSQL), blockedJobsSQL: q(laneBlockedJobsSQL),
@@ -195,17 +195,19 @@ func (l *lanes) advance(ctx context.Context, tx pgx.Tx, consumer, aggregate stri
 }
 
 // queueAdvanceMany queues on b advance's lane part for the jobs of a group
-// commit, set-based: lock their lanes in the fixed order, then move each
-// lane whose head is places[i].Seq to nexts[i] (past the events handled).
-// The statements queued after it promote or claim the next dispatches of
-// the lanes whose head is now at nexts[i] (riverjob.QueuePromoteAtHead).
+// commit, set-based: move each lane whose head is places[i].Seq to
+// nexts[i] (past the events handled), locking the lanes in the order of
+// places, which must be cmpLane's (the forwarder's reservation locks its
+// lanes in that order too). The update is the lock: a lane whose head is
+// elsewhere is not this completion's to move, and is left unlocked. The
+// statements queued after it promote or claim the next dispatches of the
+// lanes whose head is now at nexts[i] (riverjob.QueuePromoteAtHead).
 func (l *lanes) queueAdvanceMany(b *pgx.Batch, places []riverjob.LaneSeq, nexts []int64, now time.Time) {
 	n := len(places)
 	consumers, aggs, seqs := make([]string, n), make([]string, n), make([]int64, n)
 	for i, p := range places {
 		consumers[i], aggs[i], seqs[i] = p.Consumer, p.AggregateID, p.Seq
 	}
-	b.Queue(l.lockManySQL, consumers, aggs)
 	b.Queue(l.advanceManySQL, consumers, aggs, seqs, now, nexts, laneTouchEvery)
 }
 
@@ -500,20 +502,21 @@ SET head_seq = head_seq + 1, updated_at = $4,
 WHERE consumer = $1 AND aggregate_id = $2 AND head_seq = $3
 RETURNING head_seq`
 
-const laneLockManySQL = `
-SELECT 1 FROM /*schema*/tributary_event_lane l
-JOIN unnest($1::text[], $2::text[]) AS u(c, a) ON l.consumer = u.c AND l.aggregate_id = u.a
-ORDER BY l.consumer, l.aggregate_id
-FOR UPDATE OF l`
-
 // laneAdvanceManySQL is laneAdvanceSQL for many lanes, each moved from
 // head $3[i] to $5[i]; updated_at moves only when it is $6 older than $4
-// (laneTouchEvery).
+// (laneTouchEvery). The rows are updated, and so locked, in the order of
+// the arrays: the ordered subquery drives a nested loop over the primary
+// key (the group commit runs it with hash and merge joins off,
+// genericPlanSQL). Until 2026-12-02 a SELECT ... FOR UPDATE of the lanes
+// came first, one more statement and one more WAL record (the row lock)
+// per lane of every group commit, and it ordered by the database's
+// collation rather than the forwarder's byte order.
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
 SET head_seq = u.n, updated_at = CASE WHEN l.updated_at > $4::timestamptz - $6::interval THEN l.updated_at ELSE $4 END,
     blocked_job_id = NULL, blocked_reason = NULL, blocked_since = NULL, blocked_args = NULL
-FROM unnest($1::text[], $2::text[], $3::bigint[], $5::bigint[]) AS u(c, a, s, n)
+FROM (SELECT x.c, x.a, x.s, x.n FROM unnest($1::text[], $2::text[], $3::bigint[], $5::bigint[]) WITH ORDINALITY AS x(c, a, s, n, ord)
+      ORDER BY x.ord) u
 WHERE l.consumer = u.c AND l.aggregate_id = u.a AND l.head_seq = u.s`
 
 const laneBlockSQL = `

@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/outbox"
 )
 
 // TestLaneHotPathUpdatesStayOnTheirPage: the two updates every ordered
@@ -68,4 +71,56 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 
 	var after time.Time
 	require.NoError(t, tx.QueryRow(ctx, db.Q(`SELECT updated_at FROM /*schema*/tributary_event_lane`)).Scan(&after))
 	require.Greater(t, after.Sub(before), 50*time.Second, "an advance writes an updated_at older than laneTouchEvery")
+}
+
+// TestLaneEventClaimsStayOnTheirPage: a chain's claim of a lane event
+// writes only claimed_by and claimed_at, which no index covers, so each
+// claim is a HOT update as long as the event's page has room for the new
+// version. The bus writes a forward round's lane events in one statement,
+// so without free space kept on each page (fillfactor) every full page's
+// claims went to other pages, each with a new primary-key entry.
+func TestLaneEventClaimsStayOnTheirPage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	l := newLanes(db.Schema)
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+
+	// 200 idle lanes, each with one lane event at its head, written as the
+	// bus writes them: one statement for the round.
+	const n = 200
+	counts := map[laneKey]int64{}
+	evs := make([]laneEvent, 0, n)
+	claims := make([]riverjob.LaneClaim, 0, n)
+	for i := range n {
+		agg := fmt.Sprintf("order-%04d", i)
+		counts[laneKey{"c", agg}] = 1
+		ev, err := newLaneEvent(dispatchArgs{Consumer: "c", AggregateID: agg, Seq: 1, Event: outbox.Event{
+			ID: fmt.Sprintf("01J0000000000000000000%04d", i), EventType: "order.created", EventVersion: 1, EventKind: "domain",
+			AggregateID: agg, Payload: json.RawMessage(`{"order_id":"` + agg + `","amount":1250,"currency":"EUR","lines":[{"sku":"A-1","qty":2}]}`),
+			SourceService: "orders", CreatedAt: time.Now().UTC()}}, "events", 25)
+		require.NoError(t, err)
+		evs = append(evs, ev)
+		claims = append(claims, riverjob.LaneClaim{LaneSeq: ev.LaneSeq, N: 1})
+	}
+	_, err = l.reserve(ctx, tx, counts)
+	require.NoError(t, err)
+	require.NoError(t, l.insertEvents(ctx, tx, evs))
+
+	b := &pgx.Batch{}
+	got := make([][]riverjob.Claimed, n)
+	l.queueClaimEvents(b, claims, "proc-1", time.Now().UTC(), got)
+	require.NoError(t, tx.SendBatch(ctx, b).Close())
+	for i := range got {
+		require.Len(t, got[i], 1, "lane %d's event is claimed", i)
+	}
+
+	var updated, hot int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = 'tributary_event_lane_event'`, db.Schema).Scan(&updated, &hot))
+	require.Equal(t, int64(n), updated)
+	require.Equal(t, updated, hot, "every lane event's claim is HOT")
 }
