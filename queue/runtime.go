@@ -29,6 +29,21 @@ const QueueMaxWorkersDefault = 100
 // began.
 const ShutdownTimeoutDefault = 30 * time.Second
 
+// FetchCooldownDefault is the least time between two fetches of one queue
+// by one process; FetchPollIntervalDefault how often a queue is polled
+// when no notification arrives. River's own cooldown default, 100 ms,
+// makes a queue of n workers fetch at most n jobs every 100 ms (1,000
+// jobs/s per process with 100 workers) and has a job inserted while the
+// queue is busy wait up to 100 ms for its fetch; at 5 ms the cap is twenty
+// times higher and the wait at most 5 ms, for at most 200 fetches a second
+// per queue and process while jobs keep coming (none while it is quiet:
+// fetches follow the inserts' notifications and the poll).
+// docs/ARCHITECTURE.md, "Fetching".
+const (
+	FetchCooldownDefault     = 5 * time.Millisecond
+	FetchPollIntervalDefault = time.Second
+)
+
 // HardStopGraceDefault is how long Stop waits for cancelled jobs to return
 // and their results to be written after the shutdown timeout expired.
 const HardStopGraceDefault = 5 * time.Second
@@ -62,9 +77,11 @@ type RuntimeConfig struct {
 
 	// FetchCooldown is the minimum time between two fetches of one queue;
 	// FetchPollInterval is how often a queue is polled when no notification
-	// arrives.
+	// arrives. FetchCooldown must be at least 1 ms and FetchPollInterval at
+	// least FetchCooldown.
 	//
-	// Default to River's (100 ms and 1 s).
+	// Default to FetchCooldownDefault (5 ms, not River's 100 ms) and
+	// FetchPollIntervalDefault (1 s, River's).
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 
@@ -184,6 +201,14 @@ func (cfg RuntimeConfig) Validate() error {
 		return &ConfigError{Name: "RescueStuckJobsAfter", Value: cfg.RescueStuckJobsAfter.String(),
 			Reason: fmt.Sprintf("must not be less than the job timeout (JobTimeout %s), or River would rescue jobs still running within their timeout", jobTimeout)}
 	}
+	cooldown := cmp.Or(cfg.FetchCooldown, FetchCooldownDefault)
+	if cooldown < river.FetchCooldownMin {
+		return &ConfigError{Name: "FetchCooldown", Value: cfg.FetchCooldown.String(), Reason: "must be at least " + river.FetchCooldownMin.String()}
+	}
+	if poll := cmp.Or(cfg.FetchPollInterval, FetchPollIntervalDefault); poll < cooldown {
+		return &ConfigError{Name: "FetchPollInterval", Value: cfg.FetchPollInterval.String(),
+			Reason: fmt.Sprintf("must not be less than the fetch cooldown (FetchCooldown %s)", cooldown)}
+	}
 	if timeout := cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault); timeout < LivenessTimeoutMin {
 		return &ConfigError{Name: "LivenessTimeout", Value: timeout.String(), Reason: "must be at least " + LivenessTimeoutMin.String()}
 	}
@@ -203,6 +228,8 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 		cfg.Queues = map[string]int{river.QueueDefault: QueueMaxWorkersDefault}
 	}
 	cfg.LivenessTimeout = cmp.Or(cfg.LivenessTimeout, LivenessTimeoutDefault)
+	cfg.FetchCooldown = cmp.Or(cfg.FetchCooldown, FetchCooldownDefault)
+	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, FetchPollIntervalDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
 	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{})}

@@ -147,6 +147,7 @@ func TestWorkerConfigErrorsBeforeStart(t *testing.T) {
 	}{
 		{"RescueStuckBelowJobTimeout", []string{"TRIBUTARY_RESCUE_STUCK_AFTER=15s"}, nil, []string{"TRIBUTARY_RESCUE_STUCK_AFTER", `"15s"`, "job timeout"}},
 		{"LivenessTimeoutTooShort", []string{"TRIBUTARY_LIVENESS_TIMEOUT=100ms"}, nil, []string{"TRIBUTARY_LIVENESS_TIMEOUT", `"100ms"`, "at least 1s"}},
+		{"FetchPollBelowCooldown", []string{"TRIBUTARY_FETCH_COOLDOWN=50ms", "TRIBUTARY_FETCH_POLL_INTERVAL=20ms"}, nil, []string{"TRIBUTARY_FETCH_POLL_INTERVAL", `"20ms"`, "fetch cooldown"}},
 		{"HTTPTooManyColons", nil, []string{"--http", "nope:nope:nope"}, []string{"--http", `"nope:nope:nope"`}},
 		{"HTTPPortNotANumber", nil, []string{"--http", "127.0.0.1:nope"}, []string{"--http", `"127.0.0.1:nope"`}},
 		{"HTTPNoPort", nil, []string{"--http", "localhost"}, []string{"--http", `"localhost"`}},

@@ -266,6 +266,8 @@ func variables() []variable {
 		{name: "TRIBUTARY_JOB_RETENTION_CANCELLED", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.CancelledJobRetention }, time.Nanosecond, true)},
 		{name: "TRIBUTARY_JOB_RETENTION_DISCARDED", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.DiscardedJobRetention }, time.Nanosecond, true)},
 		{name: "TRIBUTARY_LIVENESS_TIMEOUT", field: "LivenessTimeout", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.LivenessTimeout }, time.Nanosecond, false)},
+		{name: "TRIBUTARY_FETCH_COOLDOWN", field: "FetchCooldown", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.FetchCooldown }, time.Nanosecond, false)},
+		{name: "TRIBUTARY_FETCH_POLL_INTERVAL", field: "FetchPollInterval", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.FetchPollInterval }, time.Nanosecond, false)},
 		{name: "TRIBUTARY_RESCUE_STUCK_AFTER", field: "RescueStuckJobsAfter", set: durationInto(func(c *Config) *time.Duration { return &c.Runtime.RescueStuckJobsAfter }, time.Nanosecond, false)},
 		{name: "AMQP_URL", field: "URL", secret: true, set: func(c *Config, v string) error { c.AMQP.URL = v; return nil }},
 		{name: "QUEUE_PREFIX", field: "QueuePrefix", set: func(c *Config, v string) error { c.AMQP.QueuePrefix = v; return nil }},

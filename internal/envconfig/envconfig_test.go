@@ -77,6 +77,8 @@ func TestFromLookup(t *testing.T) {
 			"TRIBUTARY_JOB_RETENTION_CANCELLED": "3d",
 			"TRIBUTARY_RESCUE_STUCK_AFTER":      "10m",
 			"TRIBUTARY_LIVENESS_TIMEOUT":        "5s",
+			"TRIBUTARY_FETCH_COOLDOWN":          "2ms",
+			"TRIBUTARY_FETCH_POLL_INTERVAL":     "250ms",
 			"TRIBUTARY_OUTBOX_SENT_RETENTION":   "3d",
 			"TRIBUTARY_OUTBOX_FAILED_RETENTION": "off",
 			"TRIBUTARY_BATCH_OBJECT_RETENTION":  "36h",
@@ -96,6 +98,7 @@ func TestFromLookup(t *testing.T) {
 		require.Equal(t, queue.RuntimeConfig{
 			Schema: "jobs", ShutdownTimeout: 3 * time.Second, RescueStuckJobsAfter: 10 * time.Minute, LivenessTimeout: 5 * time.Second,
 			CompletedJobRetention: 2 * time.Hour, CancelledJobRetention: 72 * time.Hour, DiscardedJobRetention: -1,
+			FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 250 * time.Millisecond,
 		}, cfg.Runtime)
 		require.Equal(t, amqpbridge.Config{
 			URL: "amqp://guest:guest@127.0.0.1:5672/", QueuePrefix: "mike",
@@ -145,6 +148,10 @@ func TestFromLookup(t *testing.T) {
 			{"TRIBUTARY_HTTP_ADDR", "127.0.0.1:http-ish"},
 			{"TRIBUTARY_LIVENESS_TIMEOUT", "soon"},
 			{"TRIBUTARY_LIVENESS_TIMEOUT", "500ms"},
+			{"TRIBUTARY_FETCH_COOLDOWN", "soon"},
+			{"TRIBUTARY_FETCH_COOLDOWN", "500us"},    // below River's 1ms
+			{"TRIBUTARY_FETCH_POLL_INTERVAL", "2ms"}, // below the 5ms cooldown
+			{"TRIBUTARY_FETCH_POLL_INTERVAL", "-1s"},
 			{"TRIBUTARY_OUTBOX_SENT_RETENTION", "a week"},
 			{"TRIBUTARY_EVENT_LANE_RETENTION", "0d"},
 			{"TRIBUTARY_BATCH_OBJECT_RETENTION", "500ms"},
