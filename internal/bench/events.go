@@ -70,6 +70,12 @@ type EventsThroughput struct {
 	// last outbox row was SENT, from the start: where the time went.
 	Emitted   time.Duration `json:"emitted_ns"`
 	Forwarded time.Duration `json:"forwarded_ns"`
+	// SelfCPUPerEvent and DBCPUPerEvent are the CPU this process (emits,
+	// forwarding, handling) and the Postgres backends of its two pools
+	// spent per event from the first emit to the last handler done: a
+	// figure a busy machine moves less than the rate.
+	SelfCPUPerEvent time.Duration `json:"self_cpu_per_event_ns"`
+	DBCPUPerEvent   time.Duration `json:"db_cpu_per_event_ns"`
 }
 
 // EventsLatency is the outcome of the steady-rate part.
@@ -107,7 +113,8 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 		return nil, err
 	}
 	rep.Baseline = base
-	fmt.Fprintf(w, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s\n", base.Jobs, base.Duration.Seconds(), base.JobsPerSec)
+	fmt.Fprintf(w, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)\n",
+		base.Jobs, base.Duration.Seconds(), base.JobsPerSec, microsText(base.SelfCPUPerJob), microsText(base.DBCPUPerJob))
 	for _, db := range batches {
 		tp, err := benchEventsThroughput(ctx, pool, opts.EmitPool, opts.Logger, opts.N, opts.Aggregates, opts.Workers, db, opts.NoNotify)
 		if err != nil {
@@ -115,8 +122,9 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 		}
 		rep.Throughput = append(rep.Throughput, tp)
 		rep.Ratios = append(rep.Ratios, tp.EventsPerSec/base.JobsPerSec)
-		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs)\n",
-			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds())
+		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline; all emitted at %.2fs, all SENT at %.2fs; CPU per event %s here + %s Postgres)\n",
+			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds(),
+			microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent))
 	}
 	for _, db := range batches {
 		lat, err := benchEventsLatency(ctx, pool, opts.EmitPool, opts.Logger, opts.Rate, opts.LatencyFor, opts.Aggregates, opts.Workers, db, opts.NoNotify)
@@ -132,6 +140,8 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+func microsText(d time.Duration) string { return fmt.Sprintf("%.1f µs", micros(d)) }
 
 // benchRuntime starts a runtime on a fresh schema with the events machinery
 // and one consumer whose handler calls onHandle.
@@ -188,7 +198,19 @@ func benchMeta(i, aggregates int) events.Meta {
 	return events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}
 }
 
-func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers, dispatchBatch int, noNotify bool) (EventsThroughput, error) {
+func benchEventsThroughput(ctx context.Context, basePool, baseEmitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers, dispatchBatch int, noNotify bool) (EventsThroughput, error) {
+	// Pools of their own, whose backends' CPU is read (cpuPool).
+	cp, err := newCPUPool(ctx, basePool)
+	if err != nil {
+		return EventsThroughput{}, err
+	}
+	defer cp.Close()
+	ep, err := newCPUPool(ctx, baseEmitPool)
+	if err != nil {
+		return EventsThroughput{}, err
+	}
+	defer ep.Close()
+	pool, emitPool := cp.Pool, ep.Pool
 	var handled atomic.Int64
 	done := make(chan time.Time, 1)
 	rt, em, stop, err := benchRuntime(ctx, pool, logger, workers, dispatchBatch, noNotify, func(m events.Message[benchEventPayload]) {
@@ -200,6 +222,7 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 		return EventsThroughput{}, err
 	}
 	defer stop()
+	mark, emitMark := cp.mark(), ep.mark()
 	start := time.Now()
 	const perTx = 1000
 	batch := make([]events.Emission, 0, perTx)
@@ -233,13 +256,16 @@ func benchEventsThroughput(ctx context.Context, pool, emitPool *pgxpool.Pool, lo
 	select {
 	case last := <-done:
 		d := last.Sub(start)
+		self, db := cp.since(mark)
+		_, emitDB := ep.since(emitMark)
 		var fwd time.Duration
 		select {
 		case fwd = <-forwarded:
 		case <-time.After(5 * time.Second):
 		}
 		return EventsThroughput{DispatchBatch: dispatchBatch, Events: n, Aggregates: aggregates, Duration: d, EventsPerSec: float64(n) / d.Seconds(),
-			Emitted: emitted, Forwarded: fwd}, nil
+			Emitted: emitted, Forwarded: fwd,
+			SelfCPUPerEvent: self / time.Duration(n), DBCPUPerEvent: (db + emitDB) / time.Duration(n)}, nil
 	case <-time.After(30 * time.Minute):
 		return EventsThroughput{}, fmt.Errorf("only %d of %d events were handled within 30 minutes", handled.Load(), n)
 	case <-ctx.Done():

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+)
+
+// TestCLIBenchEvents runs the events benchmark small: both consumers'
+// throughput parts come with the CPU this process and Postgres spent per
+// event, and the latency parts with their percentiles.
+func TestCLIBenchEvents(t *testing.T) {
+	t.Parallel()
+	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	res := cli(t, nil, env, "bench", "events", "-n", "2000", "--aggregates", "100", "--rate", "200", "--latency-for", "500ms", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var out struct {
+		Baseline struct {
+			Jobs int `json:"jobs"`
+		} `json:"baseline"`
+		Throughput []struct {
+			DispatchBatch   int   `json:"dispatch_batch"`
+			Events          int   `json:"events"`
+			SelfCPUPerEvent int64 `json:"self_cpu_per_event_ns"`
+			DBCPUPerEvent   int64 `json:"db_cpu_per_event_ns"`
+		} `json:"throughput"`
+		Latency []struct {
+			Events int   `json:"events"`
+			P50    int64 `json:"p50_ns"`
+			P99    int64 `json:"p99_ns"`
+		} `json:"latency"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	require.Equal(t, 2000, out.Baseline.Jobs)
+	require.Len(t, out.Throughput, 2, "one job per event, then the batched consumer")
+	for _, tp := range out.Throughput {
+		require.Equal(t, 2000, tp.Events)
+		require.Positive(t, tp.SelfCPUPerEvent, "dispatch batch %d: this process's CPU per event", tp.DispatchBatch)
+		require.Positive(t, tp.DBCPUPerEvent, "dispatch batch %d: Postgres's CPU per event", tp.DispatchBatch)
+	}
+	require.Len(t, out.Latency, 2)
+	for _, l := range out.Latency {
+		require.Positive(t, l.Events)
+		require.Positive(t, l.P50)
+		require.GreaterOrEqual(t, l.P99, l.P50)
+	}
+}
