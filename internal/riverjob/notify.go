@@ -20,8 +20,21 @@ func InsertChannel(schema string) string { return schema + ".river_insert" }
 // read-only NOTIFY commits without a flush. Callers usually only log an
 // error: the jobs are available, and River's poll finds them without it.
 func Wake(ctx context.Context, db DBTX, schema string, queues []string) error {
+	channel, payloads, err := WakeNotices(schema, queues)
+	if err != nil || len(payloads) == 0 {
+		return err
+	}
+	if _, err := db.Exec(ctx, wakeSQL, channel, payloads); err != nil {
+		return fmt.Errorf("error waking River's producers: %w", err)
+	}
+	return nil
+}
+
+// WakeNotices is what Wake sends, for a caller that sends it together with
+// notifications of its own in one statement: the channel and one payload
+// per queue (none when queues has no name).
+func WakeNotices(schema string, queues []string) (channel string, payloads []string, err error) {
 	seen := make(map[string]bool, len(queues))
-	payloads := make([]string, 0, len(queues))
 	for _, name := range queues {
 		if name == "" || seen[name] {
 			continue
@@ -29,17 +42,11 @@ func Wake(ctx context.Context, db DBTX, schema string, queues []string) error {
 		seen[name] = true
 		b, err := json.Marshal(map[string]string{"queue": name})
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		payloads = append(payloads, string(b))
 	}
-	if len(payloads) == 0 {
-		return nil
-	}
-	if _, err := db.Exec(ctx, wakeSQL, InsertChannel(schema), payloads); err != nil {
-		return fmt.Errorf("error waking River's producers: %w", err)
-	}
-	return nil
+	return InsertChannel(schema), payloads, nil
 }
 
 const wakeSQL = `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`

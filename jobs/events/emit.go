@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -167,10 +165,20 @@ func (e *Emitter) Emit(ctx context.Context, db queue.DBTX, def Definition, paylo
 
 // insertOwnTx inserts rows, checked and encoded already (so bad input
 // opens no transaction), in a transaction of its own on db: the aggregate
-// locks the insert takes last until the rows commit.
+// locks the insert takes last until the rows commit. The insert is one
+// statement, so outside a transaction (db a pool or a connection) it is a
+// transaction of its own, committed when it returns: one round trip where
+// BEGIN, the locks, the insert and COMMIT were four (docs/BENCHMARKS.md,
+// "Ordered events: fewer round trips and plans on the emit and forward
+// path"). In the caller's transaction (db a pgx.Tx) it runs in a
+// savepoint, so a failed insert leaves that transaction usable.
 func (e *Emitter) insertOwnTx(ctx context.Context, db queue.DBTX, rows []outboxRow) ([]string, error) {
+	tx, inTx := db.(pgx.Tx)
+	if !inTx {
+		return e.insert(ctx, db, rows)
+	}
 	var ids []string
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, tx, func(tx pgx.Tx) error {
 		var err error
 		ids, err = e.insert(ctx, tx, rows)
 		return err
@@ -379,7 +387,10 @@ type outboxRow struct {
 	metadata    string
 }
 
-func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) (_ []string, err error) {
+// insert writes rows with one statement on db, which takes their
+// aggregates' locks (see outboxInsertNoNotifySQL) and, unless NoNotify,
+// queues the forwarders' notification.
+func (e *Emitter) insert(ctx context.Context, db queue.DBTX, rows []outboxRow) (_ []string, err error) {
 	ctx, span, err := startEmitSpan(ctx, rows)
 	defer func() { endSpan(span, err) }()
 	if err != nil {
@@ -396,22 +407,21 @@ func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) (_ []
 	for i, r := range rows {
 		ids[i], types[i], versions[i], kinds[i], aggs[i], payloads[i], metas[i] = r.id, r.eventType, r.version, r.kind, r.aggregateID, r.payload, r.metadata
 	}
-	if err := lockAggregates(ctx, tx, aggs); err != nil {
-		return nil, err
-	}
 	now := e.cfg.NowFunc().UTC()
 	args := []any{ids, types, versions, kinds, aggs, payloads, metas, e.cfg.SourceService, now}
 	if !e.cfg.NoNotify {
 		args = append(args, e.channel)
 	}
-	if _, err := tx.Exec(ctx, e.insertSQL, args...); err != nil {
+	if _, err := db.Exec(ctx, e.insertSQL, args...); err != nil {
 		return nil, fmt.Errorf("error writing %d event(s) to the outbox: %w", n, err)
 	}
 	return ids, nil
 }
 
-// lockAggregates takes a transaction-level advisory lock per aggregate the
-// rows are about, in sorted order, before the rows get their positions.
+// outboxInsertNoNotifySQL inserts rows in emit order, after taking a
+// transaction-level advisory lock per aggregate the rows are about, in
+// byte order (the locked CTE, read by the one-time filter before any row
+// is produced and so before any row gets its position).
 //
 // Emit order is the outbox position, an identity value assigned at insert,
 // not at commit. Without the lock, two transactions emitting for one
@@ -419,35 +429,19 @@ func (e *Emitter) insert(ctx context.Context, tx pgx.Tx, rows []outboxRow) (_ []
 // and the forwarder, which cannot see the uncommitted earlier row, would
 // deliver the later event first. With it, a second emitter for the
 // aggregate waits until the first commits or rolls back, so position order
-// and commit order agree. (Apps that lock the aggregate's own row already
-// serialise this way; the lock makes it hold for all.) A transaction that
-// emits for aggregates A then B in two calls while another emits for B then
-// A can deadlock; Postgres aborts one of them with a deadlock error.
-func lockAggregates(ctx context.Context, tx pgx.Tx, aggs []*string) error {
-	set := map[string]struct{}{}
-	for _, a := range aggs {
-		if a != nil {
-			set[*a] = struct{}{}
-		}
-	}
-	if len(set) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, emitLockSQL, slices.Sorted(maps.Keys(set))); err != nil {
-		return fmt.Errorf("error locking the aggregates of %d event(s): %w", len(aggs), err)
-	}
-	return nil
-}
-
-// emitLockSQL locks the aggregates in the order given (sorted by the
-// caller), so two emitters never wait on each other in a cycle within one
-// call.
-const emitLockSQL = `
-SELECT count(pg_advisory_xact_lock(hashtextextended('tributary.emit.' || k.a, 0)))
-FROM (SELECT a FROM unnest($1::text[]) WITH ORDINALITY AS u(a, ord) ORDER BY ord) AS k`
-
-// outboxInsertNoNotifySQL inserts rows in emit order.
+// and commit order agree (TestEmitPositionFollowsTheAggregateLock). (Apps
+// that lock the aggregate's own row already serialise this way; the lock
+// makes it hold for all.) The order of the locks keeps two emitters from
+// waiting on each other in a cycle within one call; a transaction that
+// emits for aggregates A then B in two calls while another emits for B
+// then A can deadlock, and Postgres aborts one of them with a deadlock
+// error. The lock and the insert are one statement: one round trip, where
+// they were two (docs/BENCHMARKS.md, "Ordered events: fewer round trips and plans on the emit and forward path").
 const outboxInsertNoNotifySQL = `
+WITH locked AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(hashtextextended('tributary.emit.' || k.a, 0))) AS n
+    FROM (SELECT DISTINCT a COLLATE "C" AS a FROM unnest($5::text[]) AS a WHERE a IS NOT NULL ORDER BY 1) AS k
+)
 INSERT INTO /*schema*/tributary_outbox
     (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
      source_service, status, retry_count, created_at)
@@ -455,12 +449,14 @@ SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payl
        $8, 'PENDING', 0, $9
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
     WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
+WHERE (SELECT n FROM locked) >= 0
 ORDER BY u.ord`
 
 // outboxInsertSQL is the same insert queueing one notification, which
-// Postgres delivers when the transaction commits.
-const outboxInsertSQL = `
+// Postgres delivers when the transaction commits; its payload names the
+// forward loop to wake (emitWakeSQL).
+var outboxInsertSQL = `
 WITH ins AS (` + outboxInsertNoNotifySQL + `
 RETURNING 1
 )
-SELECT pg_notify($10, '') FROM (SELECT 1 FROM ins LIMIT 1) AS one`
+SELECT pg_notify($10, ` + emitWakeSQL + `) FROM (SELECT 1 FROM ins LIMIT 1) AS one`

@@ -231,3 +231,56 @@ func TestEmitWithoutNotify(t *testing.T) {
 		return rec.count(func(c call) bool { return c.eventID == id }) == 1, nil
 	})
 }
+
+// TestEmitPositionFollowsTheAggregateLock: a second emitter for an
+// aggregate waits for the first one's commit before its row gets its
+// position, so position order is commit order per aggregate. Emitter A
+// holds aggregate X open; B, emitting for X on the pool (no transaction
+// of the caller's), waits; C, for another aggregate, commits meanwhile.
+// B's position must come after C's: had B's row been given its position
+// before the wait, it would lie between A's and C's.
+func TestEmitPositionFollowsTheAggregateLock(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	em := newEmitter(t, db)
+	ctx := context.Background()
+
+	txA, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = txA.Rollback(ctx) }()
+	idA, err := em.EmitTx(ctx, txA, noteEvent, noteV1{Text: "a"}, events.Meta{AggregateID: "X"})
+	require.NoError(t, err)
+
+	type result struct {
+		id  string
+		err error
+	}
+	doneB := make(chan result, 1)
+	go func() {
+		id, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "b"}, events.Meta{AggregateID: "X"})
+		doneB <- result{id, err}
+	}()
+	pgtest.WaitFor(t, 10*time.Second, "the second emitter to wait for the aggregate's lock", func() (bool, error) {
+		var waiting int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&waiting)
+		return waiting > 0, err
+	})
+	idC, err := em.Emit(ctx, db.Pool, noteEvent, noteV1{Text: "c"}, events.Meta{AggregateID: "Y"})
+	require.NoError(t, err)
+	select {
+	case r := <-doneB:
+		t.Fatalf("the second emitter for X finished while the first held X: %v", r)
+	default:
+	}
+	require.NoError(t, txA.Commit(ctx))
+	r := <-doneB
+	require.NoError(t, r.err)
+
+	pos := func(id string) int64 {
+		var p int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT position FROM `+pgx.Identifier{db.Schema}.Sanitize()+`.tributary_outbox WHERE id = $1`, id).Scan(&p))
+		return p
+	}
+	require.Less(t, pos(idA), pos(idC))
+	require.Less(t, pos(idC), pos(r.id), "B's position is taken after its wait for X's lock")
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,15 +168,19 @@ type Forwarder struct {
 	cfg    ForwarderConfig
 	logger *slog.Logger
 	lockNS string
+	token  string // names this forwarder's wakes of the others (wakeFromPrefix)
 
 	oneTx     bool
 	txPubs    []outbox.TxPublisher
 	plainPubs []outbox.Publisher
 	names     []string // every publisher's name
 
-	claimSelectSQL, claimUpdateSQL, claimSentSQL, deliveredSQL string
-	finishSQL, failPendingSQL, staleSQL, releaseSQL            string
-	channel                                                    string
+	claimUpdateSQL, claimSentSQL, deliveredSQL      string
+	finishSQL, failPendingSQL, staleSQL, releaseSQL string
+	channel                                         string
+
+	// claimSelect is claimSelectSQL for each scope kind (claimScope.kind).
+	claimSelect [claimScopeKinds]string
 
 	batches, forwarded, failures, staleResets, claims, emptyClaims atomic.Int64
 
@@ -229,6 +234,7 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 		logger:   cfg.Logger.With("component", "forwarder", "forwarder_id", cfg.ID),
 		lockNS:   "tributary.outbox." + cfg.Schema + ":",
 		channel:  notifyChannel(cfg.Schema),
+		token:    randomToken(),
 		inflight: map[*claim][]eventOutcome{},
 	}
 	seen := map[string]bool{}
@@ -250,7 +256,10 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 	}
 	f.oneTx = len(f.plainPubs) == 0 && cfg.AfterClaimFunc == nil
 	q := func(s string) string { return queue.Qualify(cfg.Schema, s) }
-	f.claimSelectSQL, f.claimUpdateSQL, f.claimSentSQL = q(claimSelectSQL), q(claimUpdateSQL), q(claimSentSQL)
+	for k, pred := range claimScopeSQL {
+		f.claimSelect[k] = q(strings.Replace(claimSelectSQL, "/*scope*/", pred, 1))
+	}
+	f.claimUpdateSQL, f.claimSentSQL = q(claimUpdateSQL), q(claimSentSQL)
 	f.deliveredSQL, f.finishSQL, f.failPendingSQL = q(deliveredSQL), q(finishSQL), q(failPendingSQL)
 	f.staleSQL, f.releaseSQL = q(staleSQL), q(releaseSQL)
 	return f, nil
@@ -258,9 +267,13 @@ func NewForwarder(pool *pgxpool.Pool, cfg ForwarderConfig) (*Forwarder, error) {
 
 func defaultForwarderID() string {
 	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), randomToken())
+}
+
+func randomToken() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s-%d-%s", cmp.Or(host, "host"), os.Getpid(), hex.EncodeToString(b))
+	return hex.EncodeToString(b)
 }
 
 // Name implements queue.Service.
@@ -463,7 +476,7 @@ func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wakes []chan
 			}
 			signal(wakes) // notifications may have been missed while down
 		}
-		_, err := conn.WaitForNotification(ctx)
+		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -475,7 +488,13 @@ func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wakes []chan
 			conn = nil
 			continue
 		}
-		signal(wakes)
+		switch loop, all, none := wakeLoops(n.Payload, f.token, len(wakes)); {
+		case none:
+		case all:
+			signal(wakes)
+		default:
+			signal(wakes[loop : loop+1])
+		}
 	}
 }
 
@@ -681,9 +700,9 @@ func (f *Forwarder) failPending(ctx context.Context, id string, retries int, cau
 func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchResult, error) {
 	var res batchResult
 	var wakeOthers bool
-	var hooks []func(context.Context)
+	var after afterTx
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions(sc), func(tx pgx.Tx) error {
 		ids, aggregates, candidates, err := f.selectClaim(ctx, tx, now, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
@@ -696,6 +715,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		// out in one round trip (see txStarter).
 		var claimed []claimedEvent
 		batch := &pgx.Batch{}
+		batch.Queue(claimRestSQL)
 		batch.Queue(f.claimSentSQL, ids, f.cfg.ID, now).Query(func(rows pgx.Rows) error {
 			var err error
 			claimed, err = pgx.CollectRows(rows, scanEvent)
@@ -706,7 +726,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
 		sortByPosition(claimed)
-		if hooks, err = f.publishTx(ctx, tx, claimed, false, started); err != nil {
+		if after, err = f.publishTx(ctx, tx, claimed, false, started); err != nil {
 			return err
 		}
 		res.claimed, res.sent = len(claimed), len(claimed)
@@ -721,13 +741,10 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		return batchResult{selected: res.selected}, err
 	}
 	if res.sent > 0 {
-		afterCommit(ctx, hooks)
+		f.afterCommit(ctx, after, wakeOthers)
 		f.batches.Add(1)
 		f.forwarded.Add(int64(res.sent))
 		f.logger.DebugContext(ctx, "forwarded events", "count", res.sent)
-	}
-	if wakeOthers {
-		f.wakeForwarders(ctx)
 	}
 	return res, nil
 }
@@ -747,17 +764,22 @@ func (f *Forwarder) countClaim(tookRows bool) {
 // ordered event's latency (docs/BENCHMARKS.md, "Ordered events: the latency
 // path").
 type txStarter interface {
-	queueStart(b *pgx.Batch, aggregates []string) txPublishFunc
+	queueStart(b *pgx.Batch, aggregates []string) startedPublish
 }
 
 // txPublishFunc is outbox.TxPublisher's PublishOutboxTx.
 type txPublishFunc func(ctx context.Context, tx pgx.Tx, events []outbox.Event) (func(context.Context), error)
 
+// startedPublish is a txStarter's publish: PublishOutboxTx, whose work
+// after the commit is notifications, which the forwarder sends with its
+// own in one statement (sendNotices).
+type startedPublish func(ctx context.Context, tx pgx.Tx, events []outbox.Event) ([]notice, error)
+
 // queueStarts queues the first reads of every transactional publisher that
 // is a txStarter on b, for the events of aggregates, and returns their
 // publishes by publisher, for publishTx.
-func (f *Forwarder) queueStarts(b *pgx.Batch, aggregates []string) map[string]txPublishFunc {
-	started := map[string]txPublishFunc{}
+func (f *Forwarder) queueStarts(b *pgx.Batch, aggregates []string) map[string]startedPublish {
+	started := map[string]startedPublish{}
 	for _, p := range f.txPubs {
 		if s, ok := p.(txStarter); ok {
 			started[p.Name()] = s.queueStart(b, aggregates)
@@ -771,8 +793,8 @@ func (f *Forwarder) queueStarts(b *pgx.Batch, aggregates []string) map[string]tx
 // tx has committed; with record it also notes on each row that the
 // publisher has it (for the retries of the plain publishers). A publisher
 // in started is published through its started publish (queueStarts).
-func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool, started map[string]txPublishFunc) ([]func(context.Context), error) {
-	var hooks []func(context.Context)
+func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool, started map[string]startedPublish) (afterTx, error) {
+	var after afterTx
 	for _, p := range f.txPubs {
 		name := p.Name()
 		var evs []outbox.Event
@@ -786,33 +808,37 @@ func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEv
 		if len(evs) == 0 {
 			continue
 		}
-		publish := started[name]
-		if publish == nil {
-			publish = p.PublishOutboxTx
+		var err error
+		if publish := started[name]; publish != nil {
+			var notices []notice
+			notices, err = callStarted(ctx, publish, tx, evs)
+			after.notices = append(after.notices, notices...)
+		} else {
+			var hook func(context.Context)
+			hook, err = callTx(ctx, p.PublishOutboxTx, tx, evs)
+			if hook != nil {
+				after.hooks = append(after.hooks, hook)
+			}
 		}
-		hook, err := callTx(ctx, publish, tx, evs)
 		if err != nil {
 			pe := &txPublishError{publisher: name, err: err}
 			for _, e := range events {
 				pe.ids = append(pe.ids, e.ID)
 				pe.retries = append(pe.retries, e.retries)
 			}
-			return nil, pe
-		}
-		if hook != nil {
-			hooks = append(hooks, hook)
+			return afterTx{}, pe
 		}
 		if !record {
 			continue
 		}
 		if _, err := tx.Exec(ctx, f.deliveredSQL, customPlan, eventIDs(evs), name); err != nil {
-			return nil, fmt.Errorf("error recording the delivery to %s: %w", name, err)
+			return afterTx{}, fmt.Errorf("error recording the delivery to %s: %w", name, err)
 		}
 		for _, i := range idx {
 			events[i].delivered = append(events[i].delivered, name)
 		}
 	}
-	return hooks, nil
+	return after, nil
 }
 
 // callTx calls a transactional publisher, turning a panic into an error.
@@ -825,10 +851,38 @@ func callTx(ctx context.Context, publish txPublishFunc, tx pgx.Tx, evs []outbox.
 	return publish(ctx, tx, evs)
 }
 
-// afterCommit runs the transactional publishers' after-commit work, once
-// their transaction committed.
-func afterCommit(ctx context.Context, hooks []func(context.Context)) {
-	for _, h := range hooks {
+// callStarted is callTx for a started publish.
+func callStarted(ctx context.Context, publish startedPublish, tx pgx.Tx, evs []outbox.Event) (notices []notice, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			notices, err = nil, fmt.Errorf("publisher panicked: %v", r)
+		}
+	}()
+	return publish(ctx, tx, evs)
+}
+
+// afterTx is what the transactional publishers want done once their
+// transaction committed: notifications to send and funcs to run.
+type afterTx struct {
+	notices []notice
+	hooks   []func(context.Context)
+}
+
+// afterCommit does the transactional publishers' after-commit work, once
+// their transaction committed, with wakeOthers the forwarder's wake of the
+// other forwarders (wakeForwarders) in the same statement as the
+// publishers' notifications.
+func (f *Forwarder) afterCommit(ctx context.Context, after afterTx, wakeOthers bool) {
+	notices := after.notices
+	if wakeOthers {
+		notices = append(notices, f.wakeNotice())
+	}
+	if err := sendNotices(context.WithoutCancel(ctx), f.pool, notices); err != nil {
+		// The rows are there; River's poll and the forwarders' find them
+		// without the nudge.
+		f.logger.WarnContext(ctx, "error sending the notifications of a forwarded batch", "error", err)
+	}
+	for _, h := range after.hooks {
 		h(ctx)
 	}
 }
@@ -852,6 +906,49 @@ type claimScope struct {
 	share, shares int
 }
 
+// Scope kinds: which variant of claimSelectSQL a claimScope runs.
+const (
+	claimAll   = iota // every row (one forward loop)
+	claimOnly         // the rows of only
+	claimShare        // rows without an aggregate and those of share
+	claimScopeKinds
+)
+
+// claimScopeSQL is the candidates' predicate of each scope kind, and
+// args the parameters after claimSelectSQL's first three.
+//
+// One statement per kind, rather than one with optional parameters
+// ("$4 IS NULL OR o.id = ANY($4)"), so that a loop's claim can run with a
+// generic plan that fits it (claimTxOptions): a custom plan, made for
+// every call, cost more than the claim itself at a few events a round
+// (docs/BENCHMARKS.md, "Ordered events: fewer round trips and plans on the
+// emit and forward path").
+var claimScopeSQL = [claimScopeKinds]string{
+	claimAll:   "",
+	claimOnly:  "AND o.id = ANY($4::uuid[])",
+	claimShare: "AND (o.aggregate_id IS NULL OR " + shareKeySQL("o.aggregate_id") + " % $4::int = $5::int)",
+}
+
+func (sc claimScope) kind() int {
+	switch {
+	case sc.only != nil:
+		return claimOnly
+	case sc.shares > 1:
+		return claimShare
+	}
+	return claimAll
+}
+
+func (sc claimScope) args() []any {
+	switch sc.kind() {
+	case claimOnly:
+		return []any{sc.only}
+	case claimShare:
+		return []any{sc.shares, sc.share}
+	}
+	return nil
+}
+
 // claimSetupSQL turns bitmap scans off for the rest of a claim's
 // transaction: while the outbox has no statistics (a new schema,
 // autovacuum behind) Postgres estimates a few hundred PENDING rows and
@@ -861,25 +958,48 @@ type claimScope struct {
 // with EXPLAIN ANALYZE).
 const claimSetupSQL = "SET LOCAL enable_bitmapscan = off"
 
-// claimTxOptions begin a claim's transaction with claimSetupSQL in the same
-// round trip (a statement without arguments goes as a simple query, which
-// may hold several): every forward round, empty ones included, begins
-// with it, and on a busy machine each round trip a round makes costs
-// about a millisecond of an ordered event's latency.
-var claimTxOptions = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL + "; " + claimCustomPlanSQL}
+// claimTxOptions begin a claim's transaction of scope sc with
+// claimSetupSQL and the candidates' plan settings in the same round trip
+// (a statement without arguments goes as a simple query, which may hold
+// several): every forward round, empty ones included, begins with it, and
+// on a busy machine each round trip a round makes costs about a
+// millisecond of an ordered event's latency.
+//
+// The candidates' select (claimSelectSQL) runs with its generic plan, made
+// without sequential scans: its one shape, an index scan of the PENDING
+// rows in position order that stops after ClaimSize rows, is the plan
+// Postgres makes for it even on an empty outbox, and planned for its
+// parameters on every call (a custom plan) it cost 0.27 ms of planning
+// against 0.04 ms of execution at a few events a round (docs/BENCHMARKS.md,
+// "Ordered events: fewer round trips and plans on the emit and forward
+// path"). The claim of the rows of only (claimOnly) is planned for them:
+// its generic plan, made on an empty outbox, walks the PENDING index.
+// Every statement after the candidates runs after claimRestSQL.
+func claimTxOptions(sc claimScope) pgx.TxOptions {
+	if sc.kind() == claimOnly {
+		return pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL + "; SET LOCAL plan_cache_mode = force_custom_plan"}
+	}
+	return claimTxOptionsGeneric
+}
 
-// claimCustomPlanSQL plans the rest of a claim's transaction for each
-// statement's parameters: the SENT mark goes out in a batch, which takes
-// the connection's mode (prepared statements), and the events statements
-// are planned custom (see customPlan).
-const claimCustomPlanSQL = "SET LOCAL plan_cache_mode = force_custom_plan"
+var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL +
+	"; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"}
+
+// claimRestSQL plans the rest of a claim's transaction for each
+// statement's parameters, sequential scans allowed again: the SENT mark
+// goes out in a batch, which takes the connection's mode (prepared
+// statements), and the events statements that join arrays of every size
+// against the outbox, the lanes and River's jobs have no generic plan that
+// fits all sizes (see customPlan). It goes first in the round trip after
+// the candidates' select, so it costs no round trip of its own.
+const claimRestSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_seqscan', 'on', true)`
 
 // selectClaim locks the next PENDING rows of sc that may be tried now and
 // returns the ids of those this transaction may claim (see claimSelectSQL)
 // and their aggregates (each once), and how many rows it looked at. tx must
-// have begun with claimTxOptions.
+// have begun with claimTxOptions(sc).
 func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, sc claimScope) (ids, aggregates []string, candidates int, err error) {
-	rows, err := tx.Query(ctx, f.claimSelectSQL, customPlan, f.cfg.ClaimSize, f.lockNS, now, sc.only, max(sc.shares, 1), sc.share)
+	rows, err := tx.Query(ctx, f.claimSelect[sc.kind()], append([]any{f.cfg.ClaimSize, f.lockNS, now}, sc.args()...)...)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -940,8 +1060,8 @@ func (f *Forwarder) forwardClaimed(ctx, work context.Context, sc claimScope) (ba
 
 func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 	c := f.newClaim()
-	var hooks []func(context.Context)
-	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions, func(tx pgx.Tx) error {
+	var after afterTx
+	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions(sc), func(tx pgx.Tx) error {
 		ids, _, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
@@ -952,16 +1072,18 @@ func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 		}
 		// A second statement, so a fresh snapshot sees claims that other
 		// forwarders committed while this one waited for the locks.
-		rows, err := tx.Query(ctx, f.claimUpdateSQL, customPlan, ids, f.cfg.ID, c.claimedAt)
-		if err != nil {
-			return fmt.Errorf("error claiming outbox rows: %w", err)
-		}
-		c.events, err = pgx.CollectRows(rows, scanEvent)
-		if err != nil {
+		batch := &pgx.Batch{}
+		batch.Queue(claimRestSQL)
+		batch.Queue(f.claimUpdateSQL, ids, f.cfg.ID, c.claimedAt).Query(func(rows pgx.Rows) error {
+			var err error
+			c.events, err = pgx.CollectRows(rows, scanEvent)
+			return err
+		})
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		sortByPosition(c.events)
-		hooks, err = f.publishTx(ctx, tx, c.events, true, nil)
+		after, err = f.publishTx(ctx, tx, c.events, true, nil)
 		return err
 	})
 	f.countClaim(err == nil && len(c.events) > 0)
@@ -974,7 +1096,7 @@ func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 	if err != nil {
 		return &claim{selected: c.selected}, err
 	}
-	afterCommit(ctx, hooks)
+	f.afterCommit(ctx, after, false)
 	return c, nil
 }
 
@@ -1111,10 +1233,13 @@ func (f *Forwarder) finish(ctx, work context.Context, c *claim, outcomes []event
 // NOTIFY inside the writing transaction would hold Postgres' global notify
 // lock through its WAL flush.
 func (f *Forwarder) wakeForwarders(ctx context.Context) {
-	if _, err := f.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_notify($1, '')", f.channel); err != nil {
+	if err := sendNotices(context.WithoutCancel(ctx), f.pool, []notice{f.wakeNotice()}); err != nil {
 		f.logger.WarnContext(ctx, "error waking the other forwarders", "error", err)
 	}
 }
+
+// wakeNotice is wakeForwarders' notification.
+func (f *Forwarder) wakeNotice() notice { return notice{f.channel, wakeFromPrefix + f.token} }
 
 func eventIDs(events []outbox.Event) []string {
 	ids := make([]string, len(events))
@@ -1131,9 +1256,8 @@ func eventIDs(events []outbox.Event) []string {
 // whether this transaction may claim it: a row with an aggregate only when
 // the transaction also gets the aggregate's advisory lock, so two
 // forwarders never claim events of one aggregate at the same time (which
-// would let them be sent out of order). $4, when not NULL, restricts it to
-// those rows; with $5 above 1, rows with an aggregate are only those whose
-// aggregate falls in share $6 of $5 (see claimScope).
+// would let them be sent out of order). /*scope*/ is the predicate of the
+// claim's scope (claimScopeSQL), with its parameters from $4.
 //
 // Skipping held aggregates here, rather than leaving them to the claim's
 // guard, is what keeps one stuck aggregate from stalling everyone: the
@@ -1153,8 +1277,7 @@ WITH candidate AS MATERIALIZED (
     SELECT o.id, o.aggregate_id, o.position FROM /*schema*/tributary_outbox o
     WHERE o.status = 'PENDING'
       AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $3)
-      AND ($4::uuid[] IS NULL OR o.id = ANY($4::uuid[]))
-      AND ($5::int <= 1 OR o.aggregate_id IS NULL OR (hashtext(o.aggregate_id) & 2147483647) % $5::int = $6::int)
+      /*scope*/
       AND (o.aggregate_id IS NULL OR NOT EXISTS (
             SELECT 1 FROM /*schema*/tributary_outbox b
             WHERE b.aggregate_id = o.aggregate_id

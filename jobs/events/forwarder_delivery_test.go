@@ -348,12 +348,14 @@ func (p *settingsTx) PublishOutbox(context.Context, []outbox.Event) error {
 }
 
 func (p *settingsTx) PublishOutboxTx(ctx context.Context, tx pgx.Tx, evs []outbox.Event) (func(context.Context), error) {
-	var bitmap, plans string
-	if err := tx.QueryRow(ctx, "SELECT current_setting('enable_bitmapscan'), current_setting('plan_cache_mode')").Scan(&bitmap, &plans); err != nil {
+	var settings string
+	err := tx.QueryRow(ctx, `SELECT concat_ws(' ', current_setting('enable_bitmapscan'), current_setting('plan_cache_mode'),
+	    current_setting('enable_seqscan'))`).Scan(&settings)
+	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
-	p.seen = append(p.seen, bitmap+" "+plans)
+	p.seen = append(p.seen, settings)
 	p.mu.Unlock()
 	return nil, nil
 }
@@ -365,8 +367,10 @@ func (p *settingsTx) settings() []string {
 }
 
 // TestForwarderClaimTxSettings: the claim's transaction (one transaction, and
-// with a plain publisher) plans without bitmap scans and with custom plans,
-// set in the round trip that begins it.
+// with a plain publisher) plans its statements after the candidates'
+// select without bitmap scans and with custom plans, sequential scans
+// allowed again (the candidates' select ran with its generic plan, made
+// without them).
 func TestForwarderClaimTxSettings(t *testing.T) {
 	t.Parallel()
 	withAndWithoutPlain(t, func(t *testing.T, plain []outbox.Publisher) {
@@ -386,7 +390,7 @@ func TestForwarderClaimTxSettings(t *testing.T) {
 		seen := pub.settings()
 		require.NotEmpty(t, seen)
 		for _, s := range seen {
-			require.Equal(t, "off force_custom_plan", s)
+			require.Equal(t, "off force_custom_plan on", s)
 		}
 	})
 }
