@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,10 @@ type advance struct {
 	// metadata as it wrote them: after the commit, River's client is told
 	// (riverjob.NoteCompleted), so that its completer need not read them.
 	completedMeta map[int64][]byte
+	// probeCounts: the transaction runs with completionTx's settings, so
+	// the count update may reach each workflow by a primary-key probe per
+	// row of its arrays (applyCountsProbeSQL).
+	probeCounts bool
 }
 
 func newAdvance(tx pgx.Tx, sql *statements, schema string, now time.Time) *advance {
@@ -648,7 +653,11 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 		dp, da, dco = append(dp, int32(d.pending)), append(da, int32(d.active)), append(dco, int32(d.completed))
 		df, dc, ds = append(df, int32(d.failed)), append(dc, int32(d.cancelled)), append(ds, int32(d.skipped))
 	}
-	rows, err := a.tx.Query(ctx, a.sql.applyCounts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
+	counts := a.sql.applyCounts
+	if a.probeCounts {
+		counts = a.sql.applyCountsProbe
+	}
+	rows, err := a.tx.Query(ctx, counts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
 	if err != nil {
 		return nil, fmt.Errorf("error updating workflow counts: %w", err)
 	}
@@ -710,6 +719,21 @@ SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da
     updated_at = $8
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
     AS u(id, dp, da, dco, df, dc, ds)
-WHERE w.id = u.id AND w.id = ANY($1::uuid[])
+` + applyCountsWhere + `
 RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false), coalesce(w.parent_workflow_id::text, ''),
     coalesce(w.concurrency_key, '')`
+
+// applyCountsWhere is applyCountsSQL's join with its arrays, for
+// transactions with the planner's defaults (cancel, retry, repair, an
+// admission).
+const applyCountsWhere = `WHERE w.id = u.id AND w.id = ANY($1::uuid[])`
+
+// applyCountsProbeSQL is applyCountsSQL for the completion transaction
+// (completionTx: sequential scans, hash joins and merge joins off): joined
+// to its arrays alone, each row of them probes the primary key. With the
+// extra w.id = ANY the plan there was a bitmap scan of the workflows,
+// materialized and compared with every row of the arrays (a nested loop
+// with a join filter: 19,900 comparisons for 200 workflows), 2.0 to 4.3 ms
+// against 1.1 to 2.7 ms for 200 probes (EXPLAIN ANALYZE on 4,000
+// workflows, six runs each).
+var applyCountsProbeSQL = strings.Replace(applyCountsSQL, applyCountsWhere, `WHERE w.id = u.id`, 1)

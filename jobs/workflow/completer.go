@@ -161,6 +161,7 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			return err
 		}
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		a.probeCounts = true
 		if !expanding && len(completions) > 0 {
 			// The common case: the successes' jobs are completed in the
 			// statement that records the outcomes and releases the
