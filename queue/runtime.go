@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 )
 
@@ -264,7 +264,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
 	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
+	rc, err := river.NewClient(riverjob.NewDriver(pool), rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}

@@ -71,16 +71,22 @@ func AttemptArrays(attempts []Attempt) (ids []int64, nums []int32) {
 // planner joined them in a nested loop that re-ran the arrays' unnest for
 // every job (200 jobs, 40,000 rows generated).
 var completeRunningSQL = `
-` + CompleteRunningUpdate("$1", "$2", "$3")
+` + completeRunningBody("$1", "$2", "$3") + `
+RETURNING j.id`
 
 // CompleteRunningUpdate is completeRunningSQL with the parameters a caller's
 // statement gives it (ids a bigint[], attempts an int[] in the same order,
 // now the finalized_at), for the body of a data-modifying CTE (the
-// workflow's completion): it returns the ids of the jobs it completed.
+// workflow's completion): it returns the ids and the metadata of the jobs
+// it completed (the metadata for NoteCompleted).
 func CompleteRunningUpdate(ids, attempts, now string) string {
+	return completeRunningBody(ids, attempts, now) + `
+RETURNING j.id, j.metadata`
+}
+
+func completeRunningBody(ids, attempts, now string) string {
 	return `UPDATE /*schema*/river_job j
 SET state = 'completed', finalized_at = ` + now + `
 WHERE j.id = ANY(` + ids + `::bigint[]) AND (j.state = 'running') IS TRUE
-  AND j.attempt = (` + attempts + `::int[])[array_position(` + ids + `::bigint[], j.id)]
-RETURNING j.id`
+  AND j.attempt = (` + attempts + `::int[])[array_position(` + ids + `::bigint[], j.id)]`
 }

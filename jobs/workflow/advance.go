@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +87,14 @@ type advance struct {
 	queues   []string // queues of jobs released already (completeReleaseSQL)
 	cancel   []int64  // pending jobs of tasks that were cancelled or skipped
 	finished map[string]Status
+	// completedMeta are the jobs completeReleaseSQL completed, with their
+	// metadata as it wrote them: after the commit, River's client is told
+	// (riverjob.NoteCompleted), so that its completer need not read them.
+	completedMeta map[int64][]byte
+	// probeCounts: the transaction runs with completionTx's settings, so
+	// the count update may reach each workflow by a primary-key probe per
+	// row of its arrays (applyCountsProbeSQL).
+	probeCounts bool
 }
 
 func newAdvance(tx pgx.Tx, sql *statements, schema string, now time.Time) *advance {
@@ -191,9 +200,17 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 		for rows.Next() {
 			var kind string
 			var d decided
-			if err := rows.Scan(&kind, &d.wf, &d.name, &d.state, &d.pendingDeps, &d.runIf, &d.dependents, &d.jobID); err != nil {
+			var raw []byte // a task's run_if; a completed job's metadata (rowCompleted)
+			if err := rows.Scan(&kind, &d.wf, &d.name, &d.state, &d.pendingDeps, &raw, &d.dependents, &d.jobID); err != nil {
 				rows.Close()
 				return fmt.Errorf("error recording task outcomes: %w", err)
+			}
+			if raw != nil && kind != rowCompleted {
+				d.runIf = new(Condition)
+				if err := json.Unmarshal(raw, d.runIf); err != nil {
+					rows.Close()
+					return fmt.Errorf("error recording task outcomes: task %q's condition: %w", d.name, err)
+				}
 			}
 			switch kind {
 			case rowFinished:
@@ -204,6 +221,10 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 				deps = append(deps, d)
 			case rowCompleted:
 				completed = append(completed, d.jobID)
+				if a.completedMeta == nil {
+					a.completedMeta = make(map[int64][]byte, len(attempts))
+				}
+				a.completedMeta[d.jobID] = raw
 			case rowPromoted:
 				a.queues = append(a.queues, d.name)
 			}
@@ -255,7 +276,7 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 const (
 	rowFinished  = "f" // a task whose outcome was recorded
 	rowDependent = "d" // a dependent the statement updated
-	rowCompleted = "j" // a job the statement completed (job_id)
+	rowCompleted = "j" // a job the statement completed (job_id; its metadata in run_if's place)
 	rowPromoted  = "p" // a job the statement released (job_id; its queue as the name)
 )
 
@@ -343,7 +364,8 @@ const tellDependentsSQL = `deps AS (
 // the failures (the caller finalized their jobs), tells the dependents
 // (tellDependentsSQL) and releases the jobs of those that became active
 // (riverjob.PromoteUpdate, Promote's statement). Beside finishReleaseSQL's
-// rows it returns the jobs it completed (rowCompleted) and the queues of
+// rows it returns the jobs it completed (rowCompleted, with their metadata
+// for riverjob.NoteCompleted) and the queues of
 // those it released (rowPromoted). Three statements in one: each cost a
 // round trip, its planning and its executor's start per batch. The job
 // updates never meet on a row either: done changes running jobs, prom
@@ -363,7 +385,7 @@ SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, jo
 UNION ALL
 SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec
 UNION ALL
-SELECT 'j', '', '', '', 0, NULL::jsonb, '{}'::text[], id FROM done
+SELECT 'j', '', '', '', 0, metadata, '{}'::text[], id FROM done
 UNION ALL
 SELECT 'p', '', queue, '', 0, NULL::jsonb, '{}'::text[], id FROM prom`
 
@@ -631,7 +653,11 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 		dp, da, dco = append(dp, int32(d.pending)), append(da, int32(d.active)), append(dco, int32(d.completed))
 		df, dc, ds = append(df, int32(d.failed)), append(dc, int32(d.cancelled)), append(ds, int32(d.skipped))
 	}
-	rows, err := a.tx.Query(ctx, a.sql.applyCounts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
+	counts := a.sql.applyCounts
+	if a.probeCounts {
+		counts = a.sql.applyCountsProbe
+	}
+	rows, err := a.tx.Query(ctx, counts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
 	if err != nil {
 		return nil, fmt.Errorf("error updating workflow counts: %w", err)
 	}
@@ -693,6 +719,21 @@ SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da
     updated_at = $8
 FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
     AS u(id, dp, da, dco, df, dc, ds)
-WHERE w.id = u.id AND w.id = ANY($1::uuid[])
+` + applyCountsWhere + `
 RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false), coalesce(w.parent_workflow_id::text, ''),
     coalesce(w.concurrency_key, '')`
+
+// applyCountsWhere is applyCountsSQL's join with its arrays, for
+// transactions with the planner's defaults (cancel, retry, repair, an
+// admission).
+const applyCountsWhere = `WHERE w.id = u.id AND w.id = ANY($1::uuid[])`
+
+// applyCountsProbeSQL is applyCountsSQL for the completion transaction
+// (completionTx: sequential scans, hash joins and merge joins off): joined
+// to its arrays alone, each row of them probes the primary key. With the
+// extra w.id = ANY the plan there was a bitmap scan of the workflows,
+// materialized and compared with every row of the arrays (a nested loop
+// with a join filter: 19,900 comparisons for 200 workflows), 2.0 to 4.3 ms
+// against 1.1 to 2.7 ms for 200 probes (EXPLAIN ANALYZE on 4,000
+// workflows, six runs each).
+var applyCountsProbeSQL = strings.Replace(applyCountsSQL, applyCountsWhere, `WHERE w.id = u.id`, 1)

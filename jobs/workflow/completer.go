@@ -127,9 +127,10 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 	var queues []string
 	var recorded []outcome
 	var finished map[string]Status
+	var completedMeta map[int64][]byte
 	stale := 0
+	now := time.Now().UTC()
 	err := pgx.BeginTxFunc(ctx, c.pool, completionTx, func(tx pgx.Tx) error {
-		now := time.Now().UTC()
 		ids := make([]string, len(batch))
 		for i, req := range batch {
 			ids[i] = req.outcome.WorkflowID
@@ -160,6 +161,7 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			return err
 		}
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		a.probeCounts = true
 		if !expanding && len(completions) > 0 {
 			// The common case: the successes' jobs are completed in the
 			// statement that records the outcomes and releases the
@@ -206,10 +208,19 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			return err
 		}
 		finished = a.finished
+		completedMeta = a.completedMeta
 		return nil
 	})
 	if err != nil {
 		return err
+	}
+	// The jobs are completed and committed: River's completer, told of
+	// each success when the middleware returns, takes the row from its
+	// client's pilot rather than reading it again.
+	for _, req := range batch {
+		if meta, ok := completedMeta[req.job.ID]; ok {
+			riverjob.NoteCompleted(req.jobCtx, req.job, now, meta)
+		}
 	}
 	c.batches.Add(1)
 	c.stale.Add(int64(stale))

@@ -206,3 +206,56 @@ func TestRiverMetadataKept(t *testing.T) {
 	st := b.coord.Stats()
 	require.Less(t, st.Batches, st.Completed, "some completions shared a transaction (the set-based path): %+v", st)
 }
+
+// TestTaskJobEventsAreTheirRows: River's completion event of a task's job
+// carries the job's row as committed (state, finalized_at, metadata,
+// River's merged output), whether River's completer took it from the
+// completion's note (riverjob.NoteCompleted) or read it: a task with a
+// metadata update to merge, a task whose name cannot be a tag (its identity
+// in the metadata), a fan-out whose completions share transactions.
+func TestTaskJobEventsAreTheirRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	events, cancel := b.rt.River().Subscribe(river.EventKindJobCompleted)
+	defer cancel()
+	wf := workflow.New("events", nil)
+	wf.Add("root", stepArgs{Name: "root"}, nil)
+	wf.Add("river output", stepArgs{Name: "river output", RiverOutput: true}, &workflow.TaskOpts{Deps: []string{"root"}})
+	leaves := []string{"river output"}
+	for i := range 30 {
+		n := fmt.Sprint("leaf-", i)
+		leaves = append(leaves, n)
+		wf.Add(n, stepArgs{Name: n}, &workflow.TaskOpts{Deps: []string{"root"}})
+	}
+	wf.Add("sink", stepArgs{Name: "sink"}, &workflow.TaskOpts{Deps: leaves})
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	got := map[int64]*rivertype.JobRow{}
+	deadline := time.After(30 * time.Second)
+	for len(got) < len(res.Jobs) {
+		select {
+		case ev := <-events:
+			got[ev.Job.ID] = ev.Job
+		case <-deadline:
+			t.Fatalf("completion events of %d of %d jobs", len(got), len(res.Jobs))
+		}
+	}
+	for name, id := range res.Jobs {
+		ev := got[id]
+		require.NotNil(t, ev, name)
+		row, err := b.rt.River().JobGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, rivertype.JobStateCompleted, ev.State, name)
+		require.Equal(t, row.State, ev.State, name)
+		require.NotNil(t, ev.FinalizedAt, name)
+		require.True(t, row.FinalizedAt.Equal(*ev.FinalizedAt), "%s: finalized_at %s in the event, %s in the row", name, ev.FinalizedAt, row.FinalizedAt)
+		require.JSONEq(t, string(row.Metadata), string(ev.Metadata), name)
+		require.Equal(t, row.Attempt, ev.Attempt, name)
+		require.Equal(t, row.Tags, ev.Tags, name)
+	}
+	row, err := b.rt.River().JobGet(ctx, res.Jobs["river output"])
+	require.NoError(t, err)
+	require.Equal(t, `"river output"`, string(row.Output()))
+	b.waitStatus(t, res.ID, workflow.StatusCompleted)
+}

@@ -7,7 +7,7 @@ import "github.com/tributary-run/tributary/queue"
 type statements struct {
 	insertWorkflow, selectByKey, insertTasks                                  string
 	lockWorkflows, finishTasks, finishRelease, completeRelease, decrementDeps string
-	taskStates, setDecided, applyCounts                                       string
+	taskStates, setDecided, applyCounts, applyCountsProbe                     string
 	depOutputs, taskOutput                                                    string
 	selectWorkflow, selectTasks, listWorkflows, recount, cancelTasks          string
 	retryTasks, runningFrom                                                   string
@@ -26,7 +26,7 @@ func qualify(schema string) statements {
 	return statements{
 		insertWorkflow: q(insertWorkflowSQL), selectByKey: q(selectByKeySQL), insertTasks: q(insertTasksSQL),
 		lockWorkflows: q(lockWorkflowsSQL), finishTasks: q(finishTasksSQL), finishRelease: q(finishReleaseSQL), completeRelease: q(completeReleaseSQL), decrementDeps: q(decrementDepsSQL),
-		taskStates: q(taskStatesSQL), setDecided: q(setDecidedSQL), applyCounts: q(applyCountsSQL),
+		taskStates: q(taskStatesSQL), setDecided: q(setDecidedSQL), applyCounts: q(applyCountsSQL), applyCountsProbe: q(applyCountsProbeSQL),
 		depOutputs: q(depOutputsSQL), taskOutput: q(taskOutputSQL),
 		selectWorkflow: q(selectWorkflowSQL), selectTasks: q(selectTasksSQL), listWorkflows: q(listWorkflowsSQL),
 		recount: q(recountSQL), cancelTasks: q(cancelTasksSQL), retryTasks: q(retryTasksSQL),
