@@ -366,7 +366,8 @@ type Claimed struct {
 // results are read, out[i] (len(out) == len(claims)) gets claim i's jobs in
 // lane order. The claimed jobs are not marked with LaneTurnKey: if one is
 // rescued (its process died), the dispatcher checks its lane before running
-// it, so only the lane's head runs.
+// it, so only the lane's head runs. A lane idle at its head (head past
+// last_seq: nothing reserved there) is not looked up in river_job.
 func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed) {
 	n := len(claims)
 	if n == 0 {
@@ -441,6 +442,7 @@ const claimAtHeadSQL = `
 WITH cand AS MATERIALIZED (
     SELECT u.ord, u.s, x.id, x.seq, x.rn
     FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)` + atLaneHead + `
+        AND ln.head_seq <= ln.last_seq
     CROSS JOIN LATERAL (
         SELECT p.id, ((p.args ->> 'seq')::bigint) AS seq,
                row_number() OVER (ORDER BY ((p.args ->> 'seq')::bigint), p.id) AS rn

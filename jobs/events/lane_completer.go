@@ -16,10 +16,19 @@ import (
 
 // laneCompleterMaxBatch bounds how many lane completions share one
 // transaction; laneCompleterMaxCommitters how many such transactions run at
-// once in one process.
+// once in one process. One runs while transactions keep finishing: a
+// second starts only once no transaction has finished for
+// laneCompleterStallAfter (one waits for a lane's lock, say), so a stuck
+// transaction delays the others by that much and no more. Until 2026-12-02
+// up to four ran whenever completions queued up; their batches were a
+// quarter the size, and each batch's statements cost about as much for a
+// few lanes as for many: one committer cut the CPU per chained event by
+// 19-21 %, Postgres's by 24-26 % (docs/BENCHMARKS.md, "Ordered events: one
+// group committer").
 const (
 	laneCompleterMaxBatch      = 200
 	laneCompleterMaxCommitters = 4
+	laneCompleterStallAfter    = 200 * time.Millisecond
 )
 
 // laneCompletion is one finished lane job, or the finished run of a lane
@@ -76,6 +85,9 @@ type laneCompleter struct {
 	mu         sync.Mutex
 	queue      []*laneCompletion
 	committers int
+	// progress is when a transaction last finished, or when the first
+	// committer started: the clock of laneCompleterStallAfter.
+	progress time.Time
 }
 
 // complete queues a lone job's completion and waits for its transaction.
@@ -87,7 +99,7 @@ func (c *laneCompleter) complete(ctx context.Context, job *river.Job[dispatchArg
 func (c *laneCompleter) submit(req *laneCompletion) error {
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
-	if c.committers < laneCompleterMaxCommitters {
+	if c.needCommitter(time.Now()) {
 		c.committers++
 		go c.drain()
 	}
@@ -105,6 +117,18 @@ func (c *laneCompleter) submit(req *laneCompletion) error {
 	}
 }
 
+// needCommitter reports whether a queued completion needs a committer of
+// its own: none runs, or none finished a transaction for
+// laneCompleterStallAfter and fewer than laneCompleterMaxCommitters run.
+// c.mu must be held.
+func (c *laneCompleter) needCommitter(now time.Time) bool {
+	if c.committers == 0 {
+		c.progress = now
+		return true
+	}
+	return c.committers < laneCompleterMaxCommitters && now.Sub(c.progress) >= laneCompleterStallAfter
+}
+
 func (c *laneCompleter) drain() {
 	for {
 		c.mu.Lock()
@@ -118,7 +142,27 @@ func (c *laneCompleter) drain() {
 		copy(batch, c.queue[:n])
 		c.queue = c.queue[n:]
 		c.mu.Unlock()
+		// Completions queued behind a transaction that gets stuck get a
+		// committer of their own once it has run for
+		// laneCompleterStallAfter; those queued later start one at once
+		// (needCommitter).
+		stall := time.AfterFunc(laneCompleterStallAfter, c.stalled)
 		c.commit(batch)
+		stall.Stop()
+		c.mu.Lock()
+		c.progress = time.Now()
+		c.mu.Unlock()
+	}
+}
+
+// stalled starts a committer for the queued completions, if any, when a
+// transaction has run for laneCompleterStallAfter.
+func (c *laneCompleter) stalled() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.queue) > 0 && c.committers < laneCompleterMaxCommitters {
+		c.committers++
+		go c.drain()
 	}
 }
 

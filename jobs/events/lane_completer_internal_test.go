@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -64,4 +65,79 @@ VALUES ('c', 'a', 1, 2, now()), ('c', 'b', 1, 2, now())`))
 	require.Equal(t, rivertype.JobStateRunning, state(b1))
 	require.Equal(t, rivertype.JobStatePending, state(b2))
 	require.Equal(t, int64(1), head("b"), "the failed batch's advance of lane b was rolled back")
+}
+
+// TestGroupCommitStuckLaneDelaysOthersBriefly: one committer runs while
+// transactions finish; a transaction stuck on a lane's lock (held here by
+// another transaction) holds the others back only until a second committer
+// starts (laneCompleterStallAfter), which commits them.
+func TestGroupCommitStuckLaneDelaysOthersBriefly(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	d, err := NewDispatcher(db.Pool, DispatcherConfig{Schema: db.Schema, LaneRepairInterval: -1})
+	require.NoError(t, err)
+	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
+VALUES ('c', 'a', 1, 1, now()), ('c', 'b', 1, 1, now())`))
+	require.NoError(t, err)
+	running := func(agg string) int64 {
+		res, err := inserter.Insert(ctx, dispatchArgs{Consumer: "c", AggregateID: agg, Seq: 1, Event: outbox.Event{AggregateID: agg}}, nil)
+		require.NoError(t, err)
+		_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1 WHERE id = $1`), res.Job.ID)
+		require.NoError(t, err)
+		return res.Job.ID
+	}
+	a1, b1 := running("a"), running("b")
+
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, db.Q(`SELECT 1 FROM /*schema*/tributary_event_lane WHERE consumer = 'c' AND aggregate_id = 'a' FOR UPDATE`))
+	require.NoError(t, err)
+
+	run := func(agg string, id int64) *laneCompletion {
+		return &laneCompletion{ctx: ctx, place: riverjob.LaneSeq{Consumer: "c", AggregateID: agg, Seq: 1}, next: 2,
+			attempts: []riverjob.Attempt{{ID: id, Attempt: 1}}, done: make(chan error, 1), wait: true}
+	}
+	stuck := run("a", a1)
+	stuckErr := make(chan error, 1)
+	go func() { stuckErr <- d.completer.submit(stuck) }()
+	// The first committer waits for lane a's lock.
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%tributary_event_lane%'`, db.Schema).Scan(&n))
+		return n > 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	other := run("b", b1)
+	require.NoError(t, d.completer.submit(other), "lane b's completion commits while lane a's waits")
+	select {
+	case err := <-stuckErr:
+		t.Fatalf("lane a's completion returned (%v) while its lane was locked", err)
+	default:
+	}
+	require.NoError(t, holder.Rollback(ctx))
+	require.NoError(t, <-stuckErr)
+	var heads []int64
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT array_agg(head_seq ORDER BY aggregate_id) FROM /*schema*/tributary_event_lane`)).Scan(&heads))
+	require.Equal(t, []int64{2, 2}, heads)
+}
+
+// TestGroupCommitterCount: a second committer starts only when none
+// finished a transaction for laneCompleterStallAfter, and never more than
+// laneCompleterMaxCommitters.
+func TestGroupCommitterCount(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	c := &laneCompleter{}
+	require.True(t, c.needCommitter(now), "none runs")
+	require.Equal(t, now, c.progress)
+	c.committers = 1
+	require.False(t, c.needCommitter(now.Add(laneCompleterStallAfter-time.Millisecond)), "the one running finished a transaction lately")
+	require.True(t, c.needCommitter(now.Add(laneCompleterStallAfter)), "the one running is stuck")
+	c.committers = laneCompleterMaxCommitters
+	require.False(t, c.needCommitter(now.Add(time.Hour)), "at the limit")
 }
