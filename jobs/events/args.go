@@ -29,6 +29,12 @@ type dispatchArgsJSON struct {
 
 // MarshalJSON writes the args with the event packed.
 func (a dispatchArgs) MarshalJSON() ([]byte, error) {
+	return appendDispatchArgs(nil, &a)
+}
+
+// marshalReflect is MarshalJSON through encoding/json's reflection: what
+// appendDispatchArgs writes, and its fallback.
+func (a dispatchArgs) marshalReflect() ([]byte, error) {
 	ev, err := packEvent(&a.Event)
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -48,7 +47,7 @@ type laneEvent struct {
 
 // newLaneEvent is the lane event of a dispatch job with args.
 func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEvent, error) {
-	b, err := json.Marshal(args)
+	b, err := appendDispatchArgs(nil, &args)
 	if err != nil {
 		return laneEvent{}, fmt.Errorf("error encoding the dispatch of event %s: %w", args.Event.ID, err)
 	}
@@ -68,7 +67,11 @@ func (l *lanes) insertEvents(ctx context.Context, tx pgx.Tx, evs []laneEvent) er
 		cs[i], as[i], ss[i], qs[i] = ev.Consumer, ev.AggregateID, ev.Seq, ev.queue
 		ms[i], args[i] = int32(ev.maxAttempts), string(ev.args)
 	}
-	if _, err := tx.Exec(ctx, l.insertEventsSQL, customPlan, cs, as, ss, qs, ms, args); err != nil {
+	// Prepared (the pool's mode), so the arrays go in binary: as an
+	// unnamed statement (customPlan) pgx sent them as array literals, every
+	// quote of every event's JSON escaped, for Postgres to parse back; the
+	// plan (an insert from unnest) is the same for every size.
+	if _, err := tx.Exec(ctx, l.insertEventsSQL, cs, as, ss, qs, ms, args); err != nil {
 		return fmt.Errorf("error inserting %d lane events: %w", n, err)
 	}
 	return nil

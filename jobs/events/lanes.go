@@ -112,7 +112,9 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	for i, k := range keys {
 		cs[i], as[i], ns[i] = k.consumer, k.aggregate, counts[k]
 	}
-	rows, err := tx.Query(ctx, l.reserveSQL, customPlan, cs, as, ns, time.Now().UTC())
+	// Prepared, binary arrays: an upsert from unnest plans the same for
+	// every size (see insertEvents).
+	rows, err := tx.Query(ctx, l.reserveSQL, cs, as, ns, time.Now().UTC())
 	if err != nil {
 		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
 	}
