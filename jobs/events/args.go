@@ -44,6 +44,12 @@ func (a dispatchArgs) marshalReflect() ([]byte, error) {
 
 // UnmarshalJSON reads the args with the event packed or as an object.
 func (a *dispatchArgs) UnmarshalJSON(b []byte) error {
+	return decodeDispatchArgs(b, a)
+}
+
+// unmarshalReflect is UnmarshalJSON through encoding/json's reflection:
+// decodeDispatchArgs's fallback.
+func (a *dispatchArgs) unmarshalReflect(b []byte) error {
 	var w dispatchArgsJSON
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err

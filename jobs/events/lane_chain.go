@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -205,7 +204,7 @@ func (d *Dispatcher) chainStops(ctx context.Context, c *Consumer, ch *chain) boo
 // delivery was interrupted by the shutdown or the event cannot be decoded.
 func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain, cj riverjob.Claimed) (bool, *chainFailure) {
 	var args dispatchArgs
-	if err := json.Unmarshal(cj.Args, &args); err != nil {
+	if err := decodeDispatchArgs(cj.Args, &args); err != nil {
 		// Cannot happen for a job the bus inserted; given back, it runs as a
 		// lone job, which reports it.
 		return false, nil

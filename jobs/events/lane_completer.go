@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
@@ -56,6 +57,10 @@ type laneCompletion struct {
 
 	done    chan error
 	claimed []riverjob.Claimed // set before done when claim > 0
+	// job is the River job whose work ctx is, when River runs it (a lone
+	// dispatch, a chain's head): once its completion commits, River's
+	// completer is told (riverjob.NoteCompleted) and need not read it.
+	job *rivertype.JobRow
 }
 
 // completionOf is the completion of a lone lane dispatch job.
@@ -65,7 +70,7 @@ func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneComple
 		place:    riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq},
 		next:     a.Seq + 1,
 		attempts: []riverjob.Attempt{{ID: job.ID, Attempt: job.Attempt}},
-		done:     make(chan error, 1)}
+		done:     make(chan error, 1), job: job.JobRow}
 }
 
 // laneCompleter group-commits lane completions: each completion is a
@@ -177,7 +182,7 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	queues, err := c.completeTx(ctx, batch)
+	queues, err := c.completeTx(ctx, batch, time.Now().UTC())
 	if err == nil {
 		c.d.wakeRiver(ctx, queues...)
 		for _, req := range batch {
@@ -190,7 +195,7 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 		return
 	}
 	for _, req := range batch {
-		queues, err := c.completeTx(ctx, []*laneCompletion{req})
+		queues, err := c.completeTx(ctx, []*laneCompletion{req}, time.Now().UTC())
 		if err != nil {
 			req.done <- fmt.Errorf("error completing dispatch in its lane: %w", err)
 			continue
@@ -200,7 +205,7 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 	}
 }
 
-func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion) ([]string, error) {
+func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion, now time.Time) ([]string, error) {
 	places, nexts := make([]riverjob.LaneSeq, len(batch)), make([]int64, len(batch))
 	var attempts []riverjob.Attempt
 	var evs []riverjob.LaneSeq
@@ -232,7 +237,6 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	// (or the rollback) is the second. Each step is a statement of its own,
 	// so the promotion and the claim take their snapshot after the lanes'
 	// locks were granted (riverjob.PromoteNext).
-	now := time.Now().UTC()
 	schema := c.d.cfg.Schema
 	var queues []string
 	var completed []int64
@@ -288,6 +292,13 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion)
 	}
 	for j, i := range claimOf {
 		batch[i].claimed = got[j]
+	}
+	// The jobs were completed as River's completer completes a success
+	// (state, finalized_at; metadata as it was).
+	for _, req := range batch {
+		if req.job != nil {
+			riverjob.NoteCompleted(req.ctx, req.job, now, nil)
+		}
 	}
 	return queues, nil
 }
