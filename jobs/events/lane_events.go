@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -55,10 +56,37 @@ func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEve
 		queue: queueName, maxAttempts: maxAttempts, args: b}, nil
 }
 
-// insertEvents writes evs in tx, in one statement.
+// laneEventCopyFrom is the number of lane events from which insertEvents
+// writes by COPY (two round trips; Postgres inserts the rows a page at a
+// time, a WAL record per page rather than per row) rather than one INSERT
+// (one round trip): busCopyFrom's rule for River's jobs.
+const laneEventCopyFrom = busCopyFrom
+
+var laneEventColumns = []string{"consumer", "aggregate_id", "seq", "queue", "max_attempts", "args"}
+
+// insertEvents writes evs in tx.
 func (l *lanes) insertEvents(ctx context.Context, tx pgx.Tx, evs []laneEvent) error {
 	n := len(evs)
 	if n == 0 {
+		return nil
+	}
+	if n >= laneEventCopyFrom {
+		i := 0
+		src := pgx.CopyFromFunc(func() ([]any, error) {
+			if i == n {
+				return nil, nil
+			}
+			ev := &evs[i]
+			i++
+			return []any{ev.Consumer, ev.AggregateID, ev.Seq, ev.queue, int32(ev.maxAttempts), json.RawMessage(ev.args)}, nil
+		})
+		table := pgx.Identifier{riverjob.LaneEventTable}
+		if l.schema != "" {
+			table = pgx.Identifier{l.schema, riverjob.LaneEventTable}
+		}
+		if _, err := tx.CopyFrom(ctx, table, laneEventColumns, src); err != nil {
+			return fmt.Errorf("error inserting %d lane events: %w", n, err)
+		}
 		return nil
 	}
 	cs, as, ss, qs := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
