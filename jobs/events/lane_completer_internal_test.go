@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -15,21 +17,30 @@ import (
 	"github.com/tributary-run/tributary/outbox"
 )
 
+// completerFixture is a dispatcher on a fresh schema with lanes a and b of
+// consumer c at head 1 and last_seq last, and a River client to insert
+// their jobs.
+func completerFixture(t *testing.T, last int64) (*pgtest.DB, *Dispatcher, *river.Client[pgx.Tx]) {
+	t.Helper()
+	db := pgtest.New(t)
+	d, err := NewDispatcher(db.Pool, DispatcherConfig{Schema: db.Schema, LaneRepairInterval: -1})
+	require.NoError(t, err)
+	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(context.Background(), db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
+VALUES ('c', 'a', 1, $1, now()), ('c', 'b', 1, $1, now())`), last)
+	require.NoError(t, err)
+	return db, d, inserter
+}
+
 // TestGroupCommitFailureRollsBack: a group commit in which one job is no
 // longer running at its attempt commits nothing of the batch; each
 // completion is then retried alone, so the others complete and their lanes
 // move, and the stale one's lane stays where it was.
 func TestGroupCommitFailureRollsBack(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	db, d, inserter := completerFixture(t, 2)
 	ctx := context.Background()
-	d, err := NewDispatcher(db.Pool, DispatcherConfig{Schema: db.Schema, LaneRepairInterval: -1})
-	require.NoError(t, err)
-	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
-VALUES ('c', 'a', 1, 2, now()), ('c', 'b', 1, 2, now())`))
-	require.NoError(t, err)
 	insert := func(agg string, seq int64, pending bool) int64 {
 		res, err := inserter.Insert(ctx, dispatchArgs{Consumer: "c", AggregateID: agg, Seq: seq, Event: outbox.Event{AggregateID: agg}},
 			&river.InsertOpts{Pending: pending})
@@ -37,7 +48,7 @@ VALUES ('c', 'a', 1, 2, now()), ('c', 'b', 1, 2, now())`))
 		return res.Job.ID
 	}
 	a1, a2, b1, b2 := insert("a", 1, false), insert("a", 2, true), insert("b", 1, false), insert("b", 2, true)
-	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1 WHERE id = ANY($1)`), []int64{a1, b1})
+	_, err := db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1 WHERE id = ANY($1)`), []int64{a1, b1})
 	require.NoError(t, err)
 
 	run := func(agg string, id int64, attempt int) *laneCompletion {
@@ -73,15 +84,8 @@ VALUES ('c', 'a', 1, 2, now()), ('c', 'b', 1, 2, now())`))
 // starts (laneCompleterStallAfter), which commits them.
 func TestGroupCommitStuckLaneDelaysOthersBriefly(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
+	db, d, inserter := completerFixture(t, 1)
 	ctx := context.Background()
-	d, err := NewDispatcher(db.Pool, DispatcherConfig{Schema: db.Schema, LaneRepairInterval: -1})
-	require.NoError(t, err)
-	inserter, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: db.Schema})
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
-VALUES ('c', 'a', 1, 1, now()), ('c', 'b', 1, 1, now())`))
-	require.NoError(t, err)
 	running := func(agg string) int64 {
 		res, err := inserter.Insert(ctx, dispatchArgs{Consumer: "c", AggregateID: agg, Seq: 1, Event: outbox.Event{AggregateID: agg}}, nil)
 		require.NoError(t, err)
