@@ -358,16 +358,21 @@ type Claimed struct {
 }
 
 // QueueClaimAtHead queues on b, for each claim whose lane's head is at its
-// Seq (as QueuePromoteAtHead), the claim of the lane's pending dispatches at
-// Seq, Seq+1, ... (up to N, stopping at the first gap: a dispatch not
-// pending, not inserted yet, or several at one place): they become running
-// for processID, an attempt counted as River's fetch counts it. (A head
-// that is a lane event is the events package's to claim, without a job.) When b's
-// results are read, out[i] (len(out) == len(claims)) gets claim i's jobs in
-// lane order. The claimed jobs are not marked with LaneTurnKey: if one is
-// rescued (its process died), the dispatcher checks its lane before running
-// it, so only the lane's head runs. A lane idle at its head (head past
-// last_seq: nothing reserved there) is not looked up in river_job.
+// Seq (as QueuePromoteAtHead), the claim of what waits there: an unclaimed
+// lane event (LaneEventTable) is claimed for processID (claimed_by,
+// claimed_at; a Claimed with ID 0, attempt 1), and where there is none the
+// lane's pending dispatches at Seq, Seq+1, ... (up to N, stopping at the
+// first gap: a dispatch not pending, not inserted yet, or several at one
+// place) become running for processID, an attempt counted as River's fetch
+// counts it. When b's results are read, out[i] (len(out) == len(claims))
+// gets claim i's claims in lane order. The claimed jobs are not marked
+// with LaneTurnKey: if one is rescued (its process died), the dispatcher
+// checks its lane before running it, so only the lane's head runs. A lane
+// idle at its head (head past last_seq: nothing reserved there) is not
+// looked up, and a place whose lane event was claimed is not looked up in
+// river_job. One statement: until 2026-12-02 the lane events' claim was a
+// statement of its own, and each looked the lane up, and every place up in
+// river_job (docs/BENCHMARKS.md, "Ordered events: one claim statement").
 func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed) {
 	n := len(claims)
 	if n == 0 {
@@ -382,6 +387,7 @@ func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID
 			var ord int
 			var c Claimed
 			var attempt, maxAttempts int32
+			// A lane event comes with id 0 and attempt 1.
 			if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
 				return fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
 			}
@@ -434,15 +440,26 @@ func FailRunning(ctx context.Context, tx pgx.Tx, schema string, a Attempt, state
 }
 
 // claimAtHeadSQL: for each lane ($1..$4: consumer, aggregate, head, count)
-// whose head is there, the pending dispatches from the head on, numbered in seq order, each one
-// probe range of tributary_dispatch_lane_idx; those without a gap before
-// them are made running. attempted_by is capped at 100 entries as River
-// caps it.
+// whose head is there and that is not idle, the unclaimed lane event at the
+// head, claimed ($6 the process, $5 now); for the others, the pending
+// dispatches from the head on, numbered in seq order, each one probe range
+// of tributary_dispatch_lane_idx; those without a gap before them are made
+// running. attempted_by is capped at 100 entries as River caps it.
 const claimAtHeadSQL = `
-WITH cand AS MATERIALIZED (
-    SELECT u.ord, u.s, x.id, x.seq, x.rn
+WITH u AS MATERIALIZED (
+    SELECT u.c, u.a, u.s, u.n, u.ord
     FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)` + atLaneHead + `
-        AND ln.head_seq <= ln.last_seq
+    WHERE ln.head_seq <= ln.last_seq
+),
+ev AS (
+    UPDATE /*schema*/` + LaneEventTable + ` e SET claimed_by = $6, claimed_at = $5
+    FROM u
+    WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by IS NULL
+    RETURNING u.ord, e.seq, e.max_attempts, e.args
+),
+cand AS MATERIALIZED (
+    SELECT u.ord, u.s, x.id, x.seq, x.rn
+    FROM u
     CROSS JOIN LATERAL (
         SELECT p.id, ((p.args ->> 'seq')::bigint) AS seq,
                row_number() OVER (ORDER BY ((p.args ->> 'seq')::bigint), p.id) AS rn
@@ -452,14 +469,20 @@ WITH cand AS MATERIALIZED (
           AND ((p.args ->> 'seq')::bigint) >= u.s AND ((p.args ->> 'seq')::bigint) < u.s + u.n
           AND p.state = 'pending'
     ) x
+    WHERE u.ord NOT IN (SELECT ord FROM ev)
+),
+jobs AS (
+    UPDATE /*schema*/river_job j
+    SET state = 'running', attempt = j.attempt + 1, attempted_at = $5,
+        attempted_by = (array_append(j.attempted_by, $6::text))[greatest(1, cardinality(j.attempted_by) - 98):]
+    FROM cand
+    WHERE j.id = cand.id AND j.state = 'pending' AND cand.seq = cand.s + cand.rn - 1
+      AND NOT EXISTS (SELECT 1 FROM cand g WHERE g.ord = cand.ord AND g.rn < cand.rn AND g.seq <> g.s + g.rn - 1)
+    RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args
 )
-UPDATE /*schema*/river_job j
-SET state = 'running', attempt = j.attempt + 1, attempted_at = $5,
-    attempted_by = (array_append(j.attempted_by, $6::text))[greatest(1, cardinality(j.attempted_by) - 98):]
-FROM cand
-WHERE j.id = cand.id AND j.state = 'pending' AND cand.seq = cand.s + cand.rn - 1
-  AND NOT EXISTS (SELECT 1 FROM cand g WHERE g.ord = cand.ord AND g.rn < cand.rn AND g.seq <> g.s + g.rn - 1)
-RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args`
+SELECT ord, 0::bigint, seq, 1, max_attempts::int, args FROM ev
+UNION ALL
+SELECT ord, id, seq, attempt::int, max_attempts::int, args FROM jobs`
 
 const giveBackSQL = `
 UPDATE /*schema*/river_job j

@@ -257,9 +257,9 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
 	if len(claims) > 0 {
 		// One process: every chain of this dispatcher runs in it. A place
-		// holds a pending job or a lane event: one of the two claims it.
+		// holds a pending job or a lane event; one statement claims
+		// either.
 		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got)
-		c.d.lanes.queueClaimEvents(b, claims, batch[claimOf[0]].processID, now, got)
 	}
 	// The jobs complete as River's JobCompleteTx completes them; River's
 	// completer later finds them finalized and leaves them alone.

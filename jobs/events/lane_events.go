@@ -141,33 +141,6 @@ func (l *lanes) eventsAt(ctx context.Context, db queue.DBTX, places []riverjob.L
 	return out, nil
 }
 
-// queueClaimEvents queues on b, for each claim whose lane's head is at its
-// Seq and holds an unclaimed lane event, that event's claim for processID
-// (as riverjob.QueueClaimAtHead claims a pending job, which the same claims
-// ask for: a place holds one or the other). out[i] gets claim i's event,
-// with ID 0 and Attempt 1, when b's results are read.
-func (l *lanes) queueClaimEvents(b *pgx.Batch, claims []riverjob.LaneClaim, processID string, now time.Time, out [][]riverjob.Claimed) {
-	places := make([]riverjob.LaneSeq, len(claims))
-	for i, c := range claims {
-		places[i] = c.LaneSeq
-	}
-	cs, as, ss := riverjob.LaneArrays(places)
-	b.Queue(l.claimEventsSQL, cs, as, ss, processID, now).Query(func(rows pgx.Rows) error {
-		var ord int
-		var c riverjob.Claimed
-		var maxAttempts int16
-		_, err := pgx.ForEachRow(rows, []any{&ord, &c.Seq, &maxAttempts, &c.Args}, func() error {
-			c.Attempt, c.MaxAttempts = 1, int(maxAttempts)
-			out[ord-1] = append(out[ord-1], c)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("error claiming the lane events of %d lanes: %w", len(claims), err)
-		}
-		return nil
-	})
-}
-
 // queueDeleteClaimed queues on b the deletion of the lane events at places
 // that processIDs[i] claimed (they were handled), and sets *deleted to how
 // many there were when b's results are read.
@@ -262,15 +235,6 @@ SELECT c, a, s, q, m, g::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[],
 const laneEventsAtSQL = `
 SELECT u.ord, e.claimed_by, e.claimed_at FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
 JOIN /*schema*/` + riverjob.LaneEventTable + ` e ON e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s`
-
-// laneEventClaimSQL claims the unclaimed lane events at the places whose
-// lane's head is there ($4 the process, $5 now).
-const laneEventClaimSQL = `
-UPDATE /*schema*/` + riverjob.LaneEventTable + ` e SET claimed_by = $4, claimed_at = $5
-FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
-JOIN /*schema*/tributary_event_lane ln ON ln.consumer = u.c AND ln.aggregate_id = u.a AND ln.head_seq = u.s
-WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by IS NULL
-RETURNING u.ord, e.seq, e.max_attempts, e.args`
 
 const laneEventDeleteClaimedSQL = `
 DELETE FROM /*schema*/` + riverjob.LaneEventTable + ` e USING unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(c, a, s, p)

@@ -77,7 +77,7 @@ type lanes struct {
 	blockedJobsSQL, deleteConsumerSQL                                 string
 
 	insertEventsSQL, eventsAtSQL, deleteConsumerEventsSQL, countEventsSQL string // lane_events.go
-	claimEventsSQL, deleteClaimedSQL, unclaimSQL                          string
+	deleteClaimedSQL, unclaimSQL                                          string
 }
 
 func newLanes(schema string) *lanes {
@@ -93,7 +93,7 @@ func newLanes(schema string) *lanes {
 		deleteConsumerSQL: q(laneDeleteConsumerSQL),
 		insertEventsSQL:   q(laneEventInsertSQL), eventsAtSQL: q(laneEventsAtSQL),
 		deleteConsumerEventsSQL: q(laneEventDeleteConsumerSQL), countEventsSQL: q(laneEventCountSQL),
-		claimEventsSQL: q(laneEventClaimSQL), deleteClaimedSQL: q(laneEventDeleteClaimedSQL), unclaimSQL: q(laneEventUnclaimSQL),
+		deleteClaimedSQL: q(laneEventDeleteClaimedSQL), unclaimSQL: q(laneEventUnclaimSQL),
 	}
 }
 

@@ -112,7 +112,7 @@ func TestLaneEventClaimsStayOnTheirPage(t *testing.T) {
 
 	b := &pgx.Batch{}
 	got := make([][]riverjob.Claimed, n)
-	l.queueClaimEvents(b, claims, "proc-1", time.Now().UTC(), got)
+	riverjob.QueueClaimAtHead(b, db.Schema, claims, "proc-1", time.Now().UTC(), got)
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	for i := range got {
 		require.Len(t, got[i], 1, "lane %d's event is claimed", i)
