@@ -34,30 +34,23 @@ func decodeDispatchArgs(b []byte, a *dispatchArgs) error {
 // event is packed, and reports whether it did; a is set only then.
 func decodeDispatchArgsFast(b []byte, a *dispatchArgs) bool {
 	p := jsonReader{b: b}
-	var seen uint8
 	var ev []byte
-	ok := p.object(func(key []byte) bool {
-		var bit uint8
-		var ok bool
+	seen, ok := p.fields(func(key []byte) (bit uint16, ok bool) {
 		switch string(key) {
 		case "consumer":
-			bit = 1
 			a.Consumer, ok = p.str()
+			return 1, ok
 		case "aggregate_id":
-			bit = 2
 			a.AggregateID, ok = p.str()
+			return 2, ok
 		case "seq":
-			bit = 4
 			a.Seq, ok = p.int()
+			return 4, ok
 		case "event":
-			bit = 8
 			ev, ok = p.strBytes()
+			return 8, ok
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
 	p.ws()
 	return ok && p.i == len(p.b) && seen&8 != 0 && decodeEventFast(ev, &a.Event)
@@ -67,52 +60,42 @@ func decodeDispatchArgsFast(b []byte, a *dispatchArgs) bool {
 // once), and reports whether it did.
 func decodeEventFast(b []byte, ev *outbox.Event) bool {
 	p := jsonReader{b: b}
-	var seen uint16
-	ok := p.object(func(key []byte) bool {
-		var bit uint16
-		var ok bool
+	_, ok := p.fields(func(key []byte) (bit uint16, ok bool) {
 		switch string(key) {
 		case "id":
-			bit = 1
 			ev.ID, ok = p.str()
+			return 1, ok
 		case "event_type":
-			bit = 2
 			ev.EventType, ok = p.str()
+			return 2, ok
 		case "event_version":
-			bit = 4
-			var n int64
-			n, ok = p.int()
+			n, ok := p.int()
 			ev.EventVersion = int(n)
-			ok = ok && int64(ev.EventVersion) == n
+			return 4, ok && int64(ev.EventVersion) == n
 		case "event_kind":
-			bit = 8
 			ev.EventKind, ok = p.str()
+			return 8, ok
 		case "aggregate_id":
-			bit = 16
 			ev.AggregateID, ok = p.str()
+			return 16, ok
 		case "payload":
-			bit = 32
 			var raw []byte
 			raw, ok = p.value()
 			ev.Payload = json.RawMessage(raw)
+			return 32, ok
 		case "metadata":
-			bit = 64
-			ok = p.metadata(&ev.Metadata)
+			return 64, p.metadata(&ev.Metadata)
 		case "source_service":
-			bit = 128
 			ev.SourceService, ok = p.str()
+			return 128, ok
 		case "created_at":
-			bit = 256
 			start := p.i
 			if _, ok = p.strBytes(); ok {
 				ok = ev.CreatedAt.UnmarshalJSON(p.b[start:p.i]) == nil
 			}
+			return 256, ok
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
 	p.ws()
 	return ok && p.i == len(p.b)
@@ -166,6 +149,22 @@ func (p *jsonReader) object(field func(key []byte) bool) bool {
 			return false
 		}
 	}
+}
+
+// fields reads an object of known keys: field reads the value of key and
+// returns the key's bit, or false for a key it does not know or a value it
+// cannot read. A key seen twice is false too. seen has the bits of the
+// keys read.
+func (p *jsonReader) fields(field func(key []byte) (bit uint16, ok bool)) (seen uint16, ok bool) {
+	ok = p.object(func(key []byte) bool {
+		bit, ok := field(key)
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		return true
+	})
+	return seen, ok
 }
 
 // lit reads the bytes s.
@@ -306,8 +305,9 @@ func (p *jsonReader) hex4() (rune, bool) {
 	return r, true
 }
 
-// value reads one JSON value, valid and without whitespace around it, and
-// returns a copy of its bytes (as json.RawMessage's decoding keeps them).
+// value reads one valid JSON value (p at its first byte) and returns a copy
+// of its bytes without the whitespace after it, as json.RawMessage's
+// decoding keeps them.
 func (p *jsonReader) value() ([]byte, bool) {
 	start, depth := p.i, 0
 	for p.i < len(p.b) {
@@ -360,30 +360,26 @@ func (p *jsonReader) valueEnd(start int) ([]byte, bool) {
 // metadata reads outbox.Metadata's object (its keys each once, extra an
 // object of strings).
 func (p *jsonReader) metadata(m *outbox.Metadata) bool {
-	var seen uint8
-	return p.object(func(key []byte) bool {
-		var bit uint8
-		var ok bool
+	_, ok := p.fields(func(key []byte) (bit uint16, ok bool) {
 		switch string(key) {
 		case "correlation_id":
-			bit = 1
 			m.CorrelationID, ok = p.str()
+			return 1, ok
 		case "causation_id":
-			bit = 2
 			m.CausationID, ok = p.str()
+			return 2, ok
 		case "actor":
-			bit = 4
 			m.Actor, ok = p.str()
+			return 4, ok
 		case "traceparent":
-			bit = 8
 			m.TraceParent, ok = p.str()
+			return 8, ok
 		case "tracestate":
-			bit = 16
 			m.TraceState, ok = p.str()
+			return 16, ok
 		case "extra":
-			bit = 32
 			m.Extra = map[string]string{}
-			ok = p.object(func(k []byte) bool {
+			return 32, p.object(func(k []byte) bool {
 				if _, dup := m.Extra[string(k)]; dup {
 					return false
 				}
@@ -392,12 +388,9 @@ func (p *jsonReader) metadata(m *outbox.Metadata) bool {
 				return ok
 			})
 		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-		return true
+		return 0, false
 	})
+	return ok
 }
 
 func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

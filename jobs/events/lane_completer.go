@@ -18,9 +18,10 @@ import (
 // laneCompleterMaxBatch bounds how many lane completions share one
 // transaction; laneCompleterMaxCommitters how many such transactions run at
 // once in one process. One runs while transactions keep finishing: a
-// second starts only once no transaction has finished for
-// laneCompleterStallAfter (one waits for a lane's lock, say), so a stuck
-// transaction delays the others by that much and no more. Until 2026-12-02
+// second starts only once a transaction has run for
+// laneCompleterStallAfter with completions queued behind it (it waits for
+// a lane's lock, say), so a stuck transaction delays the others by that
+// much and no more. Until 2026-12-02
 // up to four ran whenever completions queued up; their batches were a
 // quarter the size, and each batch's statements cost about as much for a
 // few lanes as for many: one committer cut the CPU per chained event by
