@@ -139,11 +139,15 @@ func insertTx(ctx context.Context, db queue.DBTX, insert InsertBatchFunc, batch 
 		return fmt.Errorf("error beginning insert transaction: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := insert(ctx, tx, batch); err != nil {
+	hooks := &commitHooks{}
+	if err := insert(context.WithValue(ctx, commitHooksKey{}, hooks), tx, batch); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("error committing inserted deliveries: %w", err)
+	}
+	for _, fn := range hooks.fns {
+		fn(ctx)
 	}
 	return nil
 }

@@ -25,8 +25,10 @@ func newBenchAMQPCmd(a *app) *cobra.Command {
 through a bare amqp091-go loop (confirm window 512), then turn them into River
 jobs with the inbound bridge (at its default prefetch and inserters unless
 --bridge-prefetch / --inbound-concurrency / --inbound-batch say otherwise)
-beside a bare consumer (prefetch 300, multiple ack) that inserts nothing. Jobs go to a temporary schema that is dropped
-afterwards. The sides alternate for --rounds R rounds; it prints every round,
+beside a bare consumer (prefetch 300, multiple ack) that inserts nothing, and
+hand as many to the event bus (amqpbridge.EventInserter, one consumer with
+batched dispatch that nothing works). Jobs and events go to temporary schemas
+that are dropped afterwards. The sides take turns going first for --rounds R rounds; it prints every round,
 the median rates, and the median of the per-round ratios (the two runs of a
 round follow each other, so load from elsewhere hits both alike) beside the
 goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
@@ -54,9 +56,14 @@ goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
 					return nil, err
 				}
 				quiet := benchLogger(a)
+				bus, stopBus, err := bench.AMQPEventBus(ctx, pool, quiet)
+				if err != nil {
+					return nil, err
+				}
+				defer stopBus()
 				return bench.RunAMQP(ctx, bench.AMQPOptions{
 					URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
-					DB: pool, Jobs: client, Logger: quiet,
+					DB: pool, Jobs: client, Bus: bus, Logger: quiet,
 					BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
 				}, w)
 			})

@@ -17,6 +17,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/tributary-run/tributary/amqpbridge"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -48,6 +50,10 @@ type AMQPOptions struct {
 	InboundConcurrency, InboundBatchSize int
 	// JobKind of the inserted jobs. Defaults to "bench.amqp".
 	JobKind string
+	// Bus, when set, adds a third consumer to each round: the inbound
+	// bridge handing each message to the event bus (EventInserter, type
+	// AMQPEventType), against the same bare loop.
+	Bus outbox.TxPublisher
 	// Logger for the bridge. Defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -71,6 +77,12 @@ type AMQPResult struct {
 	// are taken from; their spread is how steady the comparison was.
 	PublishRatios []float64 `json:"publish_ratios"`
 	InboundRatios []float64 `json:"inbound_ratios"`
+	// InboundEvents* are the same for the bridge feeding the event bus
+	// (AMQPOptions.Bus); zero without one.
+	InboundEvents       float64   `json:"inbound_events_msgs_per_sec,omitempty"`
+	InboundEventsRatio  float64   `json:"inbound_events_ratio,omitempty"`
+	InboundEventsRatios []float64 `json:"inbound_events_ratios,omitempty"`
+	InboundEventsCPU    amqpCPU   `json:"inbound_events_cpu_per_msg"`
 	// InsertOnly is the rate of the inbound bridge's inserts (same batch
 	// size and concurrency) with no broker involved.
 	InsertOnly float64 `json:"insert_only_jobs_per_sec"`
@@ -212,23 +224,27 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	// The bridge's queue is declared as the inbound bridge declares it
 	// (dead-lettering to .failed), with its retry and failed queues removed
 	// afterwards too.
-	topo := cfg.Topology("bench-publish-bridge-" + suffix)
-	bridgeQ, err := declareQueue(conn, topo.Main, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": topo.Failed})
+	bridgeQ, dropBridgeQ, err := declareBridgeQueue(conn, cfg, "bench-publish-bridge-"+suffix)
 	if err != nil {
 		return res, err
 	}
-	defer func() {
-		deleteQueue(conn, topo.Main)
-		deleteQueue(conn, topo.Failed)
-		for _, r := range topo.Retry {
-			deleteQueue(conn, r.Queue)
-		}
-	}()
+	defer dropBridgeQ()
 
-	var pubBare, pubBridge, inBare, inBridge []float64
-	var inStats []amqpbridge.BatchStats
-	var cpuBare, cpuBridge []amqpCPU
 	withDB := opts.DB != nil && opts.Jobs != nil
+	withBus := withDB && opts.Bus != nil
+	var eventsQ string
+	if withBus {
+		// The event side's queue, declared like the bridge's; filled by
+		// the bare publisher each round (that publish is not measured).
+		var dropEventsQ func()
+		if eventsQ, dropEventsQ, err = declareBridgeQueue(conn, cfg, "bench-inbound-events-"+suffix); err != nil {
+			return res, err
+		}
+		defer dropEventsQ()
+	}
+	var pubBare, pubBridge, inBare, inBridge, inEvents []float64
+	var inStats, evStats []amqpbridge.BatchStats
+	var cpuBare, cpuBridge, cpuEvents []amqpCPU
 	var dbCPU *cpuPool
 	if p, ok := opts.DB.(*pgxpool.Pool); ok && withDB {
 		// The bridge's transactions on a pool of their own, so the CPU of
@@ -265,16 +281,31 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			},
 			func() error {
 				cpu := meter.start()
-				d, st, err := bridgeInbound(ctx, cfg, bridgeQ, opts)
+				d, st, err := bridgeInbound(ctx, cfg, bridgeQ, opts, jobInserter(opts))
 				inBridge = append(inBridge, rate(opts.Messages, d))
 				cpuBridge = append(cpuBridge, cpu(opts.Messages))
 				inStats = append(inStats, st)
 				return wrap("bridge inbound", err)
 			},
 		}
-		if round%2 == 1 {
-			publishers[0], publishers[1] = publishers[1], publishers[0]
-			consumers[0], consumers[1] = consumers[1], consumers[0]
+		if withBus {
+			publishers = append(publishers, func() error {
+				_, err := barePublish(ctx, conn, eventsQ, body, opts.Messages, opts.ConfirmWindow)
+				return wrap("publish for the event side", err)
+			})
+			consumers = append(consumers, func() error {
+				cpu := meter.start()
+				d, st, err := bridgeInbound(ctx, cfg, eventsQ, opts, amqpbridge.EventInserter(opts.Bus, amqpbridge.EventInserterConfig{EventType: AMQPEventType}))
+				inEvents = append(inEvents, rate(opts.Messages, d))
+				cpuEvents = append(cpuEvents, cpu(opts.Messages))
+				evStats = append(evStats, st)
+				return wrap("bridge inbound to the event bus", err)
+			})
+		}
+		// Rotate who goes first, so no side always gets the warmer broker.
+		for range round {
+			publishers = append(publishers[1:], publishers[0])
+			consumers = append(consumers[1:], consumers[0])
 		}
 		steps := publishers
 		if withDB {
@@ -294,6 +325,11 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			fmt.Fprintf(w, "; inbound bare %.0f, tributary %.0f msg/s (%d transactions of %.0f on average, %.2fs of inserts, %.2fs waited for an inserter)\n  CPU: bare %s; tributary %s",
 				inBare[round], inBridge[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), st.HandOffTime.Seconds(), st.SlotWait.Seconds(),
 				cpuBare[round], cpuBridge[round])
+			if withBus {
+				st := evStats[round]
+				fmt.Fprintf(w, "\n  inbound to the event bus %.0f msg/s (ratio %.2f; %d transactions of %.0f on average), CPU %s",
+					inEvents[round], inEvents[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), cpuEvents[round])
+			}
 		}
 		fmt.Fprintln(w)
 	}
@@ -313,6 +349,14 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
 		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
 	res.InboundBareCPU, res.InboundBridgeCPU = medianCPU(cpuBare), medianCPU(cpuBridge)
+	if withBus {
+		res.InboundEvents = median(inEvents)
+		res.InboundEventsRatio = medianRatio(inEvents, inBare)
+		res.InboundEventsRatios = ratios(inEvents, inBare)
+		res.InboundEventsCPU = medianCPU(cpuEvents)
+		fmt.Fprintf(w, "inbound: tributary AMQP -> event bus (EventInserter, batched dispatch jobs) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+			res.InboundEvents, res.InboundEventsRatio, spread(res.InboundEventsRatios))
+	}
 	// The bridge's ceiling on this machine right now: the same inserts
 	// without RabbitMQ.
 	cpu := meter.start()
@@ -324,6 +368,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	res.InsertOnlyCPU = cpu(opts.Messages)
 	fmt.Fprintf(w, "reference: the same River batch inserts without RabbitMQ %.0f jobs/s (the inbound bridge's ceiling here)\n", res.InsertOnly)
 	fmt.Fprintf(w, "CPU per message (medians): bare consume %s; tributary inbound %s; inserts alone %s\n", res.InboundBareCPU, res.InboundBridgeCPU, res.InsertOnlyCPU)
+	if withBus {
+		fmt.Fprintf(w, "CPU per message (medians): tributary inbound to the event bus %s\n", res.InboundEventsCPU)
+	}
 	if b, t := res.InboundBareCPU, res.InboundBridgeCPU; b.Broker > 0 && t.Database > 0 {
 		// Where the CPU is what limits both sides, the ratio cannot
 		// exceed this.
@@ -376,6 +423,24 @@ func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (string, 
 		return "", fmt.Errorf("error declaring %q: %w", name, err)
 	}
 	return name, nil
+}
+
+// declareBridgeQueue declares name's main queue as the inbound bridge
+// declares it (dead-lettering to its .failed queue), and returns a func
+// that deletes its topology's queues.
+func declareBridgeQueue(conn *amqp.Connection, cfg amqpbridge.Config, name string) (string, func(), error) {
+	topo := cfg.Topology(name)
+	q, err := declareQueue(conn, topo.Main, amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": topo.Failed})
+	if err != nil {
+		return "", nil, err
+	}
+	return q, func() {
+		deleteQueue(conn, topo.Main)
+		deleteQueue(conn, topo.Failed)
+		for _, r := range topo.Retry {
+			deleteQueue(conn, r.Queue)
+		}
+	}, nil
 }
 
 func deleteQueue(conn *amqp.Connection, name string) {
@@ -492,7 +557,7 @@ func inbound(opts AMQPOptions) amqpbridge.InboundConfig {
 func dbOnly(ctx context.Context, opts AMQPOptions) (time.Duration, error) {
 	ic := inbound(opts)
 	concurrency, batchSize := ic.Concurrency, ic.BatchSize
-	insert := amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
+	insert := jobInserter(opts)
 	body := makeBody(opts.BodyBytes)
 	batches := make(chan int)
 	errs := make(chan error, concurrency)
@@ -534,10 +599,15 @@ func dbOnly(ctx context.Context, opts AMQPOptions) (time.Duration, error) {
 	return time.Since(start), firstErr
 }
 
-func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions) (time.Duration, amqpbridge.BatchStats, error) {
+// jobInserter is the job side's insert: one River job per message.
+func jobInserter(opts AMQPOptions) amqpbridge.InsertBatchFunc {
+	return amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
+}
+
+func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions, insert amqpbridge.InsertBatchFunc) (time.Duration, amqpbridge.BatchStats, error) {
 	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
 		Queue: q, DB: opts.DB, Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
-		Insert: amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"}),
+		Insert: insert,
 	})
 	if err != nil {
 		return 0, amqpbridge.BatchStats{}, err
@@ -560,4 +630,52 @@ func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AM
 	}
 	took := time.Since(start)
 	return took, in.Stats(), nil
+}
+
+// AMQPEventType is the event type of the inbound bridge's messages on the
+// event side of RunAMQP.
+const AMQPEventType = "bench.amqp"
+
+type amqpEventPayload struct {
+	Pad string `json:"pad"`
+}
+
+// AMQPEventBus starts a runtime on a fresh schema with the events machinery
+// (no forwarder) and one consumer subscribed to AMQPEventType with the
+// default batched dispatch, whose queue nothing works: like the job side,
+// the event side measures the bridge's writes, not the handling. It
+// returns the bus for AMQPOptions.Bus and a func that stops the runtime and
+// drops the schema.
+func AMQPEventBus(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) (outbox.TxPublisher, func(), error) {
+	schema, drop, err := TempSchema(ctx, pool, "bench_amqp_events")
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench_amqp", Queue: "bench_amqp_events"})
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	events.On(c, events.Define[amqpEventPayload](AMQPEventType, nil), func(context.Context, events.Message[amqpEventPayload]) error { return nil })
+	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: schema, Logger: logger, Queues: map[string]int{"bench_amqp_idle": 1}})
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true})
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	if err := rt.Start(ctx); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = rt.Stop(sctx)
+		drop()
+	}
+	return inst.Bus, stop, nil
 }
