@@ -199,10 +199,8 @@ func TestBrowser(t *testing.T) {
 		chromedp.SendKeys("#token", testToken),
 	))
 	screenshot(t, b, "05-login")
-	require.NoError(t, chromedp.Do(b,
-		chromedp.Click("#login-submit"),
-		chromedp.WaitVisible("#action-retry"),
-	))
+	require.NoError(t, chromedp.Do(b, chromedp.Click("#login-submit")))
+	waitForElement(t, b, "#action-retry") // WaitVisible can fail as the login page goes away
 	screenshot(t, b, "06-job-logged-in")
 
 	// Retry; the second attempt succeeds and the page shows it.
@@ -332,6 +330,24 @@ func (w *gateWorker) Work(ctx context.Context, job *river.Job[gateArgs]) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitForElement polls until a fully loaded page has an element matching
+// sel (a click's navigation happens after Click returns).
+func waitForElement(t *testing.T, b context.Context, sel string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		// Errors are expected while the old page goes away.
+		found, err := chromedp.Run(b, chromedp.Evaluate[bool](`document.readyState === "complete" && document.querySelector(`+strconv.Quote(sel)+`) !== null`))
+		if err == nil && found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no page with %s appeared (%v)", sel, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the browser until a deadline
 	}
 }
 
