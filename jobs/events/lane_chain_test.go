@@ -198,7 +198,12 @@ func TestLaneChainSkipPolicy(t *testing.T) {
 func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	// A split time no run reaches: under load the chain's split (50 ms of
+	// handlers) or wall time (20 times that) could end the chain before
+	// the hanging event, which would then run as a job of its own, not
+	// the claimed lane event this test interrupts.
+	b := setupLanesWith(t, events.ConsumerConfig{Ordering: events.OrderingBlock, RetryDelays: []time.Duration{10 * time.Millisecond},
+		LaneChain: true, DispatchBatchSplitAfter: time.Minute})
 	ids := b.chainBacklog(t, "H", "a", "b", "hang", "c", "d")
 	close(b.gate)
 	pgtest.WaitFor(t, 15*time.Second, "the chain to reach the hanging event", func() (bool, error) {
@@ -215,10 +220,9 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	})
 	state, _ := b.jobStateAttempt(t, ids[0])
 	require.Equal(t, "completed", state, "the head's job is recorded")
-	// The gate's handler waits for the test, so it may run past the
-	// consumer's DispatchBatchSplitAfter (50 ms); then the gate starts no
-	// chain, its completion promotes the next event to a job of its own, and
-	// that job starts the chain. Either way the event is recorded.
+	// The event after the gate is recorded either way: as a lane event
+	// (gone) or, had the gate's handler run past the split time, as its
+	// own job.
 	state, _ = b.jobStateAttempt(t, ids[1])
 	require.Contains(t, []string{"", "completed"}, state, "the event after the gate is recorded: gone, or its own job completed")
 	state, _ = b.jobStateAttempt(t, ids[2])

@@ -40,12 +40,20 @@ func setupLanes(t *testing.T, ordering events.Ordering, delays ...time.Duration)
 // setupLanesChained is setupLanes with the consumer's LaneChain set to chain.
 func setupLanesChained(t *testing.T, chain bool, ordering events.Ordering, delays ...time.Duration) *laneBundle {
 	t.Helper()
-	db := pgtest.New(t)
-	b := &laneBundle{db: db, rec: &recorder{}, gate: make(chan struct{})}
 	if len(delays) == 0 {
 		delays = []time.Duration{10 * time.Millisecond}
 	}
-	c, err := events.NewConsumer(events.ConsumerConfig{Name: "lanes", Ordering: ordering, RetryDelays: delays, LaneChain: chain})
+	return setupLanesWith(t, events.ConsumerConfig{Ordering: ordering, RetryDelays: delays, LaneChain: chain})
+}
+
+// setupLanesWith is setupLanes with the consumer's configuration cfg (its
+// name is set to "lanes").
+func setupLanesWith(t *testing.T, cfg events.ConsumerConfig) *laneBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	b := &laneBundle{db: db, rec: &recorder{}, gate: make(chan struct{})}
+	cfg.Name = "lanes"
+	c, err := events.NewConsumer(cfg)
 	require.NoError(t, err)
 	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
 		switch m.Payload.Text {
