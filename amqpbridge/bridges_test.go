@@ -28,15 +28,7 @@ func TestInbound(t *testing.T) {
 		t.Helper()
 		cfg, b := testConfig(t, amqptest.UniqueName("inbound"))
 		db := pgtest.New(t)
-		in, err := NewInbound(cfg, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: insert(db.Client(t))})
-		require.NoError(t, err)
-		cleanupTopology(t, b.conn, in.Topology())
-		require.NoError(t, in.Start(context.Background()))
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = in.Stop(ctx)
-		})
+		in := startInbound(t, cfg, b, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: insert(db.Client(t))})
 		return in, b, db
 	}
 	countJobs := func(t *testing.T, db *pgtest.DB, kind string) int {

@@ -82,6 +82,22 @@ func cleanupTopology(t *testing.T, conn *amqp.Connection, topo Topology) {
 	amqptest.DeleteQueuesOnCleanup(t, conn, names...)
 }
 
+// startInbound builds and starts an inbound bridge, stopping it when the
+// test ends.
+func startInbound(t *testing.T, cfg Config, b *testBundle, ic InboundConfig) *Inbound {
+	t.Helper()
+	in, err := NewInbound(cfg, ic)
+	require.NoError(t, err)
+	cleanupTopology(t, b.conn, in.Topology())
+	require.NoError(t, in.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = in.Stop(ctx)
+	})
+	return in
+}
+
 // startConsumer builds and starts a consumer, stopping it when the test ends.
 func startConsumer(t *testing.T, cfg Config, cc ConsumerConfig) *Consumer {
 	t.Helper()

@@ -50,15 +50,7 @@ func TestEventInserter(t *testing.T) {
 		_ = rt.Stop(ctx)
 	})
 
-	in, err := NewInbound(cfg, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: EventInserter(inst.Bus, EventInserterConfig{})})
-	require.NoError(t, err)
-	cleanupTopology(t, b.conn, in.Topology())
-	require.NoError(t, in.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = in.Stop(ctx)
-	})
+	in := startInbound(t, cfg, b, InboundConfig{Queue: b.queue, DB: db.Pool, Insert: EventInserter(inst.Bus, EventInserterConfig{})})
 
 	publish := func(p amqp.Publishing) {
 		t.Helper()
