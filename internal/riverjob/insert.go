@@ -22,6 +22,26 @@ type NewJob struct {
 	// ScheduledAt, when set, makes the job scheduled at that time; zero
 	// makes it available now.
 	ScheduledAt time.Time
+	// Pending makes the job pending (River's InsertOpts.Pending): it waits
+	// for something to make it available (a lane's turn).
+	Pending bool
+	// Metadata is the job's metadata as JSON; empty is River's {}.
+	Metadata []byte
+}
+
+// row is j as the columns copyJobColumns and insertJobsSQL write.
+func (j *NewJob) row(now time.Time) (state rivertype.JobState, scheduled time.Time, metadata []byte) {
+	state, scheduled, metadata = rivertype.JobStateAvailable, now, j.Metadata
+	switch {
+	case j.Pending:
+		state = rivertype.JobStatePending
+	case !j.ScheduledAt.IsZero():
+		state, scheduled = rivertype.JobStateScheduled, j.ScheduledAt.UTC()
+	}
+	if len(metadata) == 0 {
+		metadata = emptyObject
+	}
+	return state, scheduled, metadata
 }
 
 // copyJobColumns are the columns River v0.51.2's InsertManyFastTx writes
@@ -33,9 +53,10 @@ var copyJobColumns = []string{"args", "created_at", "kind", "max_attempts", "met
 var emptyObject = []byte("{}")
 
 // CopyNewJobs inserts jobs in tx with one COPY, writing what River's fast
-// batch insert writes for jobs without unique options or metadata: state
-// available (scheduled when ScheduledAt is set), created_at and, for an
-// available job, scheduled_at from now, metadata {} and no tags. It does not
+// batch insert writes for jobs without unique options: state available
+// (scheduled when ScheduledAt is set, pending when Pending is), created_at
+// and, for an available job, scheduled_at from now, metadata {} unless
+// Metadata says otherwise, and no tags. It does not
 // wake River's producers: River's insert notifies in the same transaction,
 // rate-limited per queue; the caller decides (Wake). It is for callers
 // that insert many jobs per transaction on a hot path (the inbound AMQP
@@ -51,15 +72,44 @@ func CopyNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, n
 		}
 		j := &jobs[i]
 		i++
-		state, scheduled := rivertype.JobStateAvailable, now
-		if !j.ScheduledAt.IsZero() {
-			state, scheduled = rivertype.JobStateScheduled, j.ScheduledAt.UTC()
-		}
-		return []any{j.Args, now, j.Kind, j.MaxAttempts, emptyObject, j.Priority, j.Queue, scheduled, string(state), noTags}, nil
+		state, scheduled, metadata := j.row(now)
+		return []any{j.Args, now, j.Kind, j.MaxAttempts, metadata, j.Priority, j.Queue, scheduled, string(state), noTags}, nil
 	})
 	n, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "river_job"}, copyJobColumns, src)
 	if err != nil {
 		return n, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
 	}
 	return n, nil
+}
+
+// insertJobsSQL is CopyNewJobs's rows as one INSERT from arrays.
+const insertJobsSQL = `INSERT INTO /*schema*/river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+SELECT t.args::jsonb, $1, t.kind, t.max_attempts, t.metadata::jsonb, t.priority, t.queue, t.scheduled_at, t.state::/*schema*/river_job_state, '{}'
+FROM unnest($2::text[], $3::text[], $4::smallint[], $5::text[], $6::smallint[], $7::text[], $8::timestamptz[], $9::text[])
+  AS t(args, kind, max_attempts, metadata, priority, queue, scheduled_at, state)`
+
+// InsertNewJobs inserts jobs in tx as CopyNewJobs does, with one INSERT
+// statement: one round trip against COPY's two, for the few jobs of a
+// quiet moment.
+func InsertNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, now time.Time) (int64, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	now = now.UTC()
+	var (
+		args, kinds, metadata, queues, states = make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs))
+		attempts, priorities                  = make([]int16, len(jobs)), make([]int16, len(jobs))
+		scheduled                             = make([]time.Time, len(jobs))
+	)
+	for i := range jobs {
+		j := &jobs[i]
+		state, at, md := j.row(now)
+		args[i], kinds[i], metadata[i], queues[i], states[i] = string(j.Args), j.Kind, string(md), j.Queue, string(state)
+		attempts[i], priorities[i], scheduled[i] = j.MaxAttempts, j.Priority, at
+	}
+	tag, err := tx.Exec(ctx, q(schema, insertJobsSQL), now, args, kinds, attempts, metadata, priorities, queues, scheduled, states)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
+	}
+	return tag.RowsAffected(), nil
 }

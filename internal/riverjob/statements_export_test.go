@@ -54,6 +54,7 @@ func Statements() map[string]string {
 		"giveBackSQL":                  giveBackSQL,
 		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,
+		"insertJobsSQL":                insertJobsSQL,
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,

@@ -66,6 +66,12 @@ type dispatchBatchArgsJSON struct {
 
 // MarshalJSON writes the args with each event packed.
 func (a dispatchBatchArgs) MarshalJSON() ([]byte, error) {
+	return appendDispatchBatchArgs(nil, &a)
+}
+
+// marshalReflect is MarshalJSON through encoding/json's reflection: what
+// appendDispatchBatchArgs writes, and its fallback.
+func (a dispatchBatchArgs) marshalReflect() ([]byte, error) {
 	w := dispatchBatchArgsJSON{Consumer: a.Consumer, Events: make([]json.RawMessage, len(a.Events))}
 	for i := range a.Events {
 		ev, err := packEvent(&a.Events[i])

@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strconv"
@@ -46,6 +47,34 @@ func appendDispatchArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
 	dst = append(dst, `,"event":`...)
 	dst = appendJSONString(dst, ev, true)
 	return append(dst, '}'), nil
+}
+
+// appendDispatchBatchArgs appends a's JSON, byte for byte what
+// json.Marshal(a) writes: the batched dispatch job's args, which the bus
+// writes for every batch of events without an aggregate (the inbound
+// bridge's events, unordered ones from the outbox).
+func appendDispatchBatchArgs(dst []byte, a *dispatchBatchArgs) ([]byte, error) {
+	for i := range a.Events {
+		if y := a.Events[i].CreatedAt.Year(); y < 0 || y > 9999 {
+			b, err := a.marshalReflect()
+			return append(dst, b...), err
+		}
+	}
+	dst = append(dst, `{"consumer":`...)
+	dst = appendJSONString(dst, a.Consumer, true)
+	dst = append(dst, `,"events":[`...)
+	var ev []byte
+	for i := range a.Events {
+		var err error
+		if ev, err = appendEventJSON(ev[:0], &a.Events[i]); err != nil {
+			return dst, fmt.Errorf("error encoding event %s: %w", a.Events[i].ID, err)
+		}
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, ev, true)
+	}
+	return append(dst, "]}"...), nil
 }
 
 // appendEventJSON appends ev's JSON as marshalUnescaped writes it: fields

@@ -54,23 +54,8 @@ func randomPayload(r *rand.Rand, depth int) string {
 func TestAppendDispatchArgsMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
-	zones := []*time.Location{time.UTC, time.FixedZone("x", -5*3600-30*60), time.FixedZone("y", 14*3600)}
 	for i := 0; i < 5000; i++ {
-		ev := outbox.Event{ID: randomString(r), EventType: randomString(r), EventVersion: r.IntN(2000) - 1000,
-			EventKind: randomString(r), AggregateID: randomString(r), SourceService: randomString(r),
-			CreatedAt: time.Date(1+r.IntN(9998), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60),
-				[]int{0, 1, 120000000, r.IntN(1e9)}[r.IntN(4)], zones[r.IntN(len(zones))]),
-			Metadata: outbox.Metadata{CorrelationID: randomString(r), CausationID: randomString(r), Actor: randomString(r),
-				TraceParent: randomString(r), TraceState: randomString(r)}}
-		if r.IntN(4) > 0 {
-			ev.Payload = json.RawMessage(randomPayload(r, 0))
-		}
-		if n := r.IntN(4); n > 0 {
-			ev.Metadata.Extra = map[string]string{}
-			for ; n > 0; n-- {
-				ev.Metadata.Extra[randomString(r)] = randomString(r)
-			}
-		}
+		ev := randomEvent(r)
 		a := dispatchArgs{Consumer: randomString(r), AggregateID: randomString(r), Event: ev}
 		if r.IntN(2) == 0 {
 			a.Seq = r.Int64N(1e12) - 1e6
@@ -93,6 +78,66 @@ func TestAppendDispatchArgsMatchesEncodingJSON(t *testing.T) {
 		require.NoError(t, enc.Encode(s))
 		require.Equal(t, strings.TrimSuffix(buf.String(), "\n"), string(appendJSONString(nil, []byte(s), false)), "%q", s)
 	}
+}
+
+// randomEvent is an event of random strings (quotes, backslashes, control
+// characters, <>&, U+2028/9, invalid UTF-8), times in several zones and
+// mostly a random payload.
+func randomEvent(r *rand.Rand) outbox.Event {
+	zones := []*time.Location{time.UTC, time.FixedZone("x", -5*3600-30*60), time.FixedZone("y", 14*3600)}
+	ev := outbox.Event{ID: randomString(r), EventType: randomString(r), EventVersion: r.IntN(2000) - 1000,
+		EventKind: randomString(r), AggregateID: randomString(r), SourceService: randomString(r),
+		CreatedAt: time.Date(1+r.IntN(9998), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), r.IntN(60), r.IntN(60),
+			[]int{0, 1, 120000000, r.IntN(1e9)}[r.IntN(4)], zones[r.IntN(len(zones))]),
+		Metadata: outbox.Metadata{CorrelationID: randomString(r), CausationID: randomString(r), Actor: randomString(r),
+			TraceParent: randomString(r), TraceState: randomString(r)}}
+	if r.IntN(4) > 0 {
+		ev.Payload = json.RawMessage(randomPayload(r, 0))
+	}
+	if n := r.IntN(4); n > 0 {
+		ev.Metadata.Extra = map[string]string{}
+		for ; n > 0; n-- {
+			ev.Metadata.Extra[randomString(r)] = randomString(r)
+		}
+	}
+	return ev
+}
+
+// TestAppendDispatchBatchArgsMatchesEncodingJSON: the batched dispatch
+// job's args written by hand are what encoding/json wrote, for batches of
+// none to a few dozen random events.
+func TestAppendDispatchBatchArgsMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 500; i++ {
+		a := dispatchBatchArgs{Consumer: randomString(r)}
+		if n := r.IntN(40); n > 0 || r.IntN(2) == 0 {
+			a.Events = make([]outbox.Event, n)
+			for j := range a.Events {
+				a.Events[j] = randomEvent(r)
+			}
+		}
+		want, err := a.marshalReflect()
+		require.NoError(t, err)
+		got, err := appendDispatchBatchArgs(nil, &a)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got), "batch %d: %#v", i, a)
+		viaMarshal, err := json.Marshal(a)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(viaMarshal))
+		var back dispatchBatchArgs
+		require.NoError(t, json.Unmarshal(got, &back))
+		require.Len(t, back.Events, len(a.Events))
+	}
+
+	bad := dispatchBatchArgs{Consumer: "c", Events: []outbox.Event{{ID: "e0"}, {ID: "e1", Payload: json.RawMessage(`{"a":`)}}}
+	_, err := bad.marshalReflect()
+	require.Error(t, err)
+	_, err = appendDispatchBatchArgs(nil, &bad)
+	require.ErrorContains(t, err, "error encoding event e1")
+	late := dispatchBatchArgs{Consumer: "c", Events: []outbox.Event{{ID: "e0"}, {ID: "e2", CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}}
+	_, err = appendDispatchBatchArgs(nil, &late)
+	require.Error(t, err)
 }
 
 // TestAppendDispatchArgsRejectsWhatEncodingJSONRejects: a payload that is

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/outbox"
@@ -24,9 +24,8 @@ import (
 // an outbox.TxPublisher, so with the Forwarder the dispatch jobs commit together
 // with the SENT mark: forwarding to the bus is exactly-once.
 type Bus struct {
-	client   *queue.Client
-	inserter *river.Client[pgx.Tx]
-	logger   *slog.Logger
+	client *queue.Client
+	logger *slog.Logger
 
 	lanes        *lanes
 	consumersSQL string
@@ -43,23 +42,14 @@ func newBus(client *queue.Client) (*Bus, error) {
 	if client == nil {
 		return nil, errors.New("events: the bus needs a client")
 	}
+	// The dispatch jobs are written by the bus itself (dispatchJobs), not
+	// by River's insert, which would also NOTIFY inside the forwarder's
+	// transaction (a NOTIFY in a writing transaction holds Postgres' global
+	// notify lock through the commit's WAL flush): PublishOutboxTx's
+	// after-commit func wakes River's producers once the jobs are visible.
 	logger := client.Logger()
-	// An insert-only River client of its own, whose insert notifications
-	// are rate-limited to nothing: River would NOTIFY inside the forwarder's
-	// transaction, and a NOTIFY in a writing transaction holds Postgres'
-	// global notify lock through the commit's WAL flush. PublishOutboxTx's
-	// after-commit func sends the notification instead, once the jobs are
-	// visible.
-	inserter, err := river.NewClient(riverpgxv5.New(client.Pool()), &river.Config{
-		Schema: client.Schema(), Logger: logger,
-		FetchCooldown: 24 * time.Hour, FetchPollInterval: 24 * time.Hour,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("error creating the bus's River client: %w", err)
-	}
 	return &Bus{
 		client:       client,
-		inserter:     inserter,
 		logger:       logger,
 		lanes:        newLanes(client.Schema()),
 		consumersSQL: queue.Qualify(client.Schema(), busConsumersSQL),
@@ -331,24 +321,71 @@ func queuesOf(params []river.InsertManyParams) []string {
 }
 
 // busCopyFrom is the number of dispatch jobs from which the bus inserts by
-// COPY (River's InsertManyFastTx, two round trips, the cheapest per row)
-// rather than one INSERT statement (InsertManyTx, one round trip): a quiet
-// forwarder's batches hold a few events, where the round trip is the cost.
+// COPY (riverjob.CopyNewJobs, two round trips, the cheapest per row) rather
+// than one INSERT statement (riverjob.InsertNewJobs, one round trip): a
+// quiet forwarder's batches hold a few events, where the round trip is the
+// cost.
 const busCopyFrom = 64
 
 // insert inserts the dispatch jobs params and the lane events evs.
 func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent) error {
-	var err error
-	switch {
-	case len(params) >= busCopyFrom:
-		_, err = b.inserter.InsertManyFastTx(ctx, tx, params)
-	case len(params) > 0:
-		_, err = b.inserter.InsertManyTx(ctx, tx, params)
-	}
-	if err != nil {
-		return fmt.Errorf("error inserting %d dispatch jobs: %w", len(params), err)
+	if len(params) > 0 {
+		jobs, err := dispatchJobs(params)
+		if err != nil {
+			return err
+		}
+		insert := riverjob.InsertNewJobs
+		if len(jobs) >= busCopyFrom {
+			insert = riverjob.CopyNewJobs
+		}
+		if _, err := insert(ctx, tx, b.client.Schema(), jobs, time.Now()); err != nil {
+			return fmt.Errorf("error inserting %d dispatch jobs: %w", len(jobs), err)
+		}
 	}
 	return b.lanes.insertEvents(ctx, tx, evs)
+}
+
+// dispatchJobs is params (dispatch jobs, batched or not) as the rows
+// River's insert would write for them: their args encoded by hand once.
+// Inserted through River, every job's args went through encoding/json
+// again (reflection into the args' MarshalJSON, then a compaction of what
+// it wrote), most of the process's cost of a batched event
+// (docs/BENCHMARKS.md, "The bus's dispatch jobs written without River's
+// encoding").
+func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
+	jobs := make([]riverjob.NewJob, len(params))
+	checked := ""
+	for i := range params {
+		p := &params[i]
+		var (
+			args []byte
+			err  error
+		)
+		switch a := p.Args.(type) {
+		case dispatchArgs:
+			args, err = appendDispatchArgs(nil, &a)
+		case dispatchBatchArgs:
+			args, err = appendDispatchBatchArgs(nil, &a)
+		default:
+			err = fmt.Errorf("events: unexpected dispatch args %T", p.Args)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("error encoding a dispatch job's args: %w", err)
+		}
+		opts := p.InsertOpts
+		if opts.Queue != checked {
+			if !riverjob.ValidQueueName(opts.Queue) {
+				return nil, fmt.Errorf("events: invalid queue name %q", opts.Queue)
+			}
+			checked = opts.Queue
+		}
+		jobs[i] = riverjob.NewJob{
+			Kind: p.Args.Kind(), Args: args, Queue: opts.Queue,
+			Priority: river.PriorityDefault, MaxAttempts: int16(cmp.Or(opts.MaxAttempts, river.MaxAttemptsDefault)),
+			Pending: opts.Pending, Metadata: opts.Metadata,
+		}
+	}
+	return jobs, nil
 }
 
 func scanBusConsumer(r pgx.CollectableRow) (*busConsumer, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/outbox"
 )
 
@@ -243,6 +244,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	if cfg.Queue == "" {
 		cfg.Queue = river.QueueDefault
+	}
+	if !riverjob.ValidQueueName(cfg.Queue) {
+		return nil, fmt.Errorf("consumer %s: invalid queue %q: want at most 64 lower-case letters and digits, separated by single _ or -", cfg.Name, cfg.Queue)
 	}
 	if len(cfg.RetryDelays) == 0 {
 		cfg.RetryDelays = RetryDelaysDefault()

@@ -206,6 +206,21 @@ func TestConsumerDispatchBatchValidation(t *testing.T) {
 	require.Equal(t, events.DispatchBatchSplitAfterDefault, c.Config().DispatchBatchSplitAfter)
 }
 
+// TestConsumerQueueValidation: a queue River would refuse is refused when
+// the consumer is made, naming it, not later by every dispatch insert of
+// the forwarder.
+func TestConsumerQueueValidation(t *testing.T) {
+	t.Parallel()
+	for _, q := range []string{"Orders", "two words", "a__b", "-a", strings.Repeat("q", 65)} {
+		_, err := events.NewConsumer(events.ConsumerConfig{Name: "c", Queue: q})
+		require.ErrorContains(t, err, fmt.Sprintf("consumer c: invalid queue %q", q))
+	}
+	for _, q := range []string{"", "orders", "orders_v2", "a-b-c", strings.Repeat("q", 64)} {
+		_, err := events.NewConsumer(events.ConsumerConfig{Name: "c", Queue: q})
+		require.NoError(t, err, q)
+	}
+}
+
 // TestDispatchBatchSplitsForSlowHandlers gives a batch of 10 events a
 // handler slower than the split time: the first event runs in the batch, and
 // the other nine leave it as dispatch jobs of their own, each handled once.
