@@ -64,6 +64,11 @@ func (a *app) runBench(ctx context.Context, asJSON bool, report io.Writer, run f
 		return err
 	}
 	defer pool.Close()
+	machine, err := bench.ProbeMachine(ctx, pool)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(report, machine) // report is stderr under --json
 	var prof *bench.CPUProfile
 	if path := a.benchCPUProfile; path != "" {
 		if prof, err = bench.StartCPUProfile(path); err != nil {
