@@ -45,7 +45,9 @@ type ConsumerConfig struct {
 	Name string
 
 	// Queue is the River queue its dispatch jobs go to. Defaults to
-	// "default".
+	// "default". It must be a name River accepts (at most 64 lower-case
+	// letters and digits, separated by single _ or -): NewConsumer refuses
+	// any other.
 	Queue string
 
 	// RetryDelays are the waits before each retry of a failing handler; when
