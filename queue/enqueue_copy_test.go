@@ -17,18 +17,6 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// jobRow is every column of river_job an insert decides, as text, so two
-// inserts can be compared whole; created_at and scheduled_at are compared
-// as "scheduled_at = created_at" for jobs to run now.
-const jobRowSQL = `SELECT jsonb_build_object(
-	'args', args, 'attempt', attempt, 'attempted_at', attempted_at, 'attempted_by', attempted_by,
-	'errors', errors, 'finalized_at', finalized_at, 'kind', kind, 'max_attempts', max_attempts,
-	'metadata', metadata, 'priority', priority, 'queue', queue, 'state', state, 'tags', tags,
-	'unique_key', unique_key, 'unique_states', unique_states::text,
-	'scheduled_now', scheduled_at = created_at, 'scheduled_at', CASE WHEN scheduled_at = created_at THEN NULL ELSE scheduled_at END,
-	'created_recently', created_at > now() - interval '1 minute')
-FROM /*schema*/river_job ORDER BY id`
-
 func TestEnqueueManyTxCopy(t *testing.T) {
 	t.Parallel()
 
@@ -40,14 +28,6 @@ func TestEnqueueManyTxCopy(t *testing.T) {
 		t.Helper()
 		db := pgtest.New(t)
 		return &testBundle{db: db, client: db.Client(t)}
-	}
-	rows := func(t *testing.T, db *pgtest.DB) []string {
-		t.Helper()
-		rs, err := db.Pool.Query(context.Background(), db.Q(jobRowSQL))
-		require.NoError(t, err)
-		out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-		require.NoError(t, err)
-		return out
 	}
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	items := []queue.EnqueueItem{
@@ -81,7 +61,7 @@ func TestEnqueueManyTxCopy(t *testing.T) {
 			return err
 		})
 		require.NoError(t, err)
-		got, want := rows(t, viaCopy.db), rows(t, viaRiver.db)
+		got, want := viaCopy.db.JobRows(t), viaRiver.db.JobRows(t)
 		require.Len(t, want, len(items))
 		require.Equal(t, want, got)
 	})

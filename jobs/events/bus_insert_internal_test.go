@@ -15,16 +15,6 @@ import (
 	"github.com/tributary-run/tributary/outbox"
 )
 
-// busJobRowSQL is every column of river_job an insert decides, as text, so
-// two inserts can be compared whole (the times as "scheduled now").
-const busJobRowSQL = `SELECT jsonb_build_object(
-	'args', args, 'attempt', attempt, 'attempted_at', attempted_at, 'attempted_by', attempted_by,
-	'errors', errors, 'finalized_at', finalized_at, 'kind', kind, 'max_attempts', max_attempts,
-	'metadata', metadata, 'priority', priority, 'queue', queue, 'state', state, 'tags', tags,
-	'unique_key', unique_key, 'unique_states', unique_states::text,
-	'scheduled_now', scheduled_at = created_at, 'created_recently', created_at > now() - interval '1 minute')::text
-FROM /*schema*/river_job ORDER BY id`
-
 // TestBusInsertWritesWhatRiverWrites: the bus's own insert of its dispatch
 // jobs (args encoded by hand, one INSERT below busCopyFrom jobs, COPY from
 // there) writes the rows River's InsertManyTx and InsertManyFastTx wrote
@@ -59,14 +49,6 @@ func TestBusInsertWritesWhatRiverWrites(t *testing.T) {
 		}
 		return ps
 	}
-	rows := func(t *testing.T, db *pgtest.DB) []string {
-		t.Helper()
-		rs, err := db.Pool.Query(ctx, db.Q(busJobRowSQL))
-		require.NoError(t, err)
-		out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-		require.NoError(t, err)
-		return out
-	}
 	for _, n := range []int{1, 7, busCopyFrom + 3} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			t.Parallel()
@@ -85,9 +67,9 @@ func TestBusInsertWritesWhatRiverWrites(t *testing.T) {
 				_, err := rc.InsertManyTx(ctx, tx, params(n))
 				return err
 			}))
-			want := rows(t, viaRiver)
+			want := viaRiver.JobRows(t)
 			require.Len(t, want, n)
-			require.Equal(t, want, rows(t, own))
+			require.Equal(t, want, own.JobRows(t))
 		})
 	}
 
