@@ -203,28 +203,14 @@ func (db *DB) CountJobs(tb testing.TB, states ...rivertype.JobState) int {
 	return int(n)
 }
 
-// jobRowsSQL is every column of river_job an insert decides, as the text
-// of one JSON object per job in id order, so two inserts can be compared
-// whole; the times are compared as "scheduled_at = created_at" for jobs to
-// run now and "created in the last minute".
-const jobRowsSQL = `SELECT jsonb_build_object(
-	'args', args, 'attempt', attempt, 'attempted_at', attempted_at, 'attempted_by', attempted_by,
-	'errors', errors, 'finalized_at', finalized_at, 'kind', kind, 'max_attempts', max_attempts,
-	'metadata', metadata, 'priority', priority, 'queue', queue, 'state', state, 'tags', tags,
-	'unique_key', unique_key, 'unique_states', unique_states::text,
-	'scheduled_now', scheduled_at = created_at, 'scheduled_at', CASE WHEN scheduled_at = created_at THEN NULL ELSE scheduled_at END,
-	'created_recently', created_at > now() - interval '1 minute')::text
-FROM /*schema*/river_job ORDER BY id`
-
-// JobRows is the schema's jobs as jobRowsSQL prints them: for tests that
-// check an insert of tributary's own writes what River's insert writes.
+// JobRows is the schema's jobs as riverjob.JobRows prints them: for tests
+// that check an insert of tributary's own writes what River's insert
+// writes.
 func (db *DB) JobRows(tb testing.TB) []string {
 	tb.Helper()
-	rs, err := db.Pool.Query(context.Background(), db.Q(jobRowsSQL))
+	rows, err := riverjob.JobRows(context.Background(), db.Pool, db.Schema)
 	require.NoError(tb, err)
-	out, err := pgx.CollectRows(rs, pgx.RowTo[string])
-	require.NoError(tb, err)
-	return out
+	return rows
 }
 
 func randomHex(n int) string {

@@ -113,3 +113,27 @@ func InsertNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob,
 	}
 	return tag.RowsAffected(), nil
 }
+
+// jobRowsSQL is every column of river_job an insert decides, as the text
+// of one JSON object per job in id order, so two inserts can be compared
+// whole; the times as "scheduled_at = created_at" for jobs to run now and
+// "created in the last minute".
+const jobRowsSQL = `SELECT jsonb_build_object(
+	'args', args, 'attempt', attempt, 'attempted_at', attempted_at, 'attempted_by', attempted_by,
+	'errors', errors, 'finalized_at', finalized_at, 'kind', kind, 'max_attempts', max_attempts,
+	'metadata', metadata, 'priority', priority, 'queue', queue, 'state', state, 'tags', tags,
+	'unique_key', unique_key, 'unique_states', unique_states::text,
+	'scheduled_now', scheduled_at = created_at, 'scheduled_at', CASE WHEN scheduled_at = created_at THEN NULL ELSE scheduled_at END,
+	'created_recently', created_at > now() - interval '1 minute')::text
+FROM /*schema*/river_job ORDER BY id`
+
+// JobRows is every job of schema as jobRowsSQL prints it: what the tests
+// of CopyNewJobs' and InsertNewJobs' callers compare with the rows River's
+// own insert wrote.
+func JobRows(ctx context.Context, db DBTX, schema string) ([]string, error) {
+	rows, err := db.Query(ctx, q(schema, jobRowsSQL))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}

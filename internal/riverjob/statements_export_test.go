@@ -55,6 +55,7 @@ func Statements() map[string]string {
 		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,
 		"insertJobsSQL":                insertJobsSQL,
+		"jobRowsSQL":                   jobRowsSQL,
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
 		"countRunningDispatchesSQL":    countRunningDispatchesSQL,
