@@ -121,7 +121,7 @@ func (ci *copyInsert) copyJobs(items []EnqueueItem) (jobs []riverjob.NewJob, ok 
 		jobs[i] = riverjob.NewJob{
 			Kind: ra.KindName, Args: args, Queue: queue,
 			Priority:    int16(cmp.Or(o.Priority, river.PriorityDefault)),
-			MaxAttempts: int16(min(cmp.Or(o.MaxAttempts, ci.maxAttempts), 1<<15-1)),
+			MaxAttempts: riverjob.MaxAttempts(cmp.Or(o.MaxAttempts, ci.maxAttempts)),
 			ScheduledAt: o.ScheduledAt,
 		}
 	}

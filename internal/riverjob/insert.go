@@ -3,6 +3,7 @@ package riverjob
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,10 @@ type NewJob struct {
 	// Metadata is the job's metadata as JSON; empty is River's {}.
 	Metadata []byte
 }
+
+// MaxAttempts is n as River writes it to river_job's smallint max_attempts:
+// at most 32767, a larger n clamped rather than wrapped.
+func MaxAttempts(n int) int16 { return int16(min(n, math.MaxInt16)) }
 
 // row is j as the columns copyJobColumns and insertJobsSQL write.
 func (j *NewJob) row(now time.Time) (state rivertype.JobState, scheduled time.Time, metadata []byte) {

@@ -381,7 +381,7 @@ func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 		}
 		jobs[i] = riverjob.NewJob{
 			Kind: p.Args.Kind(), Args: args, Queue: opts.Queue,
-			Priority: river.PriorityDefault, MaxAttempts: int16(cmp.Or(opts.MaxAttempts, river.MaxAttemptsDefault)),
+			Priority: river.PriorityDefault, MaxAttempts: riverjob.MaxAttempts(cmp.Or(opts.MaxAttempts, river.MaxAttemptsDefault)),
 			Pending: opts.Pending, Metadata: opts.Metadata,
 		}
 	}

@@ -19,7 +19,8 @@ import (
 // jobs (args encoded by hand, one INSERT below busCopyFrom jobs, COPY from
 // there) writes the rows River's InsertManyTx and InsertManyFastTx wrote
 // for the same params: lone and batched dispatches, a lane's pending jobs,
-// its head with the lane-turn metadata, a consumer's max attempts.
+// its head with the lane-turn metadata, a consumer's max attempts (past
+// the smallint column's range too).
 func TestBusInsertWritesWhatRiverWrites(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -44,7 +45,7 @@ func TestBusInsertWritesWhatRiverWrites(t *testing.T) {
 					InsertOpts: &river.InsertOpts{Queue: "default", MaxAttempts: 11, Pending: true}})
 			case 3:
 				ps = append(ps, river.InsertManyParams{Args: dispatchArgs{Consumer: "c2", AggregateID: "b", Seq: 1, Event: ev(i, "b")},
-					InsertOpts: &river.InsertOpts{Queue: "default", Metadata: laneTurnMetadata}})
+					InsertOpts: &river.InsertOpts{Queue: "default", Metadata: laneTurnMetadata, MaxAttempts: 1 << 20}})
 			}
 		}
 		return ps
