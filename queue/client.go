@@ -72,6 +72,25 @@ const maxKindChars = 127
 // neither the job nor the value.
 func CheckArgs(args river.JobArgs) error {
 	kind := args.Kind()
+	if err := checkKind(kind); err != nil {
+		return err
+	}
+	if ra, ok := args.(RawArgs); ok {
+		// Already JSON: no need to marshal it again to look at it.
+		return checkRawJSON(ra)
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return &ArgsError{Kind: kind, Err: fmt.Errorf("error encoding the arguments: %w", err)}
+	}
+	if err := CheckJSONB(raw); err != nil {
+		return &ArgsError{Kind: kind, Err: err}
+	}
+	return nil
+}
+
+// checkKind is CheckArgs's check of the kind.
+func checkKind(kind string) error {
 	switch n := utf8.RuneCountInString(kind); {
 	case n == 0:
 		return &ArgsError{Kind: kind, Err: errors.New("the job kind is empty")}
@@ -81,21 +100,17 @@ func CheckArgs(args river.JobArgs) error {
 	if err := CheckText(kind); err != nil {
 		return &ArgsError{Kind: kind, Err: fmt.Errorf("job kind: %w", err)}
 	}
-	var raw []byte
-	if ra, ok := args.(RawArgs); ok {
-		// Already JSON: no need to marshal it again to look at it.
-		var err error
-		if raw, err = ra.MarshalJSON(); err != nil {
-			return &ArgsError{Kind: kind, Err: err}
-		}
-	} else {
-		var err error
-		if raw, err = json.Marshal(args); err != nil {
-			return &ArgsError{Kind: kind, Err: fmt.Errorf("error encoding the arguments: %w", err)}
-		}
+	return nil
+}
+
+// checkRawJSON is CheckArgs's check of RawArgs' JSON.
+func checkRawJSON(ra RawArgs) error {
+	raw, err := ra.MarshalJSON()
+	if err != nil {
+		return &ArgsError{Kind: ra.KindName, Err: err}
 	}
 	if err := CheckJSONB(raw); err != nil {
-		return &ArgsError{Kind: kind, Err: err}
+		return &ArgsError{Kind: ra.KindName, Err: err}
 	}
 	return nil
 }

@@ -102,11 +102,20 @@ func (ci *copyInsert) copyJobs(items []EnqueueItem) (jobs []riverjob.NewJob, ok 
 		if !isRaw || o.Unique || o.UniqueOpts != nil || len(o.Tags) > 0 || !ci.knownKind(ra.KindName) {
 			return nil, false, nil
 		}
-		if err := CheckArgs(ra); err != nil {
+		// A batch is mostly one kind and one *EnqueueOpts: CheckArgs's
+		// kind check and the options' check once for each run of them.
+		if i == 0 || ra.KindName != jobs[i-1].Kind {
+			if err := checkKind(ra.KindName); err != nil {
+				return nil, true, fmt.Errorf("job %d: %w", i, err)
+			}
+		}
+		if err := checkRawJSON(ra); err != nil {
 			return nil, true, fmt.Errorf("job %d: %w", i, err)
 		}
-		if _, err := o.riverOpts(); err != nil {
-			return nil, true, fmt.Errorf("job %d (%s): %w", i, ra.KindName, err)
+		if i == 0 || it.Opts != items[i-1].Opts {
+			if _, err := o.riverOpts(); err != nil {
+				return nil, true, fmt.Errorf("job %d (%s): %w", i, ra.KindName, err)
+			}
 		}
 		queue := cmp.Or(o.Queue, river.QueueDefault)
 		if i == 0 || queue != jobs[i-1].Queue { // a batch is mostly one queue: the regexp once

@@ -2,8 +2,11 @@ package riverjob
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,13 +52,14 @@ func (j *NewJob) row(now time.Time) (state rivertype.JobState, scheduled time.Ti
 	return state, scheduled, metadata
 }
 
-// copyJobColumns are the columns River v0.51.2's InsertManyFastTx writes
-// with COPY (riverpgxv5's JobInsertFastManyCopyFrom) less its two unique
-// columns, which it leaves NULL for a job without unique options.
-var copyJobColumns = []string{"args", "created_at", "kind", "max_attempts", "metadata", "priority", "queue", "scheduled_at", "state", "tags"}
-
 // emptyObject is River's metadata of a job inserted without any.
 var emptyObject = []byte("{}")
+
+// copyJobsSQL is CopyNewJobs's COPY: the columns River v0.51.2's
+// InsertManyFastTx writes with COPY (riverpgxv5's JobInsertFastManyCopyFrom)
+// less its two unique columns, which it leaves NULL for a job without unique
+// options, and less tags, whose default is River's empty array.
+const copyJobsSQL = `COPY /*schema*/river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state) FROM STDIN (FORMAT binary)`
 
 // CopyNewJobs inserts jobs in tx with one COPY, writing what River's fast
 // batch insert writes for jobs without unique options: state available
@@ -67,24 +71,134 @@ var emptyObject = []byte("{}")
 // that insert many jobs per transaction on a hot path (the inbound AMQP
 // bridge), where River's per-job parameters and JSON re-encoding are most
 // of the process's cost of a job.
+//
+// The rows go out in PostgreSQL's binary COPY format, encoded here
+// (copyReader) into one reused buffer per COPY, rather than through pgx's
+// CopyFrom, which looks up an encode plan per value and grows a fresh
+// buffer for each 64 KiB it sends: about half the process's CPU of an
+// insert (docs/BENCHMARKS.md, "AMQP bridge").
 func CopyNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, now time.Time) (int64, error) {
-	now = now.UTC()
-	noTags := []string{}
-	i := 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i == len(jobs) {
-			return nil, nil
-		}
-		j := &jobs[i]
-		i++
-		state, scheduled, metadata := j.row(now)
-		return []any{j.Args, now, j.Kind, j.MaxAttempts, metadata, j.Priority, j.Queue, scheduled, string(state), noTags}, nil
-	})
-	n, err := tx.CopyFrom(ctx, pgx.Identifier{schema, "river_job"}, copyJobColumns, src)
-	if err != nil {
-		return n, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
+	if len(jobs) == 0 {
+		return 0, nil
 	}
+	r := copyReaderPool.Get().(*copyReader)
+	r.reset(jobs, now)
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, q(schema, copyJobsSQL))
+	r.reset(nil, time.Time{})
+	copyReaderPool.Put(r)
+	if err != nil {
+		return tag.RowsAffected(), fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// copyReaderPool holds copyReaders with their buffers grown.
+var copyReaderPool = sync.Pool{New: func() any { return new(copyReader) }}
+
+// copyChunk is about how much copyReader encodes at a time: pgconn sends
+// what one Read returns as one CopyData message, up to 64 KiB.
+const copyChunk = 64 << 10
+
+// copyReader is the COPY data of jobs in the binary format: the signature
+// and header, one tuple per job (copyJobsSQL's columns), the trailer. It
+// encodes the next chunk of tuples when the last one has been read.
+type copyReader struct {
+	jobs       []NewJob
+	now        int64 // PostgreSQL microseconds
+	next       int   // the next job to encode
+	buf        []byte
+	off        int  // buf[off:] is still to be read
+	began, end bool // the header and the trailer were encoded
+}
+
+func (r *copyReader) reset(jobs []NewJob, now time.Time) {
+	*r = copyReader{jobs: jobs, now: pgMicros(now), buf: r.buf[:0]}
+}
+
+// copySignature begins binary COPY data, followed by the flags and the
+// header extension's length, both 0.
+const copySignature = "PGCOPY\n\xff\r\n\x00"
+
+func (r *copyReader) Read(p []byte) (int, error) {
+	for r.off == len(r.buf) {
+		if r.end {
+			return 0, io.EOF
+		}
+		r.fill()
+	}
+	n := copy(p, r.buf[r.off:])
+	r.off += n
 	return n, nil
+}
+
+func (r *copyReader) fill() {
+	b := r.buf[:0]
+	if !r.began {
+		b = append(b, copySignature...)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = binary.BigEndian.AppendUint32(b, 0)
+		r.began = true
+	}
+	for ; r.next < len(r.jobs) && len(b) < copyChunk; r.next++ {
+		b = appendJobTuple(b, &r.jobs[r.next], r.now)
+	}
+	if r.next == len(r.jobs) {
+		b = binary.BigEndian.AppendUint16(b, 0xffff) // -1 fields: the end
+		r.end = true
+	}
+	r.buf, r.off = b, 0
+}
+
+// appendJobTuple appends j's tuple: each field its length, then its value in
+// the type's binary form (jsonb: version 1 and the text; timestamptz:
+// microseconds since 2000; an enum: its label).
+func appendJobTuple(b []byte, j *NewJob, now int64) []byte {
+	state, scheduled, metadata := j.row(time.Time{})
+	scheduledAt := now
+	if !scheduled.IsZero() {
+		scheduledAt = pgMicros(scheduled)
+	}
+	b = binary.BigEndian.AppendUint16(b, 9)
+	b = appendJSONB(b, j.Args)
+	b = appendInt64Field(b, now)
+	b = appendTextField(b, j.Kind)
+	b = appendInt16Field(b, j.MaxAttempts)
+	b = appendJSONB(b, metadata)
+	b = appendInt16Field(b, j.Priority)
+	b = appendTextField(b, j.Queue)
+	b = appendInt64Field(b, scheduledAt)
+	return appendTextField(b, string(state))
+}
+
+func appendJSONB(b, doc []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(doc)+1))
+	b = append(b, 1)
+	return append(b, doc...)
+}
+
+func appendTextField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+	return append(b, s...)
+}
+
+func appendInt16Field(b []byte, v int16) []byte {
+	b = binary.BigEndian.AppendUint32(b, 2)
+	return binary.BigEndian.AppendUint16(b, uint16(v))
+}
+
+func appendInt64Field(b []byte, v int64) []byte {
+	b = binary.BigEndian.AppendUint32(b, 8)
+	return binary.BigEndian.AppendUint64(b, uint64(v))
+}
+
+// pgEpochMicros is 2000-01-01 UTC, PostgreSQL's epoch, in microseconds
+// since 1970.
+const pgEpochMicros = 946_684_800_000_000
+
+// pgMicros is t as timestamptz's binary value, truncated to the
+// microsecond as pgx encodes it.
+func pgMicros(t time.Time) int64 {
+	return t.Unix()*1_000_000 + int64(t.Nanosecond())/1000 - pgEpochMicros
 }
 
 // insertJobsSQL is CopyNewJobs's rows as one INSERT from arrays.

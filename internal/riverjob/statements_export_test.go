@@ -55,6 +55,7 @@ func Statements() map[string]string {
 		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,
 		"insertJobsSQL":                insertJobsSQL,
+		"copyJobsSQL":                  copyJobsSQL,
 		"jobRowsSQL":                   jobRowsSQL,
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,
