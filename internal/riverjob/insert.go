@@ -37,7 +37,7 @@ type NewJob struct {
 // at most 32767, a larger n clamped rather than wrapped.
 func MaxAttempts(n int) int16 { return int16(min(n, math.MaxInt16)) }
 
-// row is j as the columns copyJobColumns and insertJobsSQL write.
+// row is j as the columns copyJobsSQL and insertJobsSQL write.
 func (j *NewJob) row(now time.Time) (state rivertype.JobState, scheduled time.Time, metadata []byte) {
 	state, scheduled, metadata = rivertype.JobStateAvailable, now, j.Metadata
 	switch {
@@ -76,7 +76,7 @@ const copyJobsSQL = `COPY /*schema*/river_job (args, created_at, kind, max_attem
 // (copyReader) into one reused buffer per COPY, rather than through pgx's
 // CopyFrom, which looks up an encode plan per value and grows a fresh
 // buffer for each 64 KiB it sends: about half the process's CPU of an
-// insert (docs/BENCHMARKS.md, "AMQP bridge").
+// insert (docs/BENCHMARKS.md, "The ninth round").
 func CopyNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, now time.Time) (int64, error) {
 	if len(jobs) == 0 {
 		return 0, nil
@@ -104,7 +104,8 @@ const copyChunk = 64 << 10
 // encodes the next chunk of tuples when the last one has been read.
 type copyReader struct {
 	jobs       []NewJob
-	now        int64 // PostgreSQL microseconds
+	now        time.Time
+	nowMicros  int64 // now as timestamptz's binary value
 	next       int   // the next job to encode
 	buf        []byte
 	off        int  // buf[off:] is still to be read
@@ -112,7 +113,7 @@ type copyReader struct {
 }
 
 func (r *copyReader) reset(jobs []NewJob, now time.Time) {
-	*r = copyReader{jobs: jobs, now: pgMicros(now), buf: r.buf[:0]}
+	*r = copyReader{jobs: jobs, now: now, nowMicros: pgMicros(now), buf: r.buf[:0]}
 }
 
 // copySignature begins binary COPY data, followed by the flags and the
@@ -140,7 +141,7 @@ func (r *copyReader) fill() {
 		r.began = true
 	}
 	for ; r.next < len(r.jobs) && len(b) < copyChunk; r.next++ {
-		b = appendJobTuple(b, &r.jobs[r.next], r.now)
+		b = r.appendTuple(b, &r.jobs[r.next])
 	}
 	if r.next == len(r.jobs) {
 		b = binary.BigEndian.AppendUint16(b, 0xffff) // -1 fields: the end
@@ -149,24 +150,20 @@ func (r *copyReader) fill() {
 	r.buf, r.off = b, 0
 }
 
-// appendJobTuple appends j's tuple: each field its length, then its value in
+// appendTuple appends j's tuple: each field its length, then its value in
 // the type's binary form (jsonb: version 1 and the text; timestamptz:
 // microseconds since 2000; an enum: its label).
-func appendJobTuple(b []byte, j *NewJob, now int64) []byte {
-	state, scheduled, metadata := j.row(time.Time{})
-	scheduledAt := now
-	if !scheduled.IsZero() {
-		scheduledAt = pgMicros(scheduled)
-	}
+func (r *copyReader) appendTuple(b []byte, j *NewJob) []byte {
+	state, scheduled, metadata := j.row(r.now)
 	b = binary.BigEndian.AppendUint16(b, 9)
 	b = appendJSONB(b, j.Args)
-	b = appendInt64Field(b, now)
+	b = appendInt64Field(b, r.nowMicros)
 	b = appendTextField(b, j.Kind)
 	b = appendInt16Field(b, j.MaxAttempts)
 	b = appendJSONB(b, metadata)
 	b = appendInt16Field(b, j.Priority)
 	b = appendTextField(b, j.Queue)
-	b = appendInt64Field(b, scheduledAt)
+	b = appendInt64Field(b, pgMicros(scheduled))
 	return appendTextField(b, string(state))
 }
 
