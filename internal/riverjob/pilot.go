@@ -19,18 +19,24 @@ import (
 
 // Driver is River's pgx driver with a pilot of tributary's (River's
 // driver-plugin hook, the one River Pro uses) that differs from River's
-// standard pilot in one statement: River's completer does not read the row
-// of a job that a middleware finalized itself, in a committed transaction,
-// exactly as the completer would have (NoteCompleted). The workflow
-// coordinator completes a task's job in the transaction that records the
-// task; River's completer, told of the success after that, used to run its
-// JobSetStateIfRunningMany for the job anyway, found it finalized and
-// returned the row for its completion event: on bench workflows' diamonds,
-// a join over river_job read whole twice per call (a hash join over a
-// sequential scan for batches of hundreds), 6.5 blocks per task, for rows
-// the process had in memory. Every other job, and a noted job whose result
-// River reports differently or with metadata updates to merge, goes
-// through River's statement as before.
+// standard pilot in one statement: River's completer takes the rows of
+// plain successes from memory instead of reading them back.
+//
+//   - A job that a middleware finalized itself, in a committed
+//     transaction, exactly as the completer would have (NoteCompleted): the
+//     workflow coordinator completes a task's job in the transaction that
+//     records the task; River's completer, told of the success after that,
+//     used to run its JobSetStateIfRunningMany for the job anyway, found it
+//     finalized and returned the row for its completion event: on bench
+//     workflows' diamonds, a join over river_job read whole twice per call
+//     (a hash join over a sequential scan for batches of hundreds), 6.5
+//     blocks per task, for rows the process had in memory.
+//   - A job whose row the runtime noted when its work began (NoteWorking):
+//     the completion sets its state and returns its id and metadata only.
+//
+// Every other job, and a noted job whose result River reports differently
+// or with metadata updates to merge, goes through River's statement as
+// before.
 type Driver struct {
 	*riverpgxv5.Driver
 	pilot *pilot
@@ -38,7 +44,9 @@ type Driver struct {
 
 // NewDriver is riverpgxv5.New(pool) with tributary's pilot.
 func NewDriver(pool *pgxpool.Pool) *Driver {
-	return &Driver{Driver: riverpgxv5.New(pool), pilot: &pilot{noted: map[int64]*rivertype.JobRow{}}}
+	return &Driver{Driver: riverpgxv5.New(pool), pilot: &pilot{
+		noted: map[int64]*rivertype.JobRow{}, working: map[int64]*rivertype.JobRow{}, sql: map[string]string{},
+	}}
 }
 
 // PluginInit is part of River's driver-plugin hook; the pilot needs nothing.
@@ -51,8 +59,22 @@ func (d *Driver) PluginPilot() riverpilot.Pilot { return d.pilot }
 type pilot struct {
 	riverpilot.StandardPilot
 
-	mu    sync.Mutex
-	noted map[int64]*rivertype.JobRow // completed jobs' rows as committed, by id
+	mu      sync.Mutex
+	noted   map[int64]*rivertype.JobRow // completed jobs' rows as committed, by id
+	working map[int64]*rivertype.JobRow // rows of the jobs being worked, as fetched (NoteWorking)
+	sql     map[string]string           // completeFetchedSQL by schema
+}
+
+// NoteWorking tells d's pilot the row River handed a worker, before the
+// work begins; it is copied. When the job then succeeds with no metadata to
+// merge, River's completer completes it with a statement that returns only
+// its id and metadata, and takes the rest of the row from here (see
+// JobSetStateIfRunningMany). The runtime's guard calls it for every job.
+func (d *Driver) NoteWorking(job *rivertype.JobRow) {
+	row := *job
+	d.pilot.mu.Lock()
+	d.pilot.working[row.ID] = &row
+	d.pilot.mu.Unlock()
 }
 
 // NoteCompleted tells the River client working the job of ctx (a job's
@@ -85,44 +107,119 @@ func NoteCompleted(ctx context.Context, job *rivertype.JobRow, finalizedAt time.
 	p.mu.Unlock()
 }
 
-// JobSetStateIfRunningMany is River's statement for the jobs not noted
-// (NoteCompleted) and the noted rows, as River's statement would return
-// them, for the jobs River completes without metadata to merge: River's
-// statement finds such a job finalized, writes nothing and returns its row.
-// A noted entry is used once; if River's statement fails, the entries go
-// back, and River retries the whole batch.
+// JobSetStateIfRunningMany is River's statement, but for the jobs River
+// completes with no metadata to merge (a plain success) whose rows the
+// pilot holds:
+//
+//   - a job noted completed (NoteCompleted): River's statement would find
+//     it finalized, write nothing and return its row, which is the noted
+//     one;
+//   - a job noted working (NoteWorking) and still running: one statement
+//     for all of them sets state and finalized_at as River's does and
+//     returns their ids and metadata (the one column others write while a
+//     job runs: a cancellation's cancel_attempted_at); the rest of each row
+//     is the one River fetched. River's statement unnests nine arrays,
+//     returns every column of every row, and reads river_job again for the
+//     rows it did not update: in `bench jobs` most of what the completions
+//     cost Postgres and this process (docs/BENCHMARKS.md).
+//
+// Every other job, and a noted-working one no longer running, goes through
+// River's statement as before. An entry is used once; if a statement fails,
+// the entries go back, and River retries the whole batch (a job the first
+// statement completed is then no longer running, and River's statement
+// returns its row).
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.mu.Lock()
-	if len(p.noted) == 0 {
+	if len(p.noted) == 0 && len(p.working) == 0 {
 		p.mu.Unlock()
 		return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, params)
 	}
-	var known []*rivertype.JobRow
-	var rest []int
+	var (
+		known, fetched []*rivertype.JobRow
+		fetchedAt      []time.Time
+		fetchedIdx     []int
+		rest           []int
+		taken          []*rivertype.JobRow // every entry removed, to put back on failure
+		takenNoted     []bool
+	)
 	for i, id := range params.ID {
-		row, ok := p.noted[id]
-		if ok {
+		noted, isNoted := p.noted[id]
+		if isNoted {
 			delete(p.noted, id)
+			taken, takenNoted = append(taken, noted), append(takenNoted, true)
 		}
-		if ok && params.State[i] == rivertype.JobStateCompleted && !params.MetadataDoMerge[i] {
-			known = append(known, row)
-			continue
+		working, isWorking := p.working[id]
+		if isWorking {
+			delete(p.working, id)
+			taken, takenNoted = append(taken, working), append(takenNoted, false)
 		}
-		rest = append(rest, i)
+		plain := params.State[i] == rivertype.JobStateCompleted && !params.MetadataDoMerge[i]
+		switch {
+		case isNoted && plain:
+			known = append(known, noted)
+		case isWorking && plain && params.FinalizedAt[i] != nil && params.Schema != "":
+			fetched, fetchedAt, fetchedIdx = append(fetched, working), append(fetchedAt, *params.FinalizedAt[i]), append(fetchedIdx, i)
+		default:
+			rest = append(rest, i)
+		}
+	}
+	sql := ""
+	if len(fetched) > 0 {
+		if sql = p.sql[params.Schema]; sql == "" {
+			sql = q(params.Schema, completeFetchedSQL)
+			p.sql[params.Schema] = sql
+		}
 	}
 	p.mu.Unlock()
-	if len(known) == 0 {
+	if len(taken) == 0 {
 		return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, params)
 	}
+	putBack := func() {
+		p.mu.Lock()
+		for i, row := range taken {
+			if takenNoted[i] {
+				p.noted[row.ID] = row
+			} else {
+				p.working[row.ID] = row
+			}
+		}
+		p.mu.Unlock()
+	}
+
 	out := known
+	if len(fetched) > 0 {
+		ids := make([]int64, len(fetched))
+		for i, row := range fetched {
+			ids[i] = row.ID
+		}
+		var doneIDs []int64
+		var metadata []string
+		if err := exec.QueryRow(ctx, sql, ids, fetchedAt).Scan(&doneIDs, &metadata); err != nil {
+			putBack()
+			return nil, err
+		}
+		done := make(map[int64]string, len(doneIDs))
+		for i, id := range doneIDs {
+			done[id] = metadata[i]
+		}
+		for i, row := range fetched {
+			meta, ok := done[row.ID]
+			if !ok { // no longer running: River's statement returns its row
+				rest = append(rest, fetchedIdx[i])
+				continue
+			}
+			row.State = rivertype.JobStateCompleted
+			at := fetchedAt[i].Truncate(time.Microsecond) // what Postgres stores
+			row.FinalizedAt = &at
+			row.Metadata = []byte(meta)
+			out = append(out, row)
+		}
+	}
 	if len(rest) > 0 {
+		slices.Sort(rest)
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, subset(params, rest))
 		if err != nil {
-			p.mu.Lock()
-			for _, row := range known {
-				p.noted[row.ID] = row
-			}
-			p.mu.Unlock()
+			putBack()
 			return nil, err
 		}
 		out = append(out, rows...)
@@ -131,6 +228,22 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 	slices.SortFunc(out, func(a, b *rivertype.JobRow) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
+
+// completeFetchedSQL completes plain successes as River's statement does
+// for a running job (state completed, finalized_at the completer's time for
+// each), and returns the ids and metadata of the jobs it completed as two
+// arrays in one row (River's executor offers QueryRow, not Query). The jobs
+// are reached through their primary key from the unnested pairs.
+const completeFetchedSQL = `
+WITH done AS (
+    UPDATE /*schema*/river_job j
+    SET state = 'completed', finalized_at = input.finalized_at
+    FROM unnest($1::bigint[], $2::timestamptz[]) AS input (id, finalized_at)
+    WHERE j.id = input.id AND j.state = 'running'
+    RETURNING j.id, j.metadata
+)
+SELECT coalesce(array_agg(id), '{}'), coalesce(array_agg(metadata::text), '{}')
+FROM done`
 
 // subset is params for the jobs at the positions idx.
 func subset(params *riverdriver.JobSetStateIfRunningManyParams, idx []int) *riverdriver.JobSetStateIfRunningManyParams {

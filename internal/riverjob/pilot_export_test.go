@@ -6,3 +6,10 @@ func (d *Driver) Noted() int {
 	defer d.pilot.mu.Unlock()
 	return len(d.pilot.noted)
 }
+
+// Working is how many rows of jobs being worked d's pilot holds.
+func (d *Driver) Working() int {
+	d.pilot.mu.Lock()
+	defer d.pilot.mu.Unlock()
+	return len(d.pilot.working)
+}

@@ -37,6 +37,7 @@ func Statements() map[string]string {
 		"promoteSQL":           promoteSQL,
 		"cancelUnstartedSQL":   cancelUnstartedSQL,
 		"finalizeRunningSQL":   finalizeRunningSQL,
+		"completeFetchedSQL":   completeFetchedSQL,
 		"scanWorkflowTasksSQL": scanWorkflowTasksSQL,
 		"wakeSnoozedSQL":       wakeSnoozedSQL,
 		"wakeDueSQL":           wakeDueSQL,
