@@ -24,7 +24,8 @@ func newBenchEventsCmd(a *app) *cobra.Command {
 		Long: `Three parts, each on a fresh schema, in one process run:
 
   1. baseline: N demo.noop jobs inserted in batches and worked by tributary's
-     runtime (the tributary side of ` + "`bench jobs`" + `);
+     runtime (the tributary side of ` + "`bench jobs`" + `), then by a bare
+     River client (its other side); each event run prints its ratio to both;
   2. throughput: N events emitted in transactions of 1,000 while a worker
      runtime forwards and handles them with a no-op handler; events/s from
      the first emit to the last handler done. Once with one dispatch job per

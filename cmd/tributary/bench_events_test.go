@@ -21,6 +21,10 @@ func TestCLIBenchEvents(t *testing.T) {
 		Baseline struct {
 			Jobs int `json:"jobs"`
 		} `json:"baseline"`
+		River struct {
+			Jobs int `json:"jobs"`
+		} `json:"river"`
+		RiverRatios []float64 `json:"river_ratios"`
 		Throughput []struct {
 			DispatchBatch   int   `json:"dispatch_batch"`
 			Events          int   `json:"events"`
@@ -35,6 +39,8 @@ func TestCLIBenchEvents(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
 	require.Equal(t, 2000, out.Baseline.Jobs)
+	require.Equal(t, 2000, out.River.Jobs, "the bare River client's baseline")
+	require.Len(t, out.RiverRatios, 2)
 	require.Len(t, out.Throughput, 2, "one job per event, then the batched consumer")
 	for _, tp := range out.Throughput {
 		require.Equal(t, 2000, tp.Events)
