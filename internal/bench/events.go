@@ -116,20 +116,21 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 		batches = append(batches, opts.DispatchBatch)
 	}
 	rep := &EventsReport{CPUs: runtime.NumCPU()}
-	base, err := Tributary(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger})
-	if err != nil {
-		return nil, err
+	// The runtime's plain jobs, then a bare River client's.
+	var err error
+	for _, side := range []struct {
+		label string
+		run   func(context.Context, *pgxpool.Pool, JobsOptions) (JobsResult, error)
+		into  *JobsResult
+	}{{"baseline", Tributary, &rep.Baseline}, {"bare River", BareRiver, &rep.River}} {
+		if *side.into, err = side.run(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger}); err != nil {
+			return nil, err
+		}
+		r := *side.into
+		fmt.Fprintf(w, "%-10s %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)\n",
+			side.label, r.Jobs, r.Duration.Seconds(), r.JobsPerSec, microsText(r.SelfCPUPerJob), microsText(r.DBCPUPerJob))
 	}
-	rep.Baseline = base
-	fmt.Fprintf(w, "baseline   %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)\n",
-		base.Jobs, base.Duration.Seconds(), base.JobsPerSec, microsText(base.SelfCPUPerJob), microsText(base.DBCPUPerJob))
-	bare, err := BareRiver(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger})
-	if err != nil {
-		return nil, err
-	}
-	rep.River = bare
-	fmt.Fprintf(w, "bare River %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)\n",
-		bare.Jobs, bare.Duration.Seconds(), bare.JobsPerSec, microsText(bare.SelfCPUPerJob), microsText(bare.DBCPUPerJob))
+	base, bare := rep.Baseline, rep.River
 	for _, db := range batches {
 		tp, err := benchEventsThroughput(ctx, pool, opts.EmitPool, opts.Logger, opts.N, opts.Aggregates, opts.Workers, db, opts.NoNotify)
 		if err != nil {
