@@ -25,7 +25,7 @@ func TestCLIBenchEvents(t *testing.T) {
 			Jobs int `json:"jobs"`
 		} `json:"river"`
 		RiverRatios []float64 `json:"river_ratios"`
-		Throughput []struct {
+		Throughput  []struct {
 			DispatchBatch   int   `json:"dispatch_batch"`
 			Events          int   `json:"events"`
 			SelfCPUPerEvent int64 `json:"self_cpu_per_event_ns"`
