@@ -157,7 +157,10 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		switch {
 		case isNoted && plain:
 			known = append(known, noted)
-		case isWorking && plain && params.FinalizedAt[i] != nil && params.Schema != "":
+		case isWorking && plain && params.FinalizedAt[i] != nil && params.Schema != "" &&
+			params.Attempt[i] == nil && params.ErrData[i] == nil && params.ScheduledAt[i] == nil:
+			// (River sets none of the three for a success; should a later
+			// River set one, its statement writes it.)
 			fetched, fetchedAt, fetchedIdx = append(fetched, working), append(fetchedAt, *params.FinalizedAt[i]), append(fetchedIdx, i)
 		default:
 			rest = append(rest, i)
