@@ -45,7 +45,7 @@ type Driver struct {
 // NewDriver is riverpgxv5.New(pool) with tributary's pilot.
 func NewDriver(pool *pgxpool.Pool) *Driver {
 	return &Driver{Driver: riverpgxv5.New(pool), pilot: &pilot{
-		noted: map[int64]*rivertype.JobRow{}, working: map[int64]*rivertype.JobRow{}, sql: map[string]string{},
+		noted: map[int64]*rivertype.JobRow{}, working: map[int64]*rivertype.JobRow{},
 	}}
 }
 
@@ -62,7 +62,6 @@ type pilot struct {
 	mu      sync.Mutex
 	noted   map[int64]*rivertype.JobRow // completed jobs' rows as committed, by id
 	working map[int64]*rivertype.JobRow // rows of the jobs being worked, as fetched (NoteWorking)
-	sql     map[string]string           // completeFetchedSQL by schema
 }
 
 // NoteWorking tells d's pilot the row River handed a worker, before the
@@ -125,9 +124,9 @@ func NoteCompleted(ctx context.Context, job *rivertype.JobRow, finalizedAt time.
 //
 // Every other job, and a noted-working one no longer running, goes through
 // River's statement as before. An entry is used once; if a statement fails,
-// the entries go back, and River retries the whole batch (a job the first
-// statement completed is then no longer running, and River's statement
-// returns its row).
+// the entries it would have used go back, and River retries the whole batch
+// (a job the first statement completed is then no longer running, and
+// River's statement returns its row).
 func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.Executor, params *riverdriver.JobSetStateIfRunningManyParams) ([]*rivertype.JobRow, error) {
 	p.mu.Lock()
 	if len(p.noted) == 0 && len(p.working) == 0 {
@@ -139,20 +138,12 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		fetchedAt      []time.Time
 		fetchedIdx     []int
 		rest           []int
-		taken          []*rivertype.JobRow // every entry removed, to put back on failure
-		takenNoted     []bool
 	)
 	for i, id := range params.ID {
 		noted, isNoted := p.noted[id]
-		if isNoted {
-			delete(p.noted, id)
-			taken, takenNoted = append(taken, noted), append(takenNoted, true)
-		}
+		delete(p.noted, id)
 		working, isWorking := p.working[id]
-		if isWorking {
-			delete(p.working, id)
-			taken, takenNoted = append(taken, working), append(takenNoted, false)
-		}
+		delete(p.working, id)
 		plain := params.State[i] == rivertype.JobStateCompleted && !params.MetadataDoMerge[i]
 		switch {
 		case isNoted && plain:
@@ -166,25 +157,16 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 			rest = append(rest, i)
 		}
 	}
-	sql := ""
-	if len(fetched) > 0 {
-		if sql = p.sql[params.Schema]; sql == "" {
-			sql = q(params.Schema, completeFetchedSQL)
-			p.sql[params.Schema] = sql
-		}
-	}
 	p.mu.Unlock()
-	if len(taken) == 0 {
+	if len(known) == 0 && len(fetched) == 0 {
 		return p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, params)
 	}
-	putBack := func() {
+	// On a failure the entries used go back (an entry River's statement
+	// handles needs none); River retries the whole batch.
+	putBack := func(rows []*rivertype.JobRow, into map[int64]*rivertype.JobRow) {
 		p.mu.Lock()
-		for i, row := range taken {
-			if takenNoted[i] {
-				p.noted[row.ID] = row
-			} else {
-				p.working[row.ID] = row
-			}
+		for _, row := range rows {
+			into[row.ID] = row
 		}
 		p.mu.Unlock()
 	}
@@ -197,8 +179,9 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 		var doneIDs []int64
 		var metadata []string
-		if err := exec.QueryRow(ctx, sql, ids, fetchedAt).Scan(&doneIDs, &metadata); err != nil {
-			putBack()
+		if err := exec.QueryRow(ctx, q(params.Schema, completeFetchedSQL), ids, fetchedAt).Scan(&doneIDs, &metadata); err != nil {
+			putBack(known, p.noted)
+			putBack(fetched, p.working)
 			return nil, err
 		}
 		done := make(map[int64]string, len(doneIDs))
@@ -219,10 +202,11 @@ func (p *pilot) JobSetStateIfRunningMany(ctx context.Context, exec riverdriver.E
 		}
 	}
 	if len(rest) > 0 {
-		slices.Sort(rest)
+		// The jobs completed above are no longer running: on the retry,
+		// River's statement returns their rows.
 		rows, err := p.StandardPilot.JobSetStateIfRunningMany(ctx, exec, subset(params, rest))
 		if err != nil {
-			putBack()
+			putBack(known, p.noted)
 			return nil, err
 		}
 		out = append(out, rows...)
