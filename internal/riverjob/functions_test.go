@@ -490,14 +490,23 @@ func TestDispatchCountsAndDelete(t *testing.T) {
 
 // TestQueuedAtHead runs the group commit's promotion, claim and completion
 // as one pipelined batch: only the places whose lane's head is at them are
-// promoted or claimed.
+// promoted or claimed; lane events are claimed as a run from the head, up
+// to the claim's Events and the first gap.
 func TestQueuedAtHead(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	_, err := f.db.Pool.Exec(ctx, f.db.Q(`INSERT INTO /*schema*/tributary_event_lane (consumer, aggregate_id, head_seq, last_seq, updated_at)
-VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now()), ('c', 'e', 1, 2, now())`))
+VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now()), ('c', 'e', 1, 2, now()),
+       ('c', 'f', 2, 4, now()), ('c', 'g', 2, 4, now()), ('c', 'h', 2, 4, now())`))
+	require.NoError(t, err)
+	// Lane events: f at 2, 3, 4; g at 2 and 4 (3 is missing); h at 2,
+	// claimed by another chain already, and 3.
+	_, err = f.db.Pool.Exec(ctx, f.db.Q(`INSERT INTO /*schema*/tributary_event_lane_event (consumer, aggregate_id, seq, queue, max_attempts, args, claimed_by, claimed_at)
+VALUES ('c', 'f', 2, 'q', 5, '{}', NULL, NULL), ('c', 'f', 3, 'q', 5, '{}', NULL, NULL), ('c', 'f', 4, 'q', 5, '{}', NULL, NULL),
+       ('c', 'g', 2, 'q', 5, '{}', NULL, NULL), ('c', 'g', 4, 'q', 5, '{}', NULL, NULL),
+       ('c', 'h', 2, 'q', 5, '{}', 'other', now()), ('c', 'h', 3, 'q', 5, '{}', NULL, NULL)`))
 	require.NoError(t, err)
 	a2 := f.dispatchAt(t, "c", "a", 2, &river.InsertOpts{Pending: true, Queue: "qa"})
 	b2 := f.dispatchAt(t, "c", "b", 2, &river.InsertOpts{Pending: true, Queue: "qb"})
@@ -509,7 +518,7 @@ VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now())
 
 	var queues []string
 	var completed []int64
-	claimed := make([][]riverjob.Claimed, 2)
+	claimed := make([][]riverjob.Claimed, 5)
 	f.inTx(t, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		riverjob.QueuePromoteAtHead(b, f.db.Schema, []riverjob.LaneSeq{
@@ -518,6 +527,9 @@ VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now())
 		riverjob.QueueClaimAtHead(b, f.db.Schema, []riverjob.LaneClaim{
 			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "d", Seq: 2}, N: 5},
 			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "e", Seq: 2}, N: 5},
+			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "f", Seq: 2}, N: 1, Events: 2},
+			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "g", Seq: 2}, N: 1, Events: 5},
+			{LaneSeq: riverjob.LaneSeq{Consumer: "c", AggregateID: "h", Seq: 2}, N: 1, Events: 5},
 		}, "p", now, claimed)
 		riverjob.QueueCompleteRunning(b, f.db.Schema, []riverjob.Attempt{{ID: running.ID, Attempt: 1}}, now, &completed)
 		return tx.SendBatch(ctx, b).Close()
@@ -530,6 +542,23 @@ VALUES ('c', 'a', 2, 3, now()), ('c', 'b', 1, 2, now()), ('c', 'd', 2, 3, now())
 	require.Equal(t, rivertype.JobStateRunning, f.job(t, d3.ID).State)
 	require.Empty(t, claimed[1], "lane e's head is not at 2")
 	require.Equal(t, rivertype.JobStatePending, f.job(t, e2.ID).State)
+	seqs := func(cs []riverjob.Claimed) []int64 {
+		var out []int64
+		for _, c := range cs {
+			require.Zero(t, c.ID, "a lane event has no job")
+			out = append(out, c.Seq)
+		}
+		return out
+	}
+	require.Equal(t, []int64{2, 3}, seqs(claimed[2]), "lane f: up to Events")
+	require.Equal(t, []int64{2}, seqs(claimed[3]), "lane g: up to the gap at 3")
+	require.Empty(t, claimed[4], "lane h: its head is another chain's")
+	var byP []string
+	rows, err := f.db.Pool.Query(ctx, f.db.Q(`SELECT aggregate_id || seq FROM /*schema*/tributary_event_lane_event WHERE claimed_by = 'p' ORDER BY 1`))
+	require.NoError(t, err)
+	byP, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"f2", "f3", "g2"}, byP)
 	require.Equal(t, []int64{running.ID}, completed)
 	require.Equal(t, rivertype.JobStateCompleted, f.job(t, running.ID).State)
 }

@@ -338,11 +338,13 @@ FROM /*schema*/river_job WHERE id = $1`
 const cancelRequestedSQL = `
 SELECT metadata ? '` + CancelAttemptedKey + `' FROM /*schema*/river_job WHERE id = $1`
 
-// LaneClaim asks for up to N consecutive pending dispatches of a lane, from
-// its head Seq on (see ClaimNext).
+// LaneClaim asks for what waits at a lane's head Seq and after it (see
+// QueueClaimAtHead): up to Events consecutive lane events (at least one), or,
+// where the head is no lane event, up to N consecutive pending dispatches.
 type LaneClaim struct {
 	LaneSeq
-	N int
+	N      int
+	Events int
 }
 
 // Claimed is a pending dispatch ClaimNext took: now running at Attempt, as
@@ -358,9 +360,11 @@ type Claimed struct {
 }
 
 // QueueClaimAtHead queues on b, for each claim whose lane's head is at its
-// Seq (as QueuePromoteAtHead), the claim of what waits there: an unclaimed
-// lane event (LaneEventTable) is claimed for processID (claimed_by,
-// claimed_at; a Claimed with ID 0, attempt 1), and where there is none the
+// Seq (as QueuePromoteAtHead), the claim of what waits there: the unclaimed
+// lane events (LaneEventTable) at Seq, Seq+1, ... (up to Events, at least
+// one, stopping at the first gap: a place with no lane event, or one
+// claimed already) are claimed for processID (claimed_by, claimed_at; each
+// a Claimed with ID 0, attempt 1), and where there is none at Seq the
 // lane's pending dispatches at Seq, Seq+1, ... (up to N, stopping at the
 // first gap: a dispatch not pending, not inserted yet, or several at one
 // place) become running for processID, an attempt counted as River's fetch
@@ -378,11 +382,13 @@ func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID
 	if n == 0 {
 		return
 	}
-	consumers, aggs, seqs, counts := make([]string, n), make([]string, n), make([]int64, n), make([]int32, n)
+	consumers, aggs, seqs := make([]string, n), make([]string, n), make([]int64, n)
+	counts, evCounts := make([]int32, n), make([]int32, n)
 	for i, c := range claims {
 		consumers[i], aggs[i], seqs[i], counts[i] = c.Consumer, c.AggregateID, c.Seq, int32(c.N)
+		evCounts[i] = int32(max(1, c.Events))
 	}
-	b.Queue(q(schema, claimAtHeadSQL), consumers, aggs, seqs, counts, now, processID).Query(func(rows pgx.Rows) error {
+	b.Queue(q(schema, claimAtHeadSQL), consumers, aggs, seqs, counts, now, processID, evCounts).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var ord int
 			var c Claimed
@@ -439,23 +445,36 @@ func FailRunning(ctx context.Context, tx pgx.Tx, schema string, a Attempt, state
 	return tag.RowsAffected() == 1, nil
 }
 
-// claimAtHeadSQL: for each lane ($1..$4: consumer, aggregate, head, count)
-// whose head is there and that is not idle, the unclaimed lane event at the
-// head, claimed ($6 the process, $5 now); for the others, the pending
+// claimAtHeadSQL: for each lane ($1..$4: consumer, aggregate, head, count
+// of jobs; $7 count of lane events) whose head is there and that is not
+// idle, the unclaimed lane events from the head on without a gap (the k-th
+// in seq order is at head + k - 1: one range of the primary key), claimed
+// ($6 the process, $5 now); for the others, the pending
 // dispatches from the head on, numbered in seq order, each one probe range
 // of tributary_dispatch_lane_idx; those without a gap before them are made
 // running. attempted_by is capped at 100 entries as River caps it.
 const claimAtHeadSQL = `
 WITH u AS MATERIALIZED (
-    SELECT u.c, u.a, u.s, u.n, u.ord
-    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, n, ord)` + atLaneHead + `
+    SELECT u.c, u.a, u.s, u.n, u.k, u.ord
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $7::int[]) WITH ORDINALITY AS u(c, a, s, n, k, ord)` + atLaneHead + `
     WHERE ln.head_seq <= ln.last_seq
+),
+run AS MATERIALIZED (
+    SELECT u.ord, u.c, u.a, r.seq
+    FROM u
+    CROSS JOIN LATERAL (
+        SELECT e.seq, row_number() OVER (ORDER BY e.seq) AS rn
+        FROM /*schema*/` + LaneEventTable + ` e
+        WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq >= u.s AND e.seq < u.s + u.k
+          AND e.claimed_by IS NULL
+    ) r
+    WHERE r.seq = u.s + r.rn - 1
 ),
 ev AS (
     UPDATE /*schema*/` + LaneEventTable + ` e SET claimed_by = $6, claimed_at = $5
-    FROM u
-    WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by IS NULL
-    RETURNING u.ord, e.seq, e.max_attempts, e.args
+    FROM run
+    WHERE e.consumer = run.c AND e.aggregate_id = run.a AND e.seq = run.seq AND e.claimed_by IS NULL
+    RETURNING run.ord, e.seq, e.max_attempts, e.args
 ),
 cand AS MATERIALIZED (
     SELECT u.ord, u.s, x.id, x.seq, x.rn

@@ -16,12 +16,13 @@ import (
 // A lane chain: once a lane's head dispatch has been handled, the worker
 // that ran it runs the lane's next events too, in place, instead of
 // promoting the next dispatch and waiting for River to fetch it. The
-// completion transaction that moves the lane past the head also claims the
-// lane's next pending dispatch (riverjob.QueueClaimAtHead, chainAhead at a time)
-// and makes it running for this process, as River's fetch would; the worker
-// delivers it, and records it (its job completed, the lane moved past it,
-// the next one claimed, in the group commit lane completions share) before
-// it starts the next, until the lane
+// completion transaction that moves the lane past the head also claims
+// what waits next (riverjob.QueueClaimAtHead): the lane's next lane events,
+// as many as chainClaim allows, or its next pending dispatch, made running
+// for this process as River's fetch would; the worker delivers each, and
+// records it (its job completed or its lane event deleted, the lane moved
+// past it, in the group commit lane completions share; the last one
+// claimed also claims what follows) before it starts the next, until the lane
 // has nothing pending, an event fails, the process stops, or the chain's
 // handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
 // all when it never splits). A lane event (lane_events.go) is claimed and
@@ -46,7 +47,13 @@ import (
 // chainAhead is how many of a lane's pending dispatches a chain claims at
 // a time: one, so that, as without chains, a lane has at most one running
 // job, the one whose handler runs (an operator who cancels a running lane
-// job cancels the one handler that runs).
+// job cancels the one handler that runs). Lane events have no job to
+// cancel: a chain claims as many of them as chainClaim allows, in one
+// range of their table, so a lane's claim costs a statement's share per
+// run of events rather than per event (docs/BENCHMARKS.md, "The eleventh
+// round"). A chain that ends early gives back the ones it did not run
+// (endChain); those of a process that died are taken back with its head
+// by the repair sweep (lanes.takeBack).
 const chainAhead = 1
 
 // chainWallFactor bounds a chain's wall time, its commits included, to
@@ -99,7 +106,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 		return d.completeInLane(ctx, job)
 	}
 	req := completionOf(ctx, job)
-	req.claim, req.processID, req.wait = chainAhead, job.AttemptedBy[len(job.AttemptedBy)-1], true
+	req.claim, req.processID, req.wait = claim, job.AttemptedBy[len(job.AttemptedBy)-1], true
 	if err := d.completer.submit(req); err != nil {
 		return recordFailed(err)
 	}
@@ -113,8 +120,8 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 		for i, cj := range claimed {
 			rest := claimed[i:]
 			// Only the shutdown stops a chain before an event it claimed:
-			// its split and wall time stopped it claiming (below), so a
-			// chain runs at most one step past them.
+			// its split and wall time stop it claiming (below), so a
+			// chain runs at most the events of one claim past them.
 			if ctx.Err() != nil {
 				d.endChain(ctx, c, job.Args, req.processID, nil, rest)
 				return nil
@@ -142,7 +149,7 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 			// rather than claim it: no transaction of its own to give the
 			// claim back.
 			if last && !d.chainStops(ctx, c, ch) {
-				step.claim = min(chainAhead, chainClaim(c, ch.handlers, handled))
+				step.claim = chainClaim(c, ch.handlers, handled)
 			}
 			if err := d.completer.submit(step); err != nil {
 				// Not recorded: the event stays running under this process

@@ -45,8 +45,9 @@ type laneCompletion struct {
 	// claimed (for processID) and handled, to delete.
 	attempts []riverjob.Attempt
 	events   []riverjob.LaneSeq
-	// claim: take up to this many pending dispatches of the lane from next
-	// on, running for processID, instead of promoting the next one.
+	// claim: take what waits at next, for processID, instead of promoting
+	// it: up to this many lane events from next on, or (where next is no
+	// lane event) chainAhead pending dispatches, made running.
 	claim     int
 	processID string
 	// keep: the lane's next events are claimed by the chain already:
@@ -227,7 +228,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 		switch {
 		case req.keep:
 		case req.claim > 0:
-			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: req.claim})
+			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: min(req.claim, chainAhead), Events: req.claim})
 			claimOf = append(claimOf, i)
 		default:
 			promote = append(promote, next)

@@ -165,15 +165,19 @@ func (l *lanes) unclaim(ctx context.Context, tx pgx.Tx, places []riverjob.LaneSe
 	return nil
 }
 
-// takeBack unclaims the lane event at place whatever claimed it (the
-// repair sweep, for a claimer that is gone), in tx; ok is false when it was
-// not claimed by claimedBy any more.
+// takeBack unclaims the lane event at place and the ones after it in its
+// lane that claimedBy claimed (a chain claims a run of them at a time), for
+// the repair sweep when that claimer is gone, in tx; ok is false when the
+// one at place was not claimed by claimedBy any more. Taking back only the
+// head would leave each of the others to a sweep of its own once the lane
+// reached it: the lane stalled for a sweep's quiet time per event.
 func (l *lanes) takeBack(ctx context.Context, tx pgx.Tx, place riverjob.LaneSeq, claimedBy string) (bool, error) {
-	tag, err := tx.Exec(ctx, l.unclaimSQL, []string{place.Consumer}, []string{place.AggregateID}, []int64{place.Seq}, claimedBy)
+	var ok bool
+	err := tx.QueryRow(ctx, l.takeBackSQL, place.Consumer, place.AggregateID, place.Seq, claimedBy).Scan(&ok)
 	if err != nil {
-		return false, fmt.Errorf("error taking back the lane event %s/%s/%d: %w", place.Consumer, place.AggregateID, place.Seq, err)
+		return false, fmt.Errorf("error taking back the lane events of %s/%s from %d on: %w", place.Consumer, place.AggregateID, place.Seq, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return ok, nil
 }
 
 // failEvent turns a claimed lane event whose delivery failed into its
@@ -244,6 +248,14 @@ const laneEventUnclaimSQL = `
 UPDATE /*schema*/` + riverjob.LaneEventTable + ` e SET claimed_by = NULL, claimed_at = NULL
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(c, a, s)
 WHERE e.consumer = u.c AND e.aggregate_id = u.a AND e.seq = u.s AND e.claimed_by = $4`
+
+const laneEventTakeBackSQL = `
+WITH t AS (
+    UPDATE /*schema*/` + riverjob.LaneEventTable + ` e SET claimed_by = NULL, claimed_at = NULL
+    WHERE e.consumer = $1 AND e.aggregate_id = $2 AND e.seq >= $3 AND e.claimed_by = $4
+    RETURNING e.seq
+)
+SELECT coalesce(bool_or(seq = $3), false) FROM t`
 
 const laneEventDeleteConsumerSQL = `
 DELETE FROM /*schema*/` + riverjob.LaneEventTable + ` WHERE (consumer, aggregate_id, seq) IN (

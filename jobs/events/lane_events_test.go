@@ -168,3 +168,48 @@ func TestLaneRepairTakesBackALostLaneEvent(t *testing.T) {
 	require.ElementsMatch(t, []string{deadLost, ownLost}, b.handledOrder())
 	close(b.gate)
 }
+
+// TestLaneChainClaimsLaneEventsAhead: a chain claims the run of lane events
+// behind the head in one go (as many as its DispatchBatch allows), not one
+// per step; the ones it did not run when it stops are given back.
+func TestLaneChainClaimsLaneEventsAhead(t *testing.T) {
+	t.Parallel()
+	// A split after a minute: the head's handler waits for the gate, and
+	// with the default 50 ms that wait alone would end the chain at once.
+	b := setupLanesWith(t, events.ConsumerConfig{Ordering: events.OrderingBlock, RetryDelays: []time.Duration{10 * time.Millisecond},
+		LaneChain: true, DispatchBatchSplitAfter: time.Minute})
+	ids := b.chainBacklog(t, "A", "a", "hang", "b", "c")
+	close(b.gate)
+	b.waitHandled(t, ids[1])
+	pgtest.WaitFor(t, 15*time.Second, "the lane events after the running one to be claimed", func() (bool, error) {
+		return b.laneEventState(t, ids[3]) == laneEventClaimed && b.laneEventState(t, ids[4]) == laneEventClaimed, nil
+	})
+	require.Equal(t, laneEventClaimed, b.laneEventState(t, ids[2]), "the running one")
+	require.Equal(t, []string{ids[0], ids[1]}, b.handledOrder())
+}
+
+// TestLaneRepairTakesBackAClaimedRun: the lane events a dead process's
+// chain claimed ahead of its head are taken back with the head, so the lane
+// runs on through them in order after one sweep instead of stalling for a
+// sweep at each.
+func TestLaneRepairTakesBackAClaimedRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupLanesChained(t, true, events.OrderingBlock)
+	_, err := b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_process (id, hostname, pid, queues, started_at, heartbeat_at)
+        VALUES ('dead', 'h', 1, '{}', now() - interval '1 hour', now() - interval '1 hour')`))
+	require.NoError(t, err)
+	lost, after := b.lostHead(t, "X", "after1", "after2")
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_lane_event SET claimed_by = 'dead', claimed_at = now() - interval '30 seconds'
+        WHERE aggregate_id = 'X'`))
+	require.NoError(t, err)
+	b.ageLanes(t)
+	b.inst.Dispatcher.RepairLanes(ctx)
+	var stillClaimed int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane_event
+        WHERE aggregate_id = 'X' AND claimed_by = 'dead'`)).Scan(&stillClaimed))
+	require.Zero(t, stillClaimed, "the dead chain's claims after the head are taken back too")
+	b.waitHandled(t, after[1])
+	require.Equal(t, []string{lost, after[0], after[1]}, b.handledOrder())
+	close(b.gate)
+}

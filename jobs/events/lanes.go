@@ -77,7 +77,7 @@ type lanes struct {
 	blockedJobsSQL, deleteConsumerSQL                                 string
 
 	insertEventsSQL, eventsAtSQL, deleteConsumerEventsSQL, countEventsSQL string // lane_events.go
-	deleteClaimedSQL, unclaimSQL                                          string
+	deleteClaimedSQL, unclaimSQL, takeBackSQL                             string
 }
 
 func newLanes(schema string) *lanes {
@@ -94,6 +94,7 @@ func newLanes(schema string) *lanes {
 		insertEventsSQL:   q(laneEventInsertSQL), eventsAtSQL: q(laneEventsAtSQL),
 		deleteConsumerEventsSQL: q(laneEventDeleteConsumerSQL), countEventsSQL: q(laneEventCountSQL),
 		deleteClaimedSQL: q(laneEventDeleteClaimedSQL), unclaimSQL: q(laneEventUnclaimSQL),
+		takeBackSQL: q(laneEventTakeBackSQL),
 	}
 }
 
