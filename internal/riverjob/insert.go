@@ -81,15 +81,61 @@ func CopyNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, n
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	r := copyReaderPool.Get().(*copyReader)
-	r.reset(jobs, now)
-	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, q(schema, copyJobsSQL))
-	r.reset(nil, time.Time{})
-	copyReaderPool.Put(r)
+	nowMicros := pgMicros(now)
+	n, err := copyRows(ctx, tx, q(schema, copyJobsSQL), len(jobs), func(b []byte, i int) []byte {
+		return appendJobTuple(b, &jobs[i], now, nowMicros)
+	})
 	if err != nil {
-		return tag.RowsAffected(), fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
+		return n, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
+}
+
+// LaneEvent is a row of LaneEventTable as CopyLaneEvents writes it: its
+// place, and its dispatch job's queue, max attempts and args.
+type LaneEvent struct {
+	LaneSeq
+	Queue       string
+	MaxAttempts int
+	Args        []byte
+}
+
+const copyLaneEventsSQL = `COPY /*schema*/` + LaneEventTable + ` (consumer, aggregate_id, seq, queue, max_attempts, args) FROM STDIN (FORMAT binary)`
+
+// CopyLaneEvents inserts the lane events evs (unclaimed) in tx with one
+// COPY, encoded as CopyNewJobs encodes jobs: through pgx's CopyFrom, the
+// encoding of the bus's lane events was about 4.5 µs of this process a row,
+// most of it in looking up an encode plan per value
+// (docs/BENCHMARKS.md, "The eleventh round").
+func CopyLaneEvents(ctx context.Context, tx pgx.Tx, schema string, evs []LaneEvent) (int64, error) {
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	n, err := copyRows(ctx, tx, q(schema, copyLaneEventsSQL), len(evs), func(b []byte, i int) []byte {
+		ev := &evs[i]
+		b = binary.BigEndian.AppendUint16(b, 6)
+		b = appendTextField(b, ev.Consumer)
+		b = appendTextField(b, ev.AggregateID)
+		b = appendInt64Field(b, ev.Seq)
+		b = appendTextField(b, ev.Queue)
+		b = appendInt16Field(b, MaxAttempts(ev.MaxAttempts))
+		return appendJSONB(b, ev.Args)
+	})
+	if err != nil {
+		return n, fmt.Errorf("error inserting %d lane events: %w", len(evs), err)
+	}
+	return n, nil
+}
+
+// copyRows runs the COPY statement sql in tx with n tuples, the i-th
+// appended by tuple, through a pooled copyReader.
+func copyRows(ctx context.Context, tx pgx.Tx, sql string, n int, tuple func(b []byte, i int) []byte) (int64, error) {
+	r := copyReaderPool.Get().(*copyReader)
+	r.reset(n, tuple)
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, r, sql)
+	r.reset(0, nil)
+	copyReaderPool.Put(r)
+	return tag.RowsAffected(), err
 }
 
 // copyReaderPool holds copyReaders with their buffers grown.
@@ -99,21 +145,21 @@ var copyReaderPool = sync.Pool{New: func() any { return new(copyReader) }}
 // what one Read returns as one CopyData message, up to 64 KiB.
 const copyChunk = 64 << 10
 
-// copyReader is the COPY data of jobs in the binary format: the signature
-// and header, one tuple per job (copyJobsSQL's columns), the trailer. It
-// encodes the next chunk of tuples when the last one has been read.
+// copyReader is the COPY data of n rows in the binary format: the
+// signature and header, one tuple per row (appended by tuple), the
+// trailer. It encodes the next chunk of tuples when the last one has been
+// read.
 type copyReader struct {
-	jobs       []NewJob
-	now        time.Time
-	nowMicros  int64 // now as timestamptz's binary value
-	next       int   // the next job to encode
+	n          int
+	tuple      func(b []byte, i int) []byte
+	next       int // the next row to encode
 	buf        []byte
 	off        int  // buf[off:] is still to be read
 	began, end bool // the header and the trailer were encoded
 }
 
-func (r *copyReader) reset(jobs []NewJob, now time.Time) {
-	*r = copyReader{jobs: jobs, now: now, nowMicros: pgMicros(now), buf: r.buf[:0]}
+func (r *copyReader) reset(n int, tuple func(b []byte, i int) []byte) {
+	*r = copyReader{n: n, tuple: tuple, buf: r.buf[:0]}
 }
 
 // copySignature begins binary COPY data, followed by the flags and the
@@ -140,24 +186,25 @@ func (r *copyReader) fill() {
 		b = binary.BigEndian.AppendUint32(b, 0)
 		r.began = true
 	}
-	for ; r.next < len(r.jobs) && len(b) < copyChunk; r.next++ {
-		b = r.appendTuple(b, &r.jobs[r.next])
+	for ; r.next < r.n && len(b) < copyChunk; r.next++ {
+		b = r.tuple(b, r.next)
 	}
-	if r.next == len(r.jobs) {
+	if r.next == r.n {
 		b = binary.BigEndian.AppendUint16(b, 0xffff) // -1 fields: the end
 		r.end = true
 	}
 	r.buf, r.off = b, 0
 }
 
-// appendTuple appends j's tuple: each field its length, then its value in
-// the type's binary form (jsonb: version 1 and the text; timestamptz:
-// microseconds since 2000; an enum: its label).
-func (r *copyReader) appendTuple(b []byte, j *NewJob) []byte {
-	state, scheduled, metadata := j.row(r.now)
+// appendJobTuple appends j's tuple (copyJobsSQL's columns; nowMicros is
+// now as timestamptz's binary value): each field its length, then its
+// value in the type's binary form (jsonb: version 1 and the text;
+// timestamptz: microseconds since 2000; an enum: its label).
+func appendJobTuple(b []byte, j *NewJob, now time.Time, nowMicros int64) []byte {
+	state, scheduled, metadata := j.row(now)
 	b = binary.BigEndian.AppendUint16(b, 9)
 	b = appendJSONB(b, j.Args)
-	b = appendInt64Field(b, r.nowMicros)
+	b = appendInt64Field(b, nowMicros)
 	b = appendTextField(b, j.Kind)
 	b = appendInt16Field(b, j.MaxAttempts)
 	b = appendJSONB(b, metadata)

@@ -57,6 +57,7 @@ func Statements() map[string]string {
 		"insertAttemptedSQL":           insertAttemptedSQL,
 		"insertJobsSQL":                insertJobsSQL,
 		"copyJobsSQL":                  copyJobsSQL,
+		"copyLaneEventsSQL":            copyLaneEventsSQL,
 		"jobRowsSQL":                   jobRowsSQL,
 		"countUnfinishedDispatchesSQL": countUnfinishedDispatchesSQL,
 		"deleteWaitingDispatchesSQL":   deleteWaitingDispatchesSQL,

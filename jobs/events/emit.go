@@ -445,9 +445,9 @@ WITH locked AS MATERIALIZED (
 INSERT INTO /*schema*/tributary_outbox
     (id, event_type, event_version, event_kind, aggregate_id, payload, metadata,
      source_service, status, retry_count, created_at)
-SELECT u.id, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payload::jsonb, u.metadata::jsonb,
+SELECT u.id::uuid, u.event_type, u.event_version, u.event_kind, u.aggregate_id, u.payload::jsonb, u.metadata::jsonb,
        $8, 'PENDING', 0, $9
-FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[])
     WITH ORDINALITY AS u(id, event_type, event_version, event_kind, aggregate_id, payload, metadata, ord)
 WHERE (SELECT n FROM locked) >= 0
 ORDER BY u.ord`

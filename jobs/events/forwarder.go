@@ -1295,15 +1295,20 @@ ORDER BY position`
 // claimGuardSQL is the WHERE and RETURNING of the two claim updates below:
 // a locked row is claimed unless an earlier unfinished row of its aggregate
 // lies outside this batch (claimed by another forwarder, or skipped because
-// it was locked).
+// it was locked). The ids ($1) go as text and are cast here: sent as
+// uuid[], pgx tried the binary format first, failed on the first string,
+// and built its error message from the whole list (formatted with %#v)
+// before falling back to text, a millisecond for a claim of 1,000
+// (docs/BENCHMARKS.md, "The eleventh round"); the emitter's insert does the
+// same.
 const claimGuardSQL = `
-WHERE o.id = ANY($1::uuid[]) AND o.status = 'PENDING'
+WHERE o.id = ANY($1::text[]::uuid[]) AND o.status = 'PENDING'
   AND (o.aggregate_id IS NULL OR NOT EXISTS (
         SELECT 1 FROM /*schema*/tributary_outbox e
         WHERE e.aggregate_id = o.aggregate_id
           AND e.status IN ('PENDING', 'CLAIMED')
           AND e.position < o.position
-          AND e.id <> ALL($1::uuid[])))
+          AND e.id <> ALL($1::text[]::uuid[])))
 RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
           o.payload, o.metadata, o.source_service, o.created_at, o.retry_count, coalesce(o.delivered_to, '{}')`
 

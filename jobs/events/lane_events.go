@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -39,12 +38,7 @@ import (
 
 // laneEvent is one lane event as the bus writes it: the place, and the
 // dispatch job's queue, max attempts and args.
-type laneEvent struct {
-	riverjob.LaneSeq
-	queue       string
-	maxAttempts int
-	args        []byte
-}
+type laneEvent = riverjob.LaneEvent
 
 // newLaneEvent is the lane event of a dispatch job with args.
 func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEvent, error) {
@@ -53,7 +47,7 @@ func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEve
 		return laneEvent{}, fmt.Errorf("error encoding the dispatch of event %s: %w", args.Event.ID, err)
 	}
 	return laneEvent{LaneSeq: riverjob.LaneSeq{Consumer: args.Consumer, AggregateID: args.AggregateID, Seq: args.Seq},
-		queue: queueName, maxAttempts: maxAttempts, args: b}, nil
+		Queue: queueName, MaxAttempts: maxAttempts, Args: b}, nil
 }
 
 // laneEventCopyFrom is the number of lane events from which insertEvents
@@ -62,8 +56,6 @@ func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEve
 // (one round trip): busCopyFrom's rule for River's jobs.
 const laneEventCopyFrom = busCopyFrom
 
-var laneEventColumns = []string{"consumer", "aggregate_id", "seq", "queue", "max_attempts", "args"}
-
 // insertEvents writes evs in tx.
 func (l *lanes) insertEvents(ctx context.Context, tx pgx.Tx, evs []laneEvent) error {
 	n := len(evs)
@@ -71,29 +63,14 @@ func (l *lanes) insertEvents(ctx context.Context, tx pgx.Tx, evs []laneEvent) er
 		return nil
 	}
 	if n >= laneEventCopyFrom {
-		i := 0
-		src := pgx.CopyFromFunc(func() ([]any, error) {
-			if i == n {
-				return nil, nil
-			}
-			ev := &evs[i]
-			i++
-			return []any{ev.Consumer, ev.AggregateID, ev.Seq, ev.queue, int32(ev.maxAttempts), json.RawMessage(ev.args)}, nil
-		})
-		table := pgx.Identifier{riverjob.LaneEventTable}
-		if l.schema != "" {
-			table = pgx.Identifier{l.schema, riverjob.LaneEventTable}
-		}
-		if _, err := tx.CopyFrom(ctx, table, laneEventColumns, src); err != nil {
-			return fmt.Errorf("error inserting %d lane events: %w", n, err)
-		}
-		return nil
+		_, err := riverjob.CopyLaneEvents(ctx, tx, l.schema, evs)
+		return err
 	}
 	cs, as, ss, qs := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
 	ms, args := make([]int32, n), make([]string, n)
 	for i, ev := range evs {
-		cs[i], as[i], ss[i], qs[i] = ev.Consumer, ev.AggregateID, ev.Seq, ev.queue
-		ms[i], args[i] = int32(ev.maxAttempts), string(ev.args)
+		cs[i], as[i], ss[i], qs[i] = ev.Consumer, ev.AggregateID, ev.Seq, ev.Queue
+		ms[i], args[i] = int32(ev.MaxAttempts), string(ev.Args)
 	}
 	// Prepared (the pool's mode), so the arrays go in binary: as an
 	// unnamed statement (customPlan) pgx sent them as array literals, every
