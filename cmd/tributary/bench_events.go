@@ -39,7 +39,8 @@ func newBenchEventsCmd(a *app) *cobra.Command {
 
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits
-without NOTIFY (see EmitterConfig.NoNotify).`,
+without NOTIFY (see EmitterConfig.NoNotify). --batched-only skips the
+one-job-per-event runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.N < 1 || o.Rate < 1 || o.Workers < 1 || o.Aggregates < 0 {
@@ -47,6 +48,9 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 			}
 			if o.DispatchBatch < 1 || o.DispatchBatch > events.DispatchBatchMax {
 				return usagef("invalid --dispatch-batch %d: want 1 to %d (1 skips the batched runs)", o.DispatchBatch, events.DispatchBatchMax)
+			}
+			if o.BatchedOnly && o.DispatchBatch == 1 {
+				return usagef("--batched-only with --dispatch-batch 1 leaves nothing to run")
 			}
 			o.Logger = benchLogger(a)
 			return a.runBench(cmd.Context(), asJSON, a.benchReport(asJSON), func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
@@ -68,6 +72,7 @@ without NOTIFY (see EmitterConfig.NoNotify).`,
 	f.IntVar(&o.Workers, "workers", 200, "dispatch workers of the benchmark runtime")
 	f.IntVar(&o.DispatchBatch, "dispatch-batch", events.DispatchBatchDefault, "the batched consumer's DispatchBatch (default: the consumer default; 1: only the one-job-per-event runs)")
 	f.BoolVar(&o.NoNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
+	f.BoolVar(&o.BatchedOnly, "batched-only", false, "skip the one-job-per-event runs (throughput and latency)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd
 }

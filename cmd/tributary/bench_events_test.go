@@ -53,4 +53,16 @@ func TestCLIBenchEvents(t *testing.T) {
 		require.Positive(t, l.P50)
 		require.GreaterOrEqual(t, l.P99, l.P50)
 	}
+
+	res = cli(t, nil, env, "bench", "events", "-n", "500", "--aggregates", "10", "--latency-for", "200ms", "--batched-only", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	out.Throughput, out.Latency = nil, nil
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	require.Len(t, out.Throughput, 1, "--batched-only: the batched consumer's run alone")
+	require.Equal(t, 100, out.Throughput[0].DispatchBatch)
+	require.Len(t, out.Latency, 1)
+
+	res = cli(t, nil, env, "bench", "events", "--batched-only", "--dispatch-batch", "1")
+	require.NotEqual(t, 0, res.code)
+	require.Contains(t, res.stderr, "--batched-only with --dispatch-batch 1")
 }

@@ -41,6 +41,9 @@ type EventsOptions struct {
 	DispatchBatch int
 	// NoNotify emits without NOTIFY (EmitterConfig.NoNotify).
 	NoNotify bool
+	// BatchedOnly skips the one-job-per-event consumer's runs (throughput
+	// and latency): an A/B of the batched path in a third of the time.
+	BatchedOnly bool
 	// EmitPool is the emitters' own pool, as an application's request
 	// handlers would have: a starved shared pool would measure waiting for
 	// connections, not the event path.
@@ -114,6 +117,12 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 	batches := []int{1}
 	if opts.DispatchBatch > 1 {
 		batches = append(batches, opts.DispatchBatch)
+	}
+	if opts.BatchedOnly {
+		if len(batches) == 1 {
+			return nil, fmt.Errorf("invalid options: BatchedOnly with DispatchBatch %d leaves nothing to run", opts.DispatchBatch)
+		}
+		batches = batches[1:]
 	}
 	rep := &EventsReport{CPUs: runtime.NumCPU()}
 	// The runtime's plain jobs, then a bare River client's.
