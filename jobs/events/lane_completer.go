@@ -228,7 +228,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 		switch {
 		case req.keep:
 		case req.claim > 0:
-			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: min(req.claim, chainAhead), Events: req.claim})
+			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: chainAhead, Events: req.claim})
 			claimOf = append(claimOf, i)
 		default:
 			promote = append(promote, next)

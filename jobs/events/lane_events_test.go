@@ -171,7 +171,7 @@ func TestLaneRepairTakesBackALostLaneEvent(t *testing.T) {
 
 // TestLaneChainClaimsLaneEventsAhead: a chain claims the run of lane events
 // behind the head in one go (as many as its DispatchBatch allows), not one
-// per step; the ones it did not run when it stops are given back.
+// per step: while it runs one, the ones after it are claimed already.
 func TestLaneChainClaimsLaneEventsAhead(t *testing.T) {
 	t.Parallel()
 	// A split after a minute: the head's handler waits for the gate, and
