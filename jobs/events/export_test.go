@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +29,25 @@ func (f *Forwarder) SelectClaimShare(ctx context.Context, tx pgx.Tx, share, shar
 	}
 	ids, _, candidates, err = f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
 	return ids, candidates, err
+}
+
+// ExplainClaimUpdate returns the plan of the forwarder's claim update (SENT
+// or CLAIMED) of ids, in a transaction begun as a claim's is.
+func (f *Forwarder) ExplainClaimUpdate(ctx context.Context, ids []string) (string, error) {
+	tx, err := f.pool.BeginTx(ctx, claimTxOptionsGeneric)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, claimRestSQL); err != nil {
+		return "", err
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+f.claimUpdateSQL, ids, f.cfg.ID, time.Now())
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
 
 // ForwardOnce claims one batch, publishes it and records the outcome, as
