@@ -497,7 +497,7 @@ jobs AS (
     FROM cand
     WHERE j.id = cand.id AND j.state = 'pending' AND cand.seq = cand.s + cand.rn - 1
       AND NOT EXISTS (SELECT 1 FROM cand g WHERE g.ord = cand.ord AND g.rn < cand.rn AND g.seq <> g.s + g.rn - 1)
-    RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args
+    RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args::text
 )
 SELECT ord, 0::bigint, seq, 1, max_attempts::int, args FROM ev
 UNION ALL
@@ -538,6 +538,6 @@ const materializeAt = `
 // and marked as their lane's turn, as a promotion leaves a pending one.
 const materializeAvailable = `
 INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
-SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ev.args, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
+SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ev.args::jsonb, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
 FROM ev
 RETURNING queue`

@@ -259,7 +259,7 @@ func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.db.Pool.Exec(ctx, b.db.Q(`WITH ev AS (DELETE FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = 'O' RETURNING queue, max_attempts, args)
         INSERT INTO /*schema*/river_job (state, attempt, max_attempts, attempted_at, attempted_by, scheduled_at, args, kind, queue)
-        SELECT 'running', 1, max_attempts, now() - interval '30 seconds', ARRAY[$1::text], now(), args, 'tributary.event.dispatch', queue FROM ev`),
+        SELECT 'running', 1, max_attempts, now() - interval '30 seconds', ARRAY[$1::text], now(), args::jsonb, 'tributary.event.dispatch', queue FROM ev`),
 		b.rt.ProcessID())
 	require.NoError(t, err)
 	b.ageLanes(t)

@@ -211,7 +211,7 @@ func (l *lanes) countEvents(ctx context.Context, db queue.DBTX) (map[string]int6
 
 const laneEventInsertSQL = `
 INSERT INTO /*schema*/` + riverjob.LaneEventTable + ` (consumer, aggregate_id, seq, queue, max_attempts, args)
-SELECT c, a, s, q, m, g::jsonb FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[], $6::text[]) AS u(c, a, s, q, m, g)`
+SELECT c, a, s, q, m, g FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::int[], $6::text[]) AS u(c, a, s, q, m, g)`
 
 const laneEventsAtSQL = `
 SELECT u.ord, e.claimed_by, e.claimed_at FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)

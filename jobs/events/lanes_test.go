@@ -132,7 +132,7 @@ func (b *laneBundle) laneEventState(t *testing.T, eventID string) string {
 	t.Helper()
 	var claimed []bool
 	rows, err := b.db.Pool.Query(context.Background(), b.db.Q(`SELECT claimed_by IS NOT NULL FROM /*schema*/tributary_event_lane_event
-        WHERE consumer = 'lanes' AND (args->>'event')::jsonb->>'id' = $1`), eventID)
+        WHERE consumer = 'lanes' AND (args::jsonb->>'event')::jsonb->>'id' = $1`), eventID)
 	require.NoError(t, err)
 	claimed, err = pgx.CollectRows(rows, pgx.RowTo[bool])
 	require.NoError(t, err)
