@@ -63,7 +63,7 @@ func JSONHandler[T any](fn func(ctx context.Context, v T, d *Delivery) error) Ha
 		if err := json.Unmarshal(d.Body, &v); err != nil {
 			return Permanent(fmt.Errorf("invalid JSON body: %w", err))
 		}
-		if err := strictjson.CheckNames(d.Body, reflect.TypeFor[T]()); err != nil {
+		if err := strictjson.CheckNamesDecoded(d.Body, reflect.TypeFor[T]()); err != nil {
 			return Permanent(fmt.Errorf("ambiguous JSON body: %w", err))
 		}
 		return fn(ctx, v, d)

@@ -26,6 +26,21 @@ import (
 // UnmarshalJSON or UnmarshalText decide their own names; only repeated keys
 // are checked inside them, as inside maps, interfaces and json.RawMessage.
 func CheckNames(raw []byte, t reflect.Type) error {
+	if !valid(raw) {
+		// The decoder walk reports the syntax error as it always did.
+		return checkWithDecoder(raw, t)
+	}
+	return check(raw, t)
+}
+
+// CheckNamesDecoded is CheckNames for raw that was decoded without error
+// already (so it is valid JSON): it skips the validity check.
+func CheckNamesDecoded(raw []byte, t reflect.Type) error { return check(raw, t) }
+
+// checkWithDecoder is CheckNames walking json.Decoder's tokens: the
+// reference the scan (check) agrees with, and what it falls back to for
+// input it does not read itself.
+func checkWithDecoder(raw []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	w := walker{dec: dec}

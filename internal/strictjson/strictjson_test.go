@@ -50,3 +50,46 @@ func TestCheckNames(t *testing.T) {
 	require.Equal(t, reflect.TypeFor[int](), names["id"], "the shallower field wins")
 	require.Contains(t, names, "deep")
 }
+
+// TestScanAgreesWithDecoderWalk: the byte scan (check) reports exactly
+// what the json.Decoder walk it replaced reports, error text included, for
+// documents with every kind of finding at several depths, and for
+// malformed or escaped input that it hands to the walk.
+func TestScanAgreesWithDecoderWalk(t *testing.T) {
+	t.Parallel()
+	typ := reflect.TypeFor[outer]()
+	docs := []string{
+		`{"id":1,"deep":"x","self":{"ANY":1,"Case":2},"at":"2026-01-02T03:04:05Z","ptr":{"id":"p"},"arr":[{"id":"a"},{"deep":"b"}]}`,
+		`null`, `[]`, `"s"`, `{}`, ` { } `, `[ 1 , 2 ]`, `{"id" : 1 , "deep" : "a,b}]"}`,
+		`{"self":{"a":1,"a":2}}`, `{"DEEP":"x"}`, `{"ptr":{"Id":"p"}}`, `{"arr":[{},{"deep":1,"deep":2}]}`,
+		`[{"a":1},{"b":1,"b":2}]`, `{"unknown":{"x":1,"x":2}}`, `{"unknown":[{"y":[1,{"z":1,"z":2}]}]}`,
+		`{"id":1,"id":2}`, `{"ptr":{"deep":"\"quoted\" {\"x\":1}"},"ptr":null}`,
+		`{"a\u0062":1,"ab":2}`, `{"de\u0065p":1,"DEEP":2}`, `{"id":1`, `{"id":}`, `[1,2`, `{"x":tru}`, ``, `{"s":"unterminated}`,
+		`{"arr":[{"ID":"a"}]}`, `{"self":{"x":{"q":1,"q":2}}}`,
+	}
+	for _, doc := range docs {
+		want := checkWithDecoder([]byte(doc), typ)
+		got := CheckNames([]byte(doc), typ)
+		if want == nil {
+			require.NoError(t, got, doc)
+			continue
+		}
+		require.EqualError(t, got, want.Error(), doc)
+	}
+}
+
+// FuzzScanAgreesWithDecoderWalk: on any input, CheckNames says what the
+// decoder walk says.
+func FuzzScanAgreesWithDecoderWalk(f *testing.F) {
+	for _, seed := range []string{`{"id":1,"deep":"x","arr":[{"id":"a"}]}`, `{"a":1,"a":2}`, `{"DEEP":1}`, `[{"x":[{"y":1,"y":2}]}]`, `{"a\"b":1}`} {
+		f.Add([]byte(seed))
+	}
+	typ := reflect.TypeFor[outer]()
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		want := checkWithDecoder(doc, typ)
+		got := CheckNames(doc, typ)
+		if (want == nil) != (got == nil) || (want != nil && want.Error() != got.Error()) {
+			t.Fatalf("%q: decoder walk %v, scan %v", doc, want, got)
+		}
+	})
+}

@@ -146,7 +146,7 @@ func decodeStrict(raw []byte, dst any) error {
 	if dec.More() {
 		return errors.New("trailing data after the JSON value")
 	}
-	return strictjson.CheckNames(raw, reflect.TypeOf(dst))
+	return strictjson.CheckNamesDecoded(raw, reflect.TypeOf(dst))
 }
 
 // ErrUnknownEventType is returned (wrapped, with the name) for an event type
