@@ -369,13 +369,8 @@ type deliveryResult struct {
 // consumer's OnProcessedFunc, counts and logs the outcome. Dispatch jobs and
 // batched dispatch jobs both deliver through it.
 func (d *Dispatcher) deliver(ctx context.Context, c *Consumer, ev *outbox.Event, jobID int64, attempt, maxAttempts int, seq int64) deliveryResult {
-	attrs := []any{"consumer", c.Name(), "event_id", ev.ID, "event_type", ev.EventType,
-		"correlation_id", ev.Metadata.CorrelationID, "job_id", jobID, "attempt", attempt}
-	if ev.AggregateID != "" {
-		attrs = append(attrs, "aggregate_id", ev.AggregateID, "seq", seq)
-	}
-	r := deliveryResult{logger: &lazyLogger{base: d.cfg.Logger, attrs: attrs}}
-	hctx, span := startHandleSpan(withHandlerContext(ctx, ev.Metadata.CorrelationID, r.logger), c.Name(), ev, attempt)
+	r := deliveryResult{logger: &lazyLogger{base: d.cfg.Logger, consumer: c.Name(), ev: ev, jobID: jobID, attempt: attempt, seq: seq}}
+	hctx, span := startHandleSpan(withHandlerContext(ctx, r.logger), c.Name(), ev, attempt)
 	start := time.Now()
 	r.err = d.runHandlers(hctx, c, ev, attempt)
 	endSpan(span, r.err)
