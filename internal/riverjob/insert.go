@@ -282,6 +282,25 @@ func InsertNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob,
 	return tag.RowsAffected(), nil
 }
 
+// NewJobInsert is the body of a data-modifying CTE of a caller's
+// statement that inserts, for each row of from (a FROM item of that
+// statement), one job as River's insert (InsertTx, InsertManyTx) writes a
+// job without unique options, scheduled time or metadata: state
+// available, created_at and scheduled_at the database's now() (River's
+// insert leaves both to the database when no time is stubbed), priority 1
+// (River's default), metadata {}, no tags, NULL unique columns. args (a
+// jsonb), kind, queue and maxAttempts (a smallint) are SQL expressions over
+// from's columns or the statement's parameters; the caller checks them as
+// River's insert would (River's queue-name rule, ValidQueueName). It
+// returns the jobs' ids. One statement can so write a feature's own row
+// and the job that runs it (the inbox's batch and its job: one round trip).
+func NewJobInsert(from, args, kind, queue, maxAttempts string) string {
+	return `INSERT INTO /*schema*/river_job (args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state, tags)
+    SELECT ` + args + `, now(), ` + kind + `, ` + maxAttempts + `, '{}'::jsonb, 1, ` + queue + `, now(), 'available'::/*schema*/river_job_state, '{}'::varchar(255)[]
+    FROM ` + from + `
+    RETURNING id`
+}
+
 // jobRowsSQL is every column of river_job an insert decides, as the text
 // of one JSON object per job in id order, so two inserts can be compared
 // whole; the times as "scheduled_at = created_at" for jobs to run now and

@@ -162,3 +162,13 @@ func ValidQueueName(name string) bool {
 }
 
 var riverQueueName = regexp.MustCompile(`^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$`)
+
+// UnfinishedJobExists is a SQL condition, for a caller's statement on its
+// own table, that holds while the job whose id the expression id gives
+// exists and is not finalized (River's check constraint
+// finalized_or_finalized_at_null makes finalized_at NULL exactly then). It
+// probes river_job by its primary key alone: one index lookup per row the
+// caller tests (the inbox's clean-up of batches whose job is gone).
+func UnfinishedJobExists(id string) string {
+	return `EXISTS (SELECT 1 FROM /*schema*/river_job j WHERE j.id = ` + id + ` AND j.finalized_at IS NULL)`
+}

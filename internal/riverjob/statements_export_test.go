@@ -16,6 +16,8 @@ func Statements() map[string]string {
 		"(CompleteRunningUpdate)":  "WITH done AS (" + CompleteRunningUpdate("$1", "$2", "$3") + ") SELECT id FROM done",
 		"(PromoteUpdate)":          "WITH prom AS (" + PromoteUpdate("$1::bigint[]") + ") SELECT id, queue FROM prom",
 		"JobStateQueueEstimateSQL": JobStateQueueEstimateSQL,
+		"(NewJobInsert)":           "WITH j AS (" + NewJobInsert("(VALUES (1)) AS v(n)", "$1::jsonb", "$2::text", "$3::text", "$4::smallint") + ") SELECT id FROM j",
+		"(UnfinishedJobExists)":    "SELECT " + UnfinishedJobExists("$1::bigint"),
 
 		"QueuesPausedSQL":  QueuesPausedSQL,
 		"ThroughputSQL":    ThroughputSQL,
