@@ -16,26 +16,36 @@ func newBenchAMQPCmd(a *app) *cobra.Command {
 	var (
 		n, rounds, bodyBytes         int
 		prefetch, concurrency, batch int
+		inboxWorkers                 int
 		asJSON                       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "amqp",
-		Short: "Publish-with-confirms and inbound AMQP -> job throughput beside bare amqp091-go loops",
+		Short: "Publish-with-confirms and inbound AMQP -> inbox / job throughput beside bare amqp091-go loops",
 		Long: `Publish N persistent messages with confirms through tributary's Publisher and
-through a bare amqp091-go loop (confirm window 512), then turn them into River
-jobs with the inbound bridge (at its default prefetch and inserters unless
+through a bare amqp091-go loop (confirm window 512). Then, beside a bare
+consumer (prefetch 300, multiple ack) that inserts nothing, take as many in
+with the inbound bridge (at its default prefetch and inserters unless
 --bridge-prefetch / --inbound-concurrency / --inbound-batch say otherwise)
-beside a bare consumer (prefetch 300, multiple ack) that inserts nothing, and
-hand as many to the event bus (amqpbridge.EventInserter, one consumer with
-batched dispatch that nothing works). Jobs and events go to temporary schemas
-that are dropped afterwards. The sides take turns going first for --rounds R rounds; it prints every round,
-the median rates, and the median of the per-round ratios (the two runs of a
+three ways: into an inbox (jobs/inbox/amqpinbox.Inserter: one batch row and
+one River job per transaction), as one River job per message
+(amqpbridge.JobInserter), and into the event bus (amqpbridge.EventInserter,
+one consumer with batched dispatch that nothing works). Jobs, inbox batches
+and events go to temporary schemas that are dropped afterwards. The sides
+take turns going first for --rounds R rounds; it prints every round, the
+median rates, and the median of the per-round ratios (the two runs of a
 round follow each other, so load from elsewhere hits both alike) beside the
-goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
+goals: publish >= 0.8x, inbound >= 0.8x (issue 15; the inbox side, with the
+per-message job side printed beside it). Last, a runtime with the inbox
+installed (a no-op handler, --inbox-workers River workers) handles the last
+round's inbox backlog, and the messages/s it handles are printed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || rounds < 1 || bodyBytes < 2 {
 				return usagef("-n %d, --rounds %d and --body-bytes %d must be positive", n, rounds, bodyBytes)
+			}
+			if inboxWorkers < 1 {
+				return usagef("--inbox-workers %d must be at least 1", inboxWorkers)
 			}
 			if prefetch < 1 || concurrency < 1 || batch < 0 {
 				return usagef("--bridge-prefetch %d and --inbound-concurrency %d must be at least 1 and --inbound-batch %d not negative", prefetch, concurrency, batch)
@@ -45,7 +55,8 @@ goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
 				report = a.stderr
 			}
 			return a.runBench(cmd.Context(), asJSON, report, func(ctx context.Context, pool *pgxpool.Pool, w io.Writer) (any, error) {
-				// The inbound bridge's jobs go to a schema of their own.
+				// The inbound bridge's jobs and inbox batches go to a schema of
+				// their own.
 				schema, drop, err := bench.TempSchema(ctx, pool, "bench_amqp")
 				if err != nil {
 					return nil, err
@@ -65,6 +76,7 @@ goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
 					URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 					DB: pool, Jobs: client, Bus: bus, Logger: quiet,
 					BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
+					InboxSchema: schema, InboxWorkers: inboxWorkers,
 				}, w)
 			})
 		},
@@ -75,6 +87,7 @@ goals: publish >= 0.8x, inbound >= 0.8x (issue 15).`,
 	cmd.Flags().IntVar(&prefetch, "bridge-prefetch", amqpbridge.InboundPrefetchDefault, "the inbound bridge's prefetch")
 	cmd.Flags().IntVar(&concurrency, "inbound-concurrency", amqpbridge.InboundConcurrencyDefault, "the inbound bridge's concurrent inserting transactions")
 	cmd.Flags().IntVar(&batch, "inbound-batch", 0, "the most messages per inserting transaction (0: prefetch / concurrency)")
+	cmd.Flags().IntVar(&inboxWorkers, "inbox-workers", bench.AMQPInboxWorkersDefault, "River workers of the runtime that handles the last round's inbox backlog")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document (the report goes to stderr)")
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/inbox/amqpinbox"
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -54,6 +55,17 @@ type AMQPOptions struct {
 	// bridge handing each message to the event bus (EventInserter, type
 	// AMQPEventType), against the same bare loop.
 	Bus outbox.TxPublisher
+	// InboxSchema, when set (with DB and Jobs), adds the inbox side to each
+	// round: the inbound bridge writing each batch of messages as one inbox
+	// batch (amqpinbox.Inserter) into this schema, with the job side's
+	// prefetch, inserters and batch size, against the same bare loop; it is
+	// the side issue 15's goal is about. After the rounds, a runtime with the
+	// inbox installed handles the last round's backlog (the handled
+	// measurement).
+	InboxSchema string
+	// InboxWorkers is the River workers of the handled measurement.
+	// Defaults to AMQPInboxWorkersDefault (10).
+	InboxWorkers int
 	// Logger for the bridge. Defaults to a discarding logger.
 	Logger *slog.Logger
 }
@@ -83,6 +95,16 @@ type AMQPResult struct {
 	InboundEventsRatio  float64   `json:"inbound_events_ratio,omitempty"`
 	InboundEventsRatios []float64 `json:"inbound_events_ratios,omitempty"`
 	InboundEventsCPU    amqpCPU   `json:"inbound_events_cpu_per_msg"`
+	// InboundInbox* are the same for the bridge writing inbox batches
+	// (AMQPOptions.InboxSchema): the side issue 15's goal is about; zero
+	// without it. InboxHandled is the rate at which a runtime with the inbox
+	// installed handled one round's backlog, and InboxHandledCPU its CPU.
+	InboundInbox       float64   `json:"inbound_inbox_msgs_per_sec,omitempty"`
+	InboundInboxRatio  float64   `json:"inbound_inbox_ratio,omitempty"`
+	InboundInboxRatios []float64 `json:"inbound_inbox_ratios,omitempty"`
+	InboundInboxCPU    amqpCPU   `json:"inbound_inbox_cpu_per_msg"`
+	InboxHandled       float64   `json:"inbox_handled_msgs_per_sec,omitempty"`
+	InboxHandledCPU    amqpCPU   `json:"inbox_handled_cpu_per_msg"`
 	// InsertOnly is the rate of the inbound bridge's inserts (same batch
 	// size and concurrency) with no broker involved.
 	InsertOnly float64 `json:"insert_only_jobs_per_sec"`
@@ -185,7 +207,11 @@ func medianCPU(cs []amqpCPU) amqpCPU {
 //     keeps the same confirm window (512) of DeferredConfirmations;
 //   - inbound AMQP -> job: the Inbound bridge inserting River jobs (at its
 //     own prefetch, AMQPOptions.BridgePrefetch) against a bare consumer with
-//     prefetch 300 and multiple acks that inserts nothing.
+//     prefetch 300 and multiple acks that inserts nothing;
+//   - inbound AMQP -> inbox (with AMQPOptions.InboxSchema): the same bridge
+//     writing one inbox batch per transaction, against the same bare loop;
+//     then the messages/s a runtime handles of one round's inbox backlog;
+//   - inbound AMQP -> event bus (with AMQPOptions.Bus).
 //
 // It writes a small report to w.
 func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, error) {
@@ -196,6 +222,7 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	opts.ConfirmWindow = cmp.Or(opts.ConfirmWindow, 512)
 	opts.Prefetch = cmp.Or(opts.Prefetch, 300)
 	opts.JobKind = cmp.Or(opts.JobKind, "bench.amqp")
+	opts.InboxWorkers = cmp.Or(opts.InboxWorkers, AMQPInboxWorkersDefault)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -232,6 +259,16 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 
 	withDB := opts.DB != nil && opts.Jobs != nil
 	withBus := withDB && opts.Bus != nil
+	withInbox := withDB && opts.InboxSchema != ""
+	var inboxQ string
+	if withInbox {
+		// The inbox side's queue, declared and filled like the event side's.
+		var dropInboxQ func()
+		if inboxQ, dropInboxQ, err = declareBridgeQueue(conn, cfg, "bench-inbound-inbox-"+suffix); err != nil {
+			return res, err
+		}
+		defer dropInboxQ()
+	}
 	var eventsQ string
 	if withBus {
 		// The event side's queue, declared like the bridge's; filled by
@@ -242,9 +279,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		}
 		defer dropEventsQ()
 	}
-	var pubBare, pubBridge, inBare, inBridge, inEvents []float64
-	var inStats, evStats []amqpbridge.BatchStats
-	var cpuBare, cpuBridge, cpuEvents []amqpCPU
+	var pubBare, pubBridge, inBare, inBridge, inEvents, inInbox []float64
+	var inStats, evStats, ibStats []amqpbridge.BatchStats
+	var cpuBare, cpuBridge, cpuEvents, cpuInbox []amqpCPU
 	var dbCPU *cpuPool
 	if p, ok := opts.DB.(*pgxpool.Pool); ok && withDB {
 		// The bridge's transactions on a pool of their own, so the CPU of
@@ -302,6 +339,24 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 				return wrap("bridge inbound to the event bus", err)
 			})
 		}
+		if withInbox {
+			publishers = append(publishers, func() error {
+				_, err := barePublish(ctx, conn, inboxQ, body, opts.Messages, opts.ConfirmWindow)
+				return wrap("publish for the inbox side", err)
+			})
+			consumers = append(consumers, func() error {
+				ib, err := amqpInbox(round, nil)
+				if err != nil {
+					return err
+				}
+				cpu := meter.start()
+				d, st, err := bridgeInbound(ctx, cfg, inboxQ, opts, amqpinbox.Inserter(ib, opts.InboxSchema, opts.DB))
+				inInbox = append(inInbox, rate(opts.Messages, d))
+				cpuInbox = append(cpuInbox, cpu(opts.Messages))
+				ibStats = append(ibStats, st)
+				return wrap("bridge inbound to an inbox", err)
+			})
+		}
 		// Rotate who goes first, so no side always gets the warmer broker.
 		for range round {
 			publishers = append(publishers[1:], publishers[0])
@@ -325,6 +380,11 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			fmt.Fprintf(w, "; inbound bare %.0f, tributary %.0f msg/s (%d transactions of %.0f on average, %.2fs of inserts, %.2fs waited for an inserter)\n  CPU: bare %s; tributary %s",
 				inBare[round], inBridge[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), st.HandOffTime.Seconds(), st.SlotWait.Seconds(),
 				cpuBare[round], cpuBridge[round])
+			if withInbox {
+				st := ibStats[round]
+				fmt.Fprintf(w, "\n  inbound to an inbox %.0f msg/s (ratio %.2f; %d transactions of %.0f on average), CPU %s",
+					inInbox[round], inInbox[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), cpuInbox[round])
+			}
 			if withBus {
 				st := evStats[round]
 				fmt.Fprintf(w, "\n  inbound to the event bus %.0f msg/s (ratio %.2f; %d transactions of %.0f on average), CPU %s",
@@ -346,9 +406,21 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
 	res.InboundRatio = medianRatio(inBridge, inBare)
 	res.InboundRatios = ratios(inBridge, inBare)
-	fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
-		opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
 	res.InboundBareCPU, res.InboundBridgeCPU = medianCPU(cpuBare), medianCPU(cpuBridge)
+	if withInbox {
+		// The goal's side first; the job side beside it, labelled.
+		res.InboundInbox = median(inInbox)
+		res.InboundInboxRatio = medianRatio(inInbox, inBare)
+		res.InboundInboxRatios = ratios(inInbox, inBare)
+		res.InboundInboxCPU = medianCPU(cpuInbox)
+		fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> inbox (amqpinbox.Inserter: one batch row and job per transaction; prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+			opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundInbox, res.InboundInboxRatio, spread(res.InboundInboxRatios))
+		fmt.Fprintf(w, "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f against the same bare loop; %s\n",
+			ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
+	} else {
+		fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+			opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
+	}
 	if withBus {
 		res.InboundEvents = median(inEvents)
 		res.InboundEventsRatio = medianRatio(inEvents, inBare)
@@ -366,16 +438,27 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	}
 	res.InsertOnly = rate(opts.Messages, d)
 	res.InsertOnlyCPU = cpu(opts.Messages)
-	fmt.Fprintf(w, "reference: the same River batch inserts without RabbitMQ %.0f jobs/s (the inbound bridge's ceiling here)\n", res.InsertOnly)
-	fmt.Fprintf(w, "CPU per message (medians): bare consume %s; tributary inbound %s; inserts alone %s\n", res.InboundBareCPU, res.InboundBridgeCPU, res.InsertOnlyCPU)
+	fmt.Fprintf(w, "reference: the same River batch inserts without RabbitMQ %.0f jobs/s (the River job side's ceiling here)\n", res.InsertOnly)
+	fmt.Fprintf(w, "CPU per message (medians): bare consume %s; tributary inbound to River jobs %s; inserts alone %s\n", res.InboundBareCPU, res.InboundBridgeCPU, res.InsertOnlyCPU)
+	if withInbox {
+		fmt.Fprintf(w, "CPU per message (medians): tributary inbound to an inbox %s\n", res.InboundInboxCPU)
+	}
 	if withBus {
 		fmt.Fprintf(w, "CPU per message (medians): tributary inbound to the event bus %s\n", res.InboundEventsCPU)
 	}
 	if b, t := res.InboundBareCPU, res.InboundBridgeCPU; b.Broker > 0 && t.Database > 0 {
 		// Where the CPU is what limits both sides, the ratio cannot
 		// exceed this.
-		fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio: %.2f (bare CPU / tributary CPU per message)\n",
+		fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, River jobs: %.2f (bare CPU / tributary CPU per message)\n",
 			float64(b.Broker+b.Database+b.Self)/float64(t.Broker+t.Database+t.Self))
+		if t := res.InboundInboxCPU; withInbox && t.Database > 0 {
+			fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, inbox: %.2f\n", float64(b.Broker+b.Database+b.Self)/float64(t.Broker+t.Database+t.Self))
+		}
+	}
+	if withInbox {
+		if err := measureInboxHandled(ctx, opts, dbCPU, meter, &res, w); err != nil {
+			return res, err
+		}
 	}
 	fmt.Fprintf(w, "(rates: medians of %d rounds, alternating which side goes first; ratios: median of the per-round ratios, each from two back-to-back runs)\n", opts.Rounds)
 	return res, nil
