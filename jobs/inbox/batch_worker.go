@@ -208,7 +208,7 @@ func (r *runner) readBatch(ctx context.Context, a batchArgs) ([]Message, int, er
 	if a.From < 0 || a.From >= count {
 		return nil, 0, fmt.Errorf("%w: the job runs from message %d of %d", ErrMalformed, a.From, count)
 	}
-	msgs, err := decodeFrom(data, a.From)
+	msgs, err := decodeFrom(data, a.From, count-a.From)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -47,7 +47,11 @@ type Config struct {
 
 	// Queue is the River queue of the inbox's jobs. It must be a name
 	// River accepts (at most 64 lower-case letters and digits, separated by
-	// single '_', '-' or '|').
+	// single '_', '-' or '|'). Every process that works the queue must
+	// Install inboxes: River fails a job whose kind has no worker (and
+	// discards it after its attempts), while a process that installed other
+	// inboxes only snoozes it. So give inboxes a queue of their own unless
+	// every worker of the queue runs them.
 	//
 	// Defaults to river.QueueDefault ("default").
 	Queue string

@@ -10,7 +10,7 @@
 // that has made its attempt and is retried, listed and replayed like any
 // job, while its siblings are not run again.
 //
-//	orders, err := inbox.New(inbox.Config{Name: "orders", HandleFunc: handleOrder})
+//	orders, err := inbox.New(inbox.Config{Name: "orders", Queue: "inbox", HandleFunc: handleOrder})
 //	if err != nil { ... }
 //	if err := inbox.Install(rt, orders); err != nil { ... }
 //	in, err := amqpbridge.NewInbound(bridgeCfg, amqpbridge.InboundConfig{

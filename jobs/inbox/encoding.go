@@ -182,12 +182,13 @@ func appendBytes(b, v []byte) []byte {
 // out of range, headers that are not a JSON object, or bytes after the last
 // message are errors wrapping ErrMalformed that say where.
 func DecodeBatch(data []byte) ([]Message, error) {
-	return decodeFrom(data, 0)
+	return decodeFrom(data, 0, 0)
 }
 
 // decodeFrom decodes data's messages from the from-th on (the first from
-// are checked and skipped).
-func decodeFrom(data []byte, from int) ([]Message, error) {
+// are checked and skipped); n is how many it expects, for the slice's
+// capacity.
+func decodeFrom(data []byte, from, n int) ([]Message, error) {
 	d := decoder{data: data}
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty", ErrMalformed)
@@ -196,7 +197,7 @@ func decodeFrom(data []byte, from int) ([]Message, error) {
 		return nil, fmt.Errorf("%w: encoding version %d, want %d", ErrMalformed, data[0], encodingVersion)
 	}
 	d.off = 1
-	var msgs []Message
+	msgs := make([]Message, 0, n)
 	for i := 0; d.off < len(d.data); i++ {
 		var m Message
 		if err := d.message(&m, i >= from); err != nil {

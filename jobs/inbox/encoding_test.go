@@ -80,7 +80,7 @@ func TestBatchEncoding(t *testing.T) {
 		require.Equal(t, map[string]any{"s": "é\u2028<>", "i": int64(7), "big": int64(math.MaxInt64), "f": 1.5, "b": true, "nil": nil,
 			"nested": map[string]any{"x": []any{int64(1), "two", 3.25}}, "bytes": "cmF3"}, got[0].Headers)
 
-		tail, err := decodeFrom(b.Bytes(), 2)
+		tail, err := decodeFrom(b.Bytes(), 2, 2)
 		require.NoError(t, err)
 		require.Len(t, tail, 2)
 		require.Equal(t, "m-3", tail[0].ID)

@@ -15,7 +15,8 @@ import (
 func ExampleInserter() {
 	install := func(rt *queue.Runtime, bridgeCfg amqpbridge.Config) error {
 		orders, err := inbox.New(inbox.Config{
-			Name: "orders",
+			Name:  "orders",
+			Queue: "inbox", // a River queue of its own: every process that works it must install the inbox
 			HandleFunc: func(ctx context.Context, m *inbox.Message) error {
 				return nil // m.Body, m.Headers, m.ID (the idempotency key), ...
 			},
