@@ -18,10 +18,12 @@ import (
 //	batch     = version message*
 //	version   = byte 1
 //	message   = flags [timestamp] field(id) field(type) field(correlation id)
-//	            field(content type) field(source) field(routing key)
+//	            [field(content type) field(source) field(routing key)]
 //	            [field(headers)] field(body)
-//	flags     = byte: bit 0 a timestamp follows, bit 1 headers follow; the
-//	            other bits are 0
+//	flags     = byte: bit 0 a timestamp follows, bit 1 headers follow, bit 2
+//	            the content type, source and routing key are the previous
+//	            message's and are left out (never on the first message);
+//	            the other bits are 0
 //	timestamp = varint(Unix seconds) uvarint(nanoseconds, below 1e9)
 //	field     = uvarint(length) bytes
 //
@@ -32,7 +34,12 @@ const (
 
 	flagTimestamp byte = 1 << 0
 	flagHeaders   byte = 1 << 1
-	knownFlags         = flagTimestamp | flagHeaders
+	// flagRepeat leaves out what the messages of one batch almost always
+	// share (the queue they came from, its routing key, the content type):
+	// a quarter of the bytes of a 200-byte message from the inbound bridge,
+	// which the batch row, its WAL and its TOAST chunks all pay for.
+	flagRepeat byte = 1 << 2
+	knownFlags      = flagTimestamp | flagHeaders | flagRepeat
 )
 
 // BatchBytesMax is about the most bytes of encoded messages one batch row
@@ -51,6 +58,9 @@ type Batch struct {
 	buf     []byte
 	n       int
 	scratch []byte // headers marshalled by Add
+	// The previous message's content type, source and routing key, which a
+	// message that has the same leaves out (flagRepeat).
+	contentType, source, routingKey string
 }
 
 var batchPool = sync.Pool{New: func() any { return new(Batch) }}
@@ -78,6 +88,7 @@ func (b *Batch) Release() {
 func (b *Batch) Reset() {
 	b.buf = append(b.buf[:0], encodingVersion)
 	b.n = 0
+	b.contentType, b.source, b.routingKey = "", "", ""
 }
 
 // Len is the number of messages in b.
@@ -133,6 +144,10 @@ func (b *Batch) AddEncoded(m *Message, headers []byte) error {
 	if len(headers) > 0 {
 		flags |= flagHeaders
 	}
+	repeat := b.n > 0 && m.ContentType == b.contentType && m.Source == b.source && m.RoutingKey == b.routingKey
+	if repeat {
+		flags |= flagRepeat
+	}
 	buf := append(b.buf, flags)
 	if flags&flagTimestamp != 0 {
 		buf = binary.AppendVarint(buf, m.Timestamp.Unix())
@@ -141,9 +156,12 @@ func (b *Batch) AddEncoded(m *Message, headers []byte) error {
 	buf = appendString(buf, m.ID)
 	buf = appendString(buf, m.Type)
 	buf = appendString(buf, m.CorrelationID)
-	buf = appendString(buf, m.ContentType)
-	buf = appendString(buf, m.Source)
-	buf = appendString(buf, m.RoutingKey)
+	if !repeat {
+		buf = appendString(buf, m.ContentType)
+		buf = appendString(buf, m.Source)
+		buf = appendString(buf, m.RoutingKey)
+		b.contentType, b.source, b.routingKey = m.ContentType, m.Source, m.RoutingKey
+	}
 	if flags&flagHeaders != 0 {
 		buf = appendBytes(buf, headers)
 	}
@@ -215,6 +233,10 @@ type decoder struct {
 	data  []byte
 	off   int
 	start int // where the current message began
+	n     int // messages read so far
+	// The last content type, source and routing key written out, for a
+	// message with flagRepeat: one string each for a run of messages.
+	contentType, source, routingKey string
 }
 
 // message decodes the next message into m (when keep; it is only checked
@@ -244,11 +266,14 @@ func (d *decoder) message(m *Message, keep bool) error {
 			m.Timestamp = time.Unix(sec, int64(nsec)).UTC()
 		}
 	}
+	if flags&flagRepeat != 0 && d.n == 0 {
+		return errors.New("the first message repeats a previous one's fields")
+	}
+	d.n++
 	for _, f := range [...]struct {
 		name string
 		to   *string
-	}{{"id", &m.ID}, {"type", &m.Type}, {"correlation id", &m.CorrelationID}, {"content type", &m.ContentType},
-		{"source", &m.Source}, {"routing key", &m.RoutingKey}} {
+	}{{"id", &m.ID}, {"type", &m.Type}, {"correlation id", &m.CorrelationID}} {
 		v, err := d.field(f.name)
 		if err != nil {
 			return err
@@ -256,6 +281,23 @@ func (d *decoder) message(m *Message, keep bool) error {
 		if keep && len(v) > 0 {
 			*f.to = string(v)
 		}
+	}
+	if flags&flagRepeat == 0 {
+		for _, f := range [...]struct {
+			name string
+			to   *string
+		}{{"content type", &d.contentType}, {"source", &d.source}, {"routing key", &d.routingKey}} {
+			v, err := d.field(f.name)
+			if err != nil {
+				return err
+			}
+			if string(v) != *f.to {
+				*f.to = string(v)
+			}
+		}
+	}
+	if keep {
+		m.ContentType, m.Source, m.RoutingKey = d.contentType, d.source, d.routingKey
 	}
 	if flags&flagHeaders != 0 {
 		v, err := d.field("headers")

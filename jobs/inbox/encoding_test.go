@@ -87,6 +87,38 @@ func TestBatchEncoding(t *testing.T) {
 		require.Equal(t, "m-4", tail[1].ID)
 	})
 
+	t.Run("RepeatedFieldsLeftOut", func(t *testing.T) {
+		t.Parallel()
+		// A run of messages from one queue writes its content type, source
+		// and routing key once; a message that differs writes them again,
+		// and the run after it repeats those.
+		b := setup(t)
+		in := make([]Message, 6)
+		for i := range in {
+			in[i] = Message{ID: fmt.Sprintf("r-%d", i), ContentType: "application/json", Source: "orders.inbound", RoutingKey: "orders", Body: []byte(`{}`)}
+		}
+		in[3].Source, in[3].RoutingKey = "other.queue", "other"
+		one := setup(t)
+		require.NoError(t, one.Add(&in[0]))
+		for i := range in {
+			require.NoError(t, b.Add(&in[i]))
+		}
+		perMessage := one.Size() - 1 // without the version byte
+		require.Less(t, b.Size()-1, len(in)*perMessage-3*len("application/jsonorders.inboundorders"), "the repeats are left out")
+		got, err := DecodeBatch(b.Bytes())
+		require.NoError(t, err)
+		for i := range in {
+			requireSameMessage(t, &in[i], &got[i], nil)
+		}
+		tail, err := decodeFrom(b.Bytes(), 4, 2)
+		require.NoError(t, err)
+		require.Equal(t, "orders.inbound", tail[0].Source, "the message after the different one writes its own again")
+		require.Equal(t, "orders", tail[1].RoutingKey, "and the next repeats those")
+		b.Reset()
+		require.NoError(t, b.Add(&in[4]))
+		require.Equal(t, perMessage+1, b.Size()+len("r-4")-len("r-0"), "a batch starts again with every field")
+	})
+
 	t.Run("TruncatedIsAnErrorAtEveryByte", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
@@ -119,7 +151,8 @@ func TestBatchEncoding(t *testing.T) {
 		}{
 			"Empty":          {nil, "empty"},
 			"Version":        {append([]byte{2}, good[1:]...), "encoding version 2, want 1"},
-			"UnknownFlags":   {append([]byte{1, 0x04}, good[2:]...), "unknown flags 0x04"},
+			"UnknownFlags":   {append([]byte{1, 0x08}, good[2:]...), "unknown flags 0x08"},
+			"FirstRepeats":   {append([]byte{1, flagRepeat}, good[2:]...), "the first message repeats"},
 			"TrailingByte":   {append(good[:len(good):len(good)], 0), "message 1 (at byte"},
 			"Nanoseconds":    {[]byte{1, flagTimestamp, 0, 0x80, 0x94, 0xeb, 0xdc, 0x03, 0, 0, 0, 0, 0, 0, 0}, "nanoseconds 1000000000 out of range"},
 			"HeadersNotJSON": {[]byte{1, flagHeaders, 0, 0, 0, 0, 0, 0, 2, '{', 'x', 0}, "headers"},
