@@ -31,8 +31,10 @@ three ways: into an inbox (jobs/inbox/amqpinbox.Inserter: one batch row and
 one River job per transaction), as one River job per message
 (amqpbridge.JobInserter), and into the event bus (amqpbridge.EventInserter,
 one consumer with batched dispatch that nothing works). Jobs, inbox batches
-and events go to temporary schemas that are dropped afterwards. The sides
-take turns going first for --rounds R rounds; it prints every round, the
+and events go to temporary schemas that are dropped afterwards. Each side's
+queue is consumed right after it was filled, so every consume finds the
+broker in the same state. The sides take turns going first for --rounds R
+rounds; it prints every round, the
 median rates, and the median of the per-round ratios (the two runs of a
 round follow each other, so load from elsewhere hits both alike) beside the
 goals: publish >= 0.8x, inbound >= 0.8x (issue 15; the inbox side, with the

@@ -364,7 +364,16 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		}
 		steps := publishers
 		if withDB {
-			steps = append(steps, consumers...)
+			// Each queue is consumed right after it was filled, with no other
+			// queue full in the broker: filled all at once before, each
+			// consume found the broker at one of two costs (about 20 or 40
+			// µs a message), and the side that got the cheap one decided the
+			// round (per-round ratios 0.37 to 1.36 in one run;
+			// docs/BENCHMARKS.md, "The twelfth round").
+			steps = nil
+			for i := range publishers {
+				steps = append(steps, publishers[i], consumers[i])
+			}
 		} else {
 			// Nothing consumes: empty the queues for the next round.
 			steps = append(steps, func() error { return purge(conn, bareQ, bridgeQ) })
