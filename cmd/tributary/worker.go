@@ -14,6 +14,7 @@ import (
 	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/batch"
+	"github.com/tributary-run/tributary/jobs/inbox"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/outbox"
@@ -67,6 +68,10 @@ func workerInstallers() []installer {
 		{name: "workflows", install: installWorkflows},
 		{name: "scheduler", install: installScheduler},
 		{name: "batch flushes", install: installBatch},
+		// The inbox workers with no inbox: a job of an inbox on a queue this
+		// worker works waits (snoozed) for the inbox's own process instead of
+		// failing here as a job of an unknown kind.
+		{name: "inbox", install: func(ctx context.Context, env *workerEnv) error { return inbox.Install(env.runtime) }},
 		{name: "AMQP bridge", install: installAMQP},
 		{name: "events", install: installEvents},
 		{name: "dashboard", install: installDashboard}, // last: it registers env.collectors

@@ -490,8 +490,45 @@ func TestInstall(t *testing.T) {
 	require.NoError(t, err)
 	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
 	require.NoError(t, err)
-	require.ErrorContains(t, inbox.Install(rt), "at least one inbox")
 	require.ErrorContains(t, inbox.Install(rt, a, a2), `inbox "a" is given twice`)
 	require.NoError(t, inbox.Install(rt, a, b), "several inboxes, one set of workers")
 	require.ErrorContains(t, inbox.Install(rt, b), "give every inbox to one Install call")
+}
+
+// TestInstallWithoutInboxesWaits: a process that installed the workers
+// without any inbox (as `tributary worker` does) and works the queue an
+// inbox's jobs are on puts them off for a process that runs the inbox,
+// spending no attempt, rather than failing them as of an unknown kind.
+func TestInstallWithoutInboxesWaits(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	ib, err := inbox.New(inbox.Config{Name: "elsewhere", HandleFunc: func(context.Context, *inbox.Message) error { return nil }})
+	require.NoError(t, err)
+	w, err := ib.Writer(db.Schema)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := w.InsertMessagesTx(ctx, tx, messages(3))
+		return err
+	}))
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		require.NoError(t, inbox.Install(rt))
+	})
+	var j *rivertype.JobRow
+	pgtest.WaitFor(t, 15*time.Second, "the batch job snoozed", func() (bool, error) {
+		res, err := db.Client(t).River().JobList(ctx, river.NewJobListParams().Kinds(inbox.BatchKind).First(10))
+		if err != nil || len(res.Jobs) != 1 || res.Jobs[0].State == rivertype.JobStateRunning {
+			return false, err
+		}
+		j = res.Jobs[0]
+		var meta struct {
+			Snoozes int `json:"snoozes"`
+		}
+		return meta.Snoozes > 0, json.Unmarshal(j.Metadata, &meta)
+	})
+	require.Equal(t, 0, j.Attempt, "a snooze spends no attempt")
+	require.Empty(t, j.Errors, "not failed as a job of an unknown kind")
+	var rows int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_inbox_batch`)).Scan(&rows))
+	require.Equal(t, 1, rows, "the batch row stays for the inbox's process")
 }

@@ -39,11 +39,13 @@ type statements struct {
 // the inbox it names. Give every inbox the process runs to one call; a
 // second call on the same runtime is an error (River takes one worker per
 // job kind). Install before rt starts. A job of an inbox the process did
-// not install waits for a process that did (see notRunHere).
+// not install waits for a process that did (see notRunHere); so does every
+// job a process takes after Install with no inboxes at all, which is what
+// a process that works a queue an inbox may share, without running that
+// inbox, should do (`tributary worker` does): without the workers, River
+// fails such a job as one of an unknown kind, and discards it once its
+// attempts are spent.
 func Install(rt *queue.Runtime, inboxes ...*Inbox) error {
-	if len(inboxes) == 0 {
-		return errors.New("inbox.Install needs at least one inbox")
-	}
 	q := func(sql string) string { return queue.Qualify(rt.Schema(), sql) }
 	r := &runner{pool: rt.Pool(), schema: rt.Schema(), logger: rt.Logger().With("component", "inbox"), inboxes: map[string]*Inbox{},
 		sql: statements{readBatch: q(readBatchSQL), completeBatch: q(completeBatchSQL), deleteBatch: q(deleteBatchSQL), continueBatch: q(continueBatchSQL)}}
