@@ -93,3 +93,33 @@ func FuzzScanAgreesWithDecoderWalk(f *testing.F) {
 		}
 	})
 }
+
+type benchPayload struct {
+	N     int    `json:"n"`
+	Order string `json:"order_id"`
+	Items []struct {
+		SKU string `json:"sku"`
+		Qty int    `json:"qty"`
+	} `json:"items"`
+}
+
+var benchDoc = []byte(`{"n":12345,"order_id":"o-1","items":[{"sku":"a","qty":1},{"sku":"b","qty":2}]}`)
+
+// BenchmarkCheckNames: the scan (as the events' decoding calls it, after
+// decoding) beside the json.Decoder token walk it replaced
+// (go test -run XXX -bench CheckNames ./internal/strictjson/).
+func BenchmarkCheckNames(b *testing.B) {
+	typ := reflect.TypeFor[*benchPayload]()
+	b.Run("Scan", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = CheckNamesDecoded(benchDoc, typ)
+		}
+	})
+	b.Run("DecoderWalk", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = checkWithDecoder(benchDoc, typ)
+		}
+	})
+}
