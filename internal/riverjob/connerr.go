@@ -54,6 +54,20 @@ func RecordRetryDelay(metadata []byte) time.Duration {
 	return min(time.Second<<min(max(m.Snoozes, 0), 4), 10*time.Second)
 }
 
+// NotRunHereWait is how long a job that this process cannot run (one for a
+// consumer or an inbox it does not run) is snoozed for a process that can:
+// 1 s, doubling with each snooze River counted on the job (its metadata's
+// "snoozes"), at most a minute. first reports that the job was not snoozed
+// before, so that only its first wait is worth a warning.
+func NotRunHereWait(metadata []byte) (wait time.Duration, first bool) {
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	n := max(m.Snoozes, 0)
+	return min(time.Second<<min(n, 6), time.Minute), n == 0
+}
+
 // recordError is a failure of tributary's own reads and writes around or
 // inside a job's handler (a lane's turn, a dispatch's outcome, a workflow
 // step's record), as opposed to a failure of the handler's own code. Its

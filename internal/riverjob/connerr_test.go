@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
@@ -54,4 +55,25 @@ func TestConnectionError(t *testing.T) {
 	_, err = conn.Exec(ctx, `SELECT 1`)
 	require.Error(t, err)
 	require.True(t, riverjob.ConnectionError(err), "%v", err)
+}
+
+func TestNotRunHereWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		metadata string
+		wait     time.Duration
+		first    bool
+	}{
+		{`{}`, time.Second, true},
+		{`{"snoozes": 1}`, 2 * time.Second, false},
+		{`{"snoozes": 5}`, 32 * time.Second, false},
+		{`{"snoozes": 6}`, time.Minute, false},
+		{`{"snoozes": 1000}`, time.Minute, false},
+		{`{"snoozes": -3}`, time.Second, true},
+		{`not json`, time.Second, true},
+	} {
+		wait, first := riverjob.NotRunHereWait([]byte(tc.metadata))
+		require.Equal(t, tc.wait, wait, tc.metadata)
+		require.Equal(t, tc.first, first, tc.metadata)
+	}
 }

@@ -2,27 +2,19 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // ConsumerHeartbeatInterval is how often a running Dispatcher records, in
 // its consumers' rows (seen_at), that a live worker runs them. A consumer no
 // worker has recorded for its InactiveAfter stops receiving new events.
 const ConsumerHeartbeatInterval = time.Minute
-
-// Waits of a dispatch for a consumer the worker that took it does not run:
-// doubling from the first to the last, so a consumer that was removed from
-// the code costs a few job fetches a minute per lane, and one that runs in
-// another worker of the same queue is picked up there soon.
-const (
-	notRunHereFirstWait = time.Second
-	notRunHereMaxWait   = time.Minute
-)
 
 // runBackground records the consumers' liveness every
 // ConsumerHeartbeatInterval and sweeps the lanes every LaneRepairInterval,
@@ -80,16 +72,9 @@ func (d *Dispatcher) notRunHere(ctx context.Context, consumer string, job *river
 		d.logger.InfoContext(ctx, "dispatch for a removed consumer cancelled", "consumer", consumer, "job_id", job.ID)
 		return river.JobCancel(fmt.Errorf("consumer %q was removed (tributary consumers remove)", consumer))
 	}
-	var meta struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(job.Metadata, &meta)
-	wait := notRunHereMaxWait
-	if meta.Snoozes < 6 {
-		wait = min(notRunHereFirstWait<<meta.Snoozes, notRunHereMaxWait)
-	}
+	wait, first := riverjob.NotRunHereWait(job.Metadata)
 	attrs := []any{"consumer", consumer, "job_id", job.ID, "registered_here", d.consumerNames(), "retry_in", wait}
-	if meta.Snoozes == 0 {
+	if first {
 		d.logger.WarnContext(ctx, "dispatch for a consumer this worker does not run: waiting for a worker that does (see tributary consumers list)", attrs...)
 	} else {
 		d.logger.DebugContext(ctx, "dispatch for a consumer this worker does not run: waiting", attrs...)

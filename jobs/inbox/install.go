@@ -2,13 +2,11 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -67,15 +65,6 @@ func Install(rt *queue.Runtime, inboxes ...*Inbox) error {
 	return nil
 }
 
-// Waits of a job for an inbox the process that took it did not install:
-// doubling from the first to the last, so an inbox removed from the code
-// costs a few job fetches a minute per job, and one that another process of
-// the same queue runs is picked up there soon.
-const (
-	notRunHereFirstWait = time.Second
-	notRunHereMaxWait   = time.Minute
-)
-
 // notRunHere is the outcome of a job for an inbox this process did not
 // install (renamed or removed from the code, or one another service runs
 // on a shared queue): it is snoozed, which spends no attempt, on a doubling
@@ -83,16 +72,9 @@ const (
 // of inboxes to tell a removed one from one that runs elsewhere, so it is
 // never given up: an operator cancels or deletes such jobs.
 func (r *runner) notRunHere(ctx context.Context, name string, job *rivertype.JobRow) error {
-	var meta struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(job.Metadata, &meta)
-	wait := notRunHereMaxWait
-	if meta.Snoozes < 6 {
-		wait = min(notRunHereFirstWait<<meta.Snoozes, notRunHereMaxWait)
-	}
+	wait, first := riverjob.NotRunHereWait(job.Metadata)
 	attrs := []any{"inbox", name, "job_id", job.ID, "kind", job.Kind, "installed_here", slices.Sorted(maps.Keys(r.inboxes)), "retry_in", wait}
-	if meta.Snoozes == 0 {
+	if first {
 		r.logger.WarnContext(ctx, "job for an inbox this process does not run: waiting for a process that does", attrs...)
 	} else {
 		r.logger.DebugContext(ctx, "job for an inbox this process does not run: waiting", attrs...)
