@@ -515,6 +515,15 @@ SET state = $3::/*schema*/river_job_state, scheduled_at = $4, errors = array_app
     finalized_at = CASE WHEN $3 IN ('discarded', 'cancelled') THEN $6::timestamptz END
 WHERE id = $1 AND state = 'running' AND attempt = $2`
 
+// packedEvArgs is the lane event ev's args (text) as a dispatch job's: the
+// events package writes a lane event's event as an object, which River's
+// GIN index on args would take an entry for every key and value of, so it
+// is packed into a string (one entry) for the dispatch job; args written
+// packed stay as they are.
+const packedEvArgs = `(CASE WHEN jsonb_typeof(ev.args::jsonb -> 'event') = 'object'
+        THEN jsonb_set(ev.args::jsonb, '{event}', to_jsonb((ev.args::jsonb -> 'event')::text))
+        ELSE ev.args::jsonb END)`
+
 // LaneEventTable is the events package's table of lane events (migration
 // 0016): a lane's events behind its head, for a consumer whose lanes chain,
 // kept out of river_job until their turn. Named here because the
@@ -538,6 +547,6 @@ const materializeAt = `
 // and marked as their lane's turn, as a promotion leaves a pending one.
 const materializeAvailable = `
 INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
-SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ev.args::jsonb, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
+SELECT 'available', 0, ev.max_attempts, $4::timestamptz, $4::timestamptz, 1, ` + packedEvArgs + `, '` + DispatchKind + `', ` + laneTurnJSON + `, ev.queue, '{}'::varchar[]
 FROM ev
 RETURNING queue`

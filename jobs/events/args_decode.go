@@ -32,9 +32,13 @@ func decodeDispatchArgs(b []byte, a *dispatchArgs) error {
 // (each once, in any order, with or without whitespace: Postgres's jsonb
 // prints keys shortest first, `{"seq": 2, "event": "...", ...}`) whose
 // event is packed, and reports whether it did; a is set only then.
+//
+// A lane event's args carry the event as an object, not packed
+// (appendLaneEventArgs): it is read in place, without unescaping a copy.
 func decodeDispatchArgsFast(b []byte, a *dispatchArgs) bool {
 	p := jsonReader{b: b}
 	var ev []byte
+	packed := false
 	seen, ok := p.fields(func(key []byte) (bit uint16, ok bool) {
 		switch string(key) {
 		case "consumer":
@@ -47,19 +51,30 @@ func decodeDispatchArgsFast(b []byte, a *dispatchArgs) bool {
 			a.Seq, ok = p.int()
 			return 4, ok
 		case "event":
+			if p.i < len(p.b) && p.b[p.i] == '{' {
+				return 8, p.event(&a.Event)
+			}
+			packed = true
 			ev, ok = p.strBytes()
 			return 8, ok
 		}
 		return 0, false
 	})
 	p.ws()
-	return ok && p.i == len(p.b) && seen&8 != 0 && decodeEventFast(ev, &a.Event)
+	return ok && p.i == len(p.b) && seen&8 != 0 && (!packed || decodeEventFast(ev, &a.Event))
 }
 
 // decodeEventFast decodes an event's JSON (an object of its keys, each
 // once), and reports whether it did.
 func decodeEventFast(b []byte, ev *outbox.Event) bool {
 	p := jsonReader{b: b}
+	ok := p.event(ev)
+	p.ws()
+	return ok && p.i == len(p.b)
+}
+
+// event reads an event's object at p (its keys each once) into ev.
+func (p *jsonReader) event(ev *outbox.Event) bool {
 	_, ok := p.fields(func(key []byte) (bit uint16, ok bool) {
 		switch string(key) {
 		case "id":
@@ -97,8 +112,7 @@ func decodeEventFast(b []byte, ev *outbox.Event) bool {
 		}
 		return 0, false
 	})
-	p.ws()
-	return ok && p.i == len(p.b)
+	return ok
 }
 
 // jsonReader reads JSON tokens from b at i; each method reports false,

@@ -1,12 +1,14 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,7 +62,7 @@ func TestDecodeDispatchArgsMatchesEncodingJSON(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	const n = 3000
-	fastOnes := 0
+	fastOnes, laneFast := 0, 0
 	for i := 0; i < n; i++ {
 		a := randomArgs(r)
 		b, err := appendDispatchArgs(nil, &a)
@@ -80,7 +82,34 @@ func TestDecodeDispatchArgsMatchesEncodingJSON(t *testing.T) {
 		for m := 0; m < 5; m++ {
 			decodeBoth(t, mutate(r, b))
 		}
+
+		// A lane event's args (the event as an object) decode on the fast
+		// path to the same, and pack back into the dispatch job's bytes.
+		lane, err := appendLaneEventArgs(nil, &a)
+		require.NoError(t, err)
+		var fromLane dispatchArgs
+		if decodeDispatchArgsFast(lane, &fromLane) {
+			laneFast++
+		}
+		got, err := decodeBoth(t, lane)
+		require.NoError(t, err)
+		want, err := decodeBoth(t, b)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%q", lane)
+		packed, err := packedDispatchArgs(lane)
+		require.NoError(t, err)
+		repacked, err := decodeBoth(t, packed)
+		require.NoError(t, err)
+		require.Equal(t, want, repacked, "packed again: %q", packed)
+		if utf8.Valid(b) && !bytes.Contains(b, []byte("ufffd")) {
+			// Byte for byte, where no invalid UTF-8 became U+FFFD on the way.
+			require.Equal(t, string(b), string(packed))
+		}
+		for m := 0; m < 3; m++ {
+			decodeBoth(t, mutate(r, lane))
+		}
 	}
+	require.Greater(t, laneFast, n*9/10, "the fast path reads the lane events' args the bus writes")
 	// The rest are extra keys made equal by invalid UTF-8 (each \ufffd):
 	// duplicates go to encoding/json.
 	require.Greater(t, fastOnes, n*9/10, "the fast path reads what the encoder writes")

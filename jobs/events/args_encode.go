@@ -49,6 +49,49 @@ func appendDispatchArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
+// appendLaneEventArgs appends a's JSON as a lane event keeps it: the event
+// as an object, not packed into a string. Packing is for River's GIN index
+// on args, which would take an entry for every key and value of an event
+// object; a lane event's args are text that no index covers, and writing
+// the event out as a string escaped every quote of it, which the chain
+// then unescaped into a copy (4.6 µs an event together, in `bench events`,
+// docs/BENCHMARKS.md, "The twelfth round"). decodeDispatchArgs reads both
+// shapes; where a lane event becomes a River job the event is packed
+// again (riverjob's promotion in SQL, packedDispatchArgs in Go).
+func appendLaneEventArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
+	if y := a.Event.CreatedAt.Year(); y < 0 || y > 9999 {
+		b, err := a.marshalReflect()
+		return append(dst, b...), err
+	}
+	dst = append(dst, `{"consumer":`...)
+	dst = appendJSONString(dst, a.Consumer, true)
+	if a.AggregateID != "" {
+		dst = append(dst, `,"aggregate_id":`...)
+		dst = appendJSONString(dst, a.AggregateID, true)
+	}
+	if a.Seq != 0 {
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendInt(dst, a.Seq, 10)
+	}
+	dst = append(dst, `,"event":`...)
+	dst, err := appendEventJSON(dst, &a.Event)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, '}'), nil
+}
+
+// packedDispatchArgs is a lane event's args as a dispatch job's (the event
+// packed), for the rare paths that make a River job of a lane event in Go
+// (a chained event that failed, a lane blocked by one).
+func packedDispatchArgs(args []byte) ([]byte, error) {
+	var a dispatchArgs
+	if err := decodeDispatchArgs(args, &a); err != nil {
+		return nil, err
+	}
+	return appendDispatchArgs(nil, &a)
+}
+
 // appendDispatchBatchArgs appends a's JSON, byte for byte what
 // json.Marshal(a) writes: the batched dispatch job's args, which the bus
 // writes for every batch of events without an aggregate (the inbound

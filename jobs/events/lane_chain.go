@@ -339,6 +339,15 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 
 // endChainTx is endChain's transaction.
 func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, processID string, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
+	if fail != nil && fail.job.ID == 0 {
+		// A lane event that failed becomes a dispatch job (and maybe its
+		// lane's blocked args): its event packed, as River's rows have it.
+		packed, err := packedDispatchArgs(fail.job.Args)
+		if err != nil {
+			return fmt.Errorf("error encoding the dispatch of a failed lane event: %w", err)
+		}
+		fail.job.Args = packed
+	}
 	var queues []string
 	blocked := false
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {

@@ -130,6 +130,24 @@ func TestLaneChainFailureKeepsOrder(t *testing.T) {
 	b.failing.Store(false)
 	b.waitHandled(t, ids[4])
 	require.Equal(t, ids, b.handledOrder())
+	requireDispatchEventsPacked(t, b.db)
+}
+
+// requireDispatchEventsPacked checks that every dispatch job in db carries
+// its event packed (a string, one entry of River's GIN index on args),
+// also where a lane event (which keeps its event as an object) became one:
+// failed in a chain, blocked its lane, or was promoted in SQL.
+func requireDispatchEventsPacked(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	var n, objects int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*), count(*) FILTER (WHERE jsonb_typeof(args -> 'event') <> 'string')
+        FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n, &objects))
+	require.Positive(t, n)
+	require.Zero(t, objects, "dispatch jobs with the event as an object")
+	var blocked int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane
+        WHERE blocked_args IS NOT NULL AND jsonb_typeof(blocked_args::jsonb -> 'event') <> 'string'`)).Scan(&blocked))
+	require.Zero(t, blocked, "blocked lanes' args with the event as an object")
 }
 
 func countSubstr(s, sub string) int {
@@ -163,6 +181,7 @@ func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
 		lanes, err := events.ListBlockedLanes(ctx, b.db.Pool, b.db.Schema, events.LaneListParams{})
 		return len(lanes) == 1 && lanes[0].JobID == badJob && lanes[0].AggregateID == "V", err
 	})
+	requireDispatchEventsPacked(t, b.db)
 	require.Equal(t, []string{head, a}, b.handledOrder())
 	state, attempt := b.jobStateAttempt(t, after)
 	require.True(t, waiting(state), state)
@@ -189,6 +208,7 @@ func TestLaneChainSkipPolicy(t *testing.T) {
 	b.waitHandled(t, after)
 	b.waitJob(t, bad, "cancelled")
 	require.Equal(t, []string{head, after}, b.handledOrder())
+	requireDispatchEventsPacked(t, b.db)
 }
 
 // TestLaneChainShutdownGivesBackTheRest: a stop that interrupts a chain
@@ -238,6 +258,7 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	var head int64
 	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT head_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'H'`)).Scan(&head))
 	require.EqualValues(t, 4, head, "the lane's head is the interrupted event")
+	requireDispatchEventsPacked(t, b.db)
 }
 
 // TestLaneRepairGivesBackALostRunningHead: a lane head left running under

@@ -42,7 +42,7 @@ type laneEvent = riverjob.LaneEvent
 
 // newLaneEvent is the lane event of a dispatch job with args.
 func newLaneEvent(args dispatchArgs, queueName string, maxAttempts int) (laneEvent, error) {
-	b, err := appendDispatchArgs(nil, &args)
+	b, err := appendLaneEventArgs(nil, &args)
 	if err != nil {
 		return laneEvent{}, fmt.Errorf("error encoding the dispatch of event %s: %w", args.Event.ID, err)
 	}

@@ -112,7 +112,8 @@ func TestLaneEventClaimsStayOnTheirPage(t *testing.T) {
 
 	b := &pgx.Batch{}
 	got := make([][]riverjob.Claimed, n)
-	riverjob.QueueClaimAtHead(b, db.Schema, claims, "proc-1", time.Now().UTC(), got)
+	// A process id as long as the runtime's (host, pid and a token).
+	riverjob.QueueClaimAtHead(b, db.Schema, claims, "tributary-worker-host-12345-0123abcd", time.Now().UTC(), got)
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	for i := range got {
 		require.Len(t, got[i], 1, "lane %d's event is claimed", i)
