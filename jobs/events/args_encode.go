@@ -34,6 +34,14 @@ func appendDispatchArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
+	dst = appendArgsHead(dst, a)
+	dst = appendJSONString(dst, ev, true)
+	return append(dst, '}'), nil
+}
+
+// appendArgsHead appends a's args up to the event's value: the keys before
+// it, as encoding/json writes them, and `"event":`.
+func appendArgsHead(dst []byte, a *dispatchArgs) []byte {
 	dst = append(dst, `{"consumer":`...)
 	dst = appendJSONString(dst, a.Consumer, true)
 	if a.AggregateID != "" {
@@ -44,9 +52,7 @@ func appendDispatchArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
 		dst = append(dst, `,"seq":`...)
 		dst = strconv.AppendInt(dst, a.Seq, 10)
 	}
-	dst = append(dst, `,"event":`...)
-	dst = appendJSONString(dst, ev, true)
-	return append(dst, '}'), nil
+	return append(dst, `,"event":`...)
 }
 
 // appendLaneEventArgs appends a's JSON as a lane event keeps it: the event
@@ -63,18 +69,7 @@ func appendLaneEventArgs(dst []byte, a *dispatchArgs) ([]byte, error) {
 		b, err := a.marshalReflect()
 		return append(dst, b...), err
 	}
-	dst = append(dst, `{"consumer":`...)
-	dst = appendJSONString(dst, a.Consumer, true)
-	if a.AggregateID != "" {
-		dst = append(dst, `,"aggregate_id":`...)
-		dst = appendJSONString(dst, a.AggregateID, true)
-	}
-	if a.Seq != 0 {
-		dst = append(dst, `,"seq":`...)
-		dst = strconv.AppendInt(dst, a.Seq, 10)
-	}
-	dst = append(dst, `,"event":`...)
-	dst, err := appendEventJSON(dst, &a.Event)
+	dst, err := appendEventJSON(appendArgsHead(dst, a), &a.Event)
 	if err != nil {
 		return dst, err
 	}
