@@ -185,6 +185,9 @@ func (m cpuMeter) start() func(n int) amqpCPU {
 	}
 }
 
+// total is the CPU of a message, whoever spent it.
+func (c amqpCPU) total() float64 { return float64(c.Broker + c.Database + c.Self) }
+
 func medianCPU(cs []amqpCPU) amqpCPU {
 	pick := func(f func(amqpCPU) time.Duration) time.Duration {
 		v := make([]float64, len(cs))
@@ -458,10 +461,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 	if b, t := res.InboundBareCPU, res.InboundBridgeCPU; b.Broker > 0 && t.Database > 0 {
 		// Where the CPU is what limits both sides, the ratio cannot
 		// exceed this.
-		fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, River jobs: %.2f (bare CPU / tributary CPU per message)\n",
-			float64(b.Broker+b.Database+b.Self)/float64(t.Broker+t.Database+t.Self))
+		fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, River jobs: %.2f (bare CPU / tributary CPU per message)\n", b.total()/t.total())
 		if t := res.InboundInboxCPU; withInbox && t.Database > 0 {
-			fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, inbox: %.2f\n", float64(b.Broker+b.Database+b.Self)/float64(t.Broker+t.Database+t.Self))
+			fmt.Fprintf(w, "CPU-bound ceiling of the inbound ratio, inbox: %.2f\n", b.total()/t.total())
 		}
 	}
 	if withInbox {

@@ -119,7 +119,7 @@ func CopyLaneEvents(ctx context.Context, tx pgx.Tx, schema string, evs []LaneEve
 		b = appendInt64Field(b, ev.Seq)
 		b = appendTextField(b, ev.Queue)
 		b = appendInt16Field(b, MaxAttempts(ev.MaxAttempts))
-		return appendBytesField(b, ev.Args) // a text column (migration 0020)
+		return appendTextField(b, ev.Args) // a text column (migration 0020)
 	})
 	if err != nil {
 		return n, fmt.Errorf("error inserting %d lane events: %w", len(evs), err)
@@ -220,12 +220,7 @@ func appendJSONB(b, doc []byte) []byte {
 	return append(b, doc...)
 }
 
-func appendBytesField(b, s []byte) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
-	return append(b, s...)
-}
-
-func appendTextField(b []byte, s string) []byte {
+func appendTextField[T string | []byte](b []byte, s T) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
 }

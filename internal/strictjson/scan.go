@@ -1,7 +1,6 @@
 package strictjson
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -269,7 +268,3 @@ func (s *scanner) object(info *typeInfo) error {
 		}
 	}
 }
-
-// valid reports whether raw is one valid JSON value, as the decoder walk
-// needs it to be to report no syntax error.
-func valid(raw []byte) bool { return json.Valid(raw) }

@@ -26,7 +26,7 @@ import (
 // UnmarshalJSON or UnmarshalText decide their own names; only repeated keys
 // are checked inside them, as inside maps, interfaces and json.RawMessage.
 func CheckNames(raw []byte, t reflect.Type) error {
-	if !valid(raw) {
+	if !json.Valid(raw) {
 		// The decoder walk reports the syntax error as it always did.
 		return checkWithDecoder(raw, t)
 	}

@@ -314,6 +314,15 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 	var queues []string
 	blocked := false
 	var err error
+	if fail != nil && fail.job.ID == 0 {
+		// A lane event that failed becomes a dispatch job (and maybe its
+		// lane's blocked args): its event packed, as River's rows have it.
+		// Once, before the tries below.
+		if fail.job.Args, err = packedDispatchArgs(fail.job.Args); err != nil {
+			d.logger.ErrorContext(ctx, "error encoding the dispatch of a failed lane event", "consumer", head.Consumer, "aggregate_id", head.AggregateID, "error", err)
+			return
+		}
+	}
 	// A few tries: a job this fails to give back holds its lane until the
 	// repair sweep finds it (repairGiveBack).
 	for try := 0; try < 5; try++ {
@@ -339,15 +348,6 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 
 // endChainTx is endChain's transaction.
 func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchArgs, processID string, fail *chainFailure, rest []riverjob.Claimed, queuesOut *[]string, blockedOut *bool) error {
-	if fail != nil && fail.job.ID == 0 {
-		// A lane event that failed becomes a dispatch job (and maybe its
-		// lane's blocked args): its event packed, as River's rows have it.
-		packed, err := packedDispatchArgs(fail.job.Args)
-		if err != nil {
-			return fmt.Errorf("error encoding the dispatch of a failed lane event: %w", err)
-		}
-		fail.job.Args = packed
-	}
 	var queues []string
 	blocked := false
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
