@@ -1309,8 +1309,7 @@ ORDER BY position`
 // on an outbox without statistics Postgres chose to walk that index whole,
 // fetching every PENDING row to compare its id with the batch's: with the
 // backlog of bench events it passed over 20 rows for every row it marked,
-// 32 of an ordered event's 56 µs in this statement
-// (TestClaimUpdateGoesByPrimaryKey; docs/BENCHMARKS.md, "The twelfth
+// 3.2 s of the statement's 7.0 s in a run (TestClaimUpdateGoesByPrimaryKey; docs/BENCHMARKS.md, "The twelfth
 // round").
 const claimGuardSQL = `
 WHERE o.id = ANY($1::text[]::uuid[]) AND (o.status = 'PENDING') IS TRUE
