@@ -58,7 +58,13 @@ type Delivery struct {
 	// Tag is the broker's delivery tag on that channel.
 	Tag uint64
 
-	raw     amqp.Delivery
+	// The rest of what a Nack republishes (republishing), kept instead of
+	// the whole amqp.Delivery: a delivery is allocated per message, and
+	// the smaller one halved its size.
+	contentEncoding, replyTo, userID, appID string
+	priority                                uint8
+	ack                                     amqp.Acknowledger
+
 	owner   settler
 	settled atomic.Bool
 }
@@ -95,22 +101,27 @@ func (d *Delivery) Settled() bool { return d.settled.Load() }
 
 func newDelivery(queue string, gen uint64, raw amqp.Delivery, owner settler) *Delivery {
 	return &Delivery{
-		Queue:         queue,
-		Body:          raw.Body,
-		Headers:       raw.Headers,
-		MessageID:     raw.MessageId,
-		CorrelationID: raw.CorrelationId,
-		ContentType:   raw.ContentType,
-		Type:          raw.Type,
-		Exchange:      raw.Exchange,
-		RoutingKey:    raw.RoutingKey,
-		Timestamp:     raw.Timestamp,
-		Redelivered:   raw.Redelivered,
-		RetryCount:    RetryCount(raw.Headers),
-		Generation:    gen,
-		Tag:           raw.DeliveryTag,
-		raw:           raw,
-		owner:         owner,
+		Queue:           queue,
+		Body:            raw.Body,
+		Headers:         raw.Headers,
+		MessageID:       raw.MessageId,
+		CorrelationID:   raw.CorrelationId,
+		ContentType:     raw.ContentType,
+		Type:            raw.Type,
+		Exchange:        raw.Exchange,
+		RoutingKey:      raw.RoutingKey,
+		Timestamp:       raw.Timestamp,
+		Redelivered:     raw.Redelivered,
+		RetryCount:      RetryCount(raw.Headers),
+		Generation:      gen,
+		Tag:             raw.DeliveryTag,
+		contentEncoding: raw.ContentEncoding,
+		replyTo:         raw.ReplyTo,
+		userID:          raw.UserId,
+		appID:           raw.AppId,
+		priority:        raw.Priority,
+		ack:             raw.Acknowledger,
+		owner:           owner,
 	}
 }
 
@@ -191,21 +202,21 @@ func parseCount(s string) int {
 
 // republishing builds the message to publish elsewhere (retry tier, .failed,
 // replay) from a delivery, with its properties and a copy of its headers.
-func republishing(raw amqp.Delivery, headers amqp.Table) amqp.Publishing {
+func republishing(d *Delivery, headers amqp.Table) amqp.Publishing {
 	return amqp.Publishing{
 		Headers:         headers,
-		ContentType:     raw.ContentType,
-		ContentEncoding: raw.ContentEncoding,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.contentEncoding,
 		DeliveryMode:    amqp.Persistent,
-		Priority:        raw.Priority,
-		CorrelationId:   raw.CorrelationId,
-		ReplyTo:         raw.ReplyTo,
-		MessageId:       raw.MessageId,
-		Timestamp:       raw.Timestamp,
-		Type:            raw.Type,
-		UserId:          raw.UserId,
-		AppId:           raw.AppId,
-		Body:            raw.Body,
+		Priority:        d.priority,
+		CorrelationId:   d.CorrelationID,
+		ReplyTo:         d.replyTo,
+		MessageId:       d.MessageID,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserId:          d.userID,
+		AppId:           d.appID,
+		Body:            d.Body,
 	}
 }
 

@@ -188,7 +188,7 @@ func (q *DLQ) ReplayTo(ctx context.Context, name, target string, limit int) (int
 			delete(headers, k)
 		}
 		headers[HeaderRetryCount] = int32(0)
-		if err := pub.Publish(ctx, "", dest, republishing(d, headers)); err != nil {
+		if err := pub.Publish(ctx, "", dest, republishing(newDelivery(topo.Failed, 0, d, nil), headers)); err != nil {
 			_ = d.Nack(false, true)
 			return n, fmt.Errorf("error replaying message %q to %q: %w", d.MessageId, dest, err)
 		}

@@ -83,7 +83,7 @@ func (c *settlement) ackDelivery(d *Delivery) error {
 		c.stats.stale.Add(1)
 		return ErrStaleDelivery
 	}
-	if err := d.raw.Acknowledger.Ack(d.Tag, false); err != nil {
+	if err := d.ack.Ack(d.Tag, false); err != nil {
 		if errors.Is(err, amqp.ErrClosed) {
 			// The channel died before the reconnect bumped the generation:
 			// the same case, seen earlier.
@@ -125,8 +125,8 @@ func (c *settlement) nackDelivery(d *Delivery, reason error) error {
 		headers[HeaderLastError] = truncate(reason.Error(), 1024)
 		c.logger.WarnContext(ctx, "message will be retried", "message_id", d.MessageID, "retry_count", d.RetryCount+1, "delay", delay, "error", reason)
 	}
-	if err := c.pub.Publish(ctx, "", target, republishing(d.raw, headers)); err != nil {
-		if nerr := d.raw.Acknowledger.Nack(d.Tag, false, true); nerr != nil {
+	if err := c.pub.Publish(ctx, "", target, republishing(d, headers)); err != nil {
+		if nerr := d.ack.Nack(d.Tag, false, true); nerr != nil {
 			return fmt.Errorf("error republishing to %q (%w) and requeueing: %w", target, err, nerr)
 		}
 		return fmt.Errorf("error republishing to %q, requeued: %w", target, err)
