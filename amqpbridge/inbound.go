@@ -46,8 +46,14 @@ type InboundConfig struct {
 	Queue string
 	// DB starts the inserting transactions (a *pgxpool.Pool). Required.
 	DB queue.DBTX
-	// Insert inserts a batch in the transaction. Required; see JobInserter.
+	// Insert inserts a batch in the transaction; see JobInserter. Set it
+	// or InsertStatements.
 	Insert InsertBatchFunc
+	// InsertStatements, instead of Insert, queues the statements that
+	// insert a batch; the bridge sends them with BEGIN and COMMIT in one
+	// round trip (see jobs/inbox/amqpinbox.Statements). DB must then send
+	// a pgx.Batch (a *pgxpool.Pool does).
+	InsertStatements InsertStatementsFunc
 	// Prefetch is the channel's prefetch: the most unacked messages held
 	// in memory. Defaults to 1000; lower it for large messages (it bounds
 	// messages, not bytes: 1000 messages of MaxMessageBytes each are 1 GiB).
@@ -84,8 +90,18 @@ type Inbound struct {
 
 // NewInbound returns an inbound bridge.
 func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
-	if ic.DB == nil || ic.Insert == nil {
-		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and an insert function", ic.Queue)
+	if ic.DB == nil || (ic.Insert == nil) == (ic.InsertStatements == nil) {
+		return nil, fmt.Errorf("inbound bridge for queue %q needs a database and one insert function (Insert or InsertStatements)", ic.Queue)
+	}
+	write := func(ctx context.Context, batch []*Delivery) error { return insertTx(ctx, ic.DB, ic.Insert, batch) }
+	if ic.InsertStatements != nil {
+		db, ok := ic.DB.(batchSender)
+		if !ok {
+			return nil, fmt.Errorf("inbound bridge for queue %q: InsertStatements needs a database that sends a pgx.Batch (a *pgxpool.Pool), not a %T", ic.Queue, ic.DB)
+		}
+		write = func(ctx context.Context, batch []*Delivery) error {
+			return sendStatements(ctx, db, ic.InsertStatements, batch)
+		}
 	}
 	ic = ic.WithDefaults()
 	in := &Inbound{}
@@ -98,7 +114,7 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 		FlushWhenIdle:      true,
 		Name:               "amqp inbound " + cfg.QueueName(ic.Queue),
 		HandOff: func(ctx context.Context, batch []*Delivery) error {
-			return insertBatch(ctx, ic.DB, ic.Insert, batch)
+			return insertBatch(ctx, write, batch)
 		},
 	})
 	if err != nil {
@@ -110,8 +126,8 @@ func NewInbound(cfg Config, ic InboundConfig) (*Inbound, error) {
 
 // insertBatch inserts batch in one transaction; when a permanent failure
 // spoils it, each delivery is tried alone so only the bad ones are failed.
-func insertBatch(ctx context.Context, db queue.DBTX, insert InsertBatchFunc, batch []*Delivery) error {
-	err := insertTx(ctx, db, insert, batch)
+func insertBatch(ctx context.Context, write func(context.Context, []*Delivery) error, batch []*Delivery) error {
+	err := write(ctx, batch)
 	if err == nil || !IsPermanent(err) {
 		return err
 	}
@@ -119,7 +135,7 @@ func insertBatch(ctx context.Context, db queue.DBTX, insert InsertBatchFunc, bat
 		return batch[0].Nack(err)
 	}
 	for _, d := range batch {
-		err := insertTx(ctx, db, insert, []*Delivery{d})
+		err := write(ctx, []*Delivery{d})
 		switch {
 		case err == nil:
 		case IsPermanent(err):

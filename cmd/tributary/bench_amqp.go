@@ -27,8 +27,8 @@ through a bare amqp091-go loop (confirm window 512). Then, beside a bare
 consumer (prefetch 300, multiple ack) that inserts nothing, take as many in
 with the inbound bridge (at its default prefetch and inserters unless
 --bridge-prefetch / --inbound-concurrency / --inbound-batch say otherwise)
-three ways: into an inbox (jobs/inbox/amqpinbox.Inserter: one batch row and
-one River job per transaction), as one River job per message
+three ways: into an inbox (jobs/inbox/amqpinbox.Statements: one batch row and
+one River job per transaction, sent in one round trip), as one River job per message
 (amqpbridge.JobInserter), and into the event bus (amqpbridge.EventInserter,
 one consumer with batched dispatch that nothing works). Jobs, inbox batches
 and events go to temporary schemas that are dropped afterwards. Each side's

@@ -57,7 +57,7 @@ type AMQPOptions struct {
 	Bus outbox.TxPublisher
 	// InboxSchema, when set (with DB and Jobs), adds the inbox side to each
 	// round: the inbound bridge writing each batch of messages as one inbox
-	// batch (amqpinbox.Inserter) into this schema, with the job side's
+	// batch (amqpinbox.Statements) into this schema, with the job side's
 	// prefetch, inserters and batch size, against the same bare loop; it is
 	// the side issue 15's goal is about. After the rounds, a runtime with the
 	// inbox installed handles the last round's backlog (the handled
@@ -321,7 +321,7 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			},
 			func() error {
 				cpu := meter.start()
-				d, st, err := bridgeInbound(ctx, cfg, bridgeQ, opts, jobInserter(opts))
+				d, st, err := bridgeInbound(ctx, cfg, bridgeQ, opts, func(ic *amqpbridge.InboundConfig) { ic.Insert = jobInserter(opts) })
 				inBridge = append(inBridge, rate(opts.Messages, d))
 				cpuBridge = append(cpuBridge, cpu(opts.Messages))
 				inStats = append(inStats, st)
@@ -335,7 +335,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			})
 			consumers = append(consumers, func() error {
 				cpu := meter.start()
-				d, st, err := bridgeInbound(ctx, cfg, eventsQ, opts, amqpbridge.EventInserter(opts.Bus, amqpbridge.EventInserterConfig{EventType: AMQPEventType}))
+				d, st, err := bridgeInbound(ctx, cfg, eventsQ, opts, func(ic *amqpbridge.InboundConfig) {
+					ic.Insert = amqpbridge.EventInserter(opts.Bus, amqpbridge.EventInserterConfig{EventType: AMQPEventType})
+				})
 				inEvents = append(inEvents, rate(opts.Messages, d))
 				cpuEvents = append(cpuEvents, cpu(opts.Messages))
 				evStats = append(evStats, st)
@@ -353,7 +355,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 					return err
 				}
 				cpu := meter.start()
-				d, st, err := bridgeInbound(ctx, cfg, inboxQ, opts, amqpinbox.Inserter(ib, opts.InboxSchema, opts.DB))
+				d, st, err := bridgeInbound(ctx, cfg, inboxQ, opts, func(ic *amqpbridge.InboundConfig) {
+					ic.InsertStatements = amqpinbox.Statements(ib, opts.InboxSchema)
+				})
 				inInbox = append(inInbox, rate(opts.Messages, d))
 				cpuInbox = append(cpuInbox, cpu(opts.Messages))
 				ibStats = append(ibStats, st)
@@ -425,7 +429,7 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		res.InboundInboxRatio = medianRatio(inInbox, inBare)
 		res.InboundInboxRatios = ratios(inInbox, inBare)
 		res.InboundInboxCPU = medianCPU(cpuInbox)
-		fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> inbox (amqpinbox.Inserter: one batch row and job per transaction; prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
+		fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> inbox (amqpinbox.Statements: one batch row and job per transaction, one round trip; prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
 			opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundInbox, res.InboundInboxRatio, spread(res.InboundInboxRatios))
 		fmt.Fprintf(w, "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f against the same bare loop; %s\n",
 			ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
@@ -698,11 +702,14 @@ func jobInserter(opts AMQPOptions) amqpbridge.InsertBatchFunc {
 	return amqpbridge.JobInserter(opts.Jobs, opts.JobKind, &queue.EnqueueOpts{Queue: "bench_amqp"})
 }
 
-func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions, insert amqpbridge.InsertBatchFunc) (time.Duration, amqpbridge.BatchStats, error) {
-	in, err := amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{
+// bridgeInbound runs an inbound bridge on q until it handed off
+// opts.Messages; with sets its insert function.
+func bridgeInbound(ctx context.Context, cfg amqpbridge.Config, q string, opts AMQPOptions, with func(*amqpbridge.InboundConfig)) (time.Duration, amqpbridge.BatchStats, error) {
+	ic := amqpbridge.InboundConfig{
 		Queue: q, DB: opts.DB, Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
-		Insert: insert,
-	})
+	}
+	with(&ic)
+	in, err := amqpbridge.NewInbound(cfg, ic)
 	if err != nil {
 		return 0, amqpbridge.BatchStats{}, err
 	}

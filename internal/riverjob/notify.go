@@ -30,6 +30,17 @@ func Wake(ctx context.Context, db DBTX, schema string, queues []string) error {
 	return nil
 }
 
+// WakeStatement is Wake as a statement and its arguments, for a caller
+// that sends it with others in one round trip (after the commit, as a
+// statement of its own); nil when queues has no name.
+func WakeStatement(schema string, queues []string) (sql string, args []any, err error) {
+	channel, payloads, err := WakeNotices(schema, queues)
+	if err != nil || len(payloads) == 0 {
+		return "", nil, err
+	}
+	return wakeSQL, []any{channel, payloads}, nil
+}
+
 // WakeNotices is what Wake sends, for a caller that sends it together with
 // notifications of its own in one statement: the channel and one payload
 // per queue (none when queues has no name).

@@ -15,7 +15,7 @@
 //	if err := inbox.Install(rt, orders); err != nil { ... }
 //	in, err := amqpbridge.NewInbound(bridgeCfg, amqpbridge.InboundConfig{
 //		Queue: "orders", DB: rt.Pool(),
-//		Insert: amqpinbox.Inserter(orders, rt.Schema(), rt.Pool()),
+//		InsertStatements: amqpinbox.Statements(orders, rt.Schema()), // one round trip a batch
 //	})
 //
 // Delivery is at-least-once: a crash while a batch runs runs its unfinished

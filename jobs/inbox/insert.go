@@ -78,12 +78,27 @@ func (w *Writer) InsertTx(ctx context.Context, tx pgx.Tx, b *Batch) (int64, erro
 		return 0, nil
 	}
 	var id int64
-	err := tx.QueryRow(ctx, w.insert, w.ib.cfg.Name, int32(b.Len()), w.ib.cfg.Queue, riverjob.MaxAttempts(w.ib.cfg.MaxAttempts),
-		b.Bytes(), time.Now().UTC()).Scan(&id)
+	err := tx.QueryRow(ctx, w.insert, w.args(b)...).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("error inserting a batch of %d messages into inbox %q: %w", b.Len(), w.ib.cfg.Name, err)
 	}
 	return id, nil
+}
+
+// InsertStatement is InsertTx's statement and arguments for b, for a
+// caller that sends them itself, with other statements in one round trip
+// (amqpbridge.Statements). The arguments hold b's buffer: b must not
+// change or be released until they were sent. An empty batch has no
+// statement ("").
+func (w *Writer) InsertStatement(b *Batch) (sql string, args []any) {
+	if b.Len() == 0 {
+		return "", nil
+	}
+	return w.insert, w.args(b)
+}
+
+func (w *Writer) args(b *Batch) []any {
+	return []any{w.ib.cfg.Name, int32(b.Len()), w.ib.cfg.Queue, riverjob.MaxAttempts(w.ib.cfg.MaxAttempts), b.Bytes(), time.Now().UTC()}
 }
 
 // InsertMessagesTx writes msgs as batches of the inbox in tx, in order, a
@@ -107,6 +122,15 @@ func (w *Writer) InsertMessagesTx(ctx context.Context, tx pgx.Tx, msgs []Message
 		}
 	}
 	return n, nil
+}
+
+// WakeStatement is Wake as a statement and its arguments, for a caller
+// that sends it after the commit in the same round trip as its inserts
+// (amqpbridge.Statements.AfterCommit).
+func (w *Writer) WakeStatement() (sql string, args []any) {
+	// Cannot fail: one queue name, which the inbox's config validated.
+	sql, args, _ = riverjob.WakeStatement(w.schema, []string{w.ib.cfg.Queue})
+	return sql, args
 }
 
 // Wake tells River's producers of the inbox's queue, in every process,

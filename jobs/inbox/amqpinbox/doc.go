@@ -2,7 +2,10 @@
 // batch of deliveries the bridge takes in becomes one inbox batch (a row
 // and the River job that runs it) in the bridge's inserting transaction,
 // and the bridge acks the deliveries only after that commit
-// (ExampleInserter).
+// (ExampleInserter). Statements sends that transaction (BEGIN, the rows,
+// COMMIT) and the wake of River's producers in one round trip to Postgres;
+// Inserter writes in a pgx.Tx, for an insert that writes more in the same
+// transaction.
 //
 // A delivery becomes a message: ID the message id, Type, CorrelationID and
 // ContentType its properties, Source the broker name of the queue it came

@@ -28,9 +28,12 @@ func ExampleInserter() {
 			return err
 		}
 		in, err := amqpbridge.NewInbound(bridgeCfg, amqpbridge.InboundConfig{
-			Queue:  "orders",
-			DB:     rt.Pool(),
-			Insert: amqpinbox.Inserter(orders, rt.Schema(), rt.Pool()),
+			Queue: "orders",
+			DB:    rt.Pool(),
+			// One round trip to Postgres a batch; amqpinbox.Inserter (in
+			// InboundConfig.Insert) writes in the bridge's transaction, for
+			// an insert that writes something else with it.
+			InsertStatements: amqpinbox.Statements(orders, rt.Schema()),
 		})
 		if err != nil {
 			return err

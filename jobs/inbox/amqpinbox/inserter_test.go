@@ -37,10 +37,17 @@ func (b *testBundle) handled() []inbox.Message {
 	return append([]inbox.Message(nil), b.got...)
 }
 
+// writers are the two ways the bridge writes an inbox's batches, each test
+// run with both: Inserter in the bridge's transaction, Statements in one
+// round trip.
+var writers = []string{"Inserter", "Statements"}
+
 // setup runs an inbound bridge on a fresh queue whose batches go to an
-// inbox through Inserter (wrapped by wrap, when given), and a runtime that
-// runs the inbox with a handler recording every message.
-func setup(t *testing.T, wrap func(amqpbridge.InsertBatchFunc) amqpbridge.InsertBatchFunc) *testBundle {
+// inbox through Inserter or Statements (writer; wrapped by wrap or
+// wrapStatements, when given), and a runtime that runs the inbox with a
+// handler recording every message.
+func setup(t *testing.T, writer string, wrap func(amqpbridge.InsertBatchFunc) amqpbridge.InsertBatchFunc,
+	wrapStatements func(amqpbridge.InsertStatementsFunc) amqpbridge.InsertStatementsFunc) *testBundle {
 	t.Helper()
 	b := &testBundle{db: pgtest.New(t), ch: amqptest.Channel(t, amqptest.Conn(t))}
 	var err error
@@ -57,14 +64,24 @@ func setup(t *testing.T, wrap func(amqpbridge.InsertBatchFunc) amqpbridge.Insert
 		require.NoError(t, inbox.Install(rt, b.ib))
 	})
 
-	insert := amqpinbox.Inserter(b.ib, b.db.Schema, b.db.Pool)
-	if wrap != nil {
-		insert = wrap(insert)
+	ic := amqpbridge.InboundConfig{Queue: amqptest.UniqueName("inbox"), DB: b.db.Pool, Prefetch: 20, Concurrency: 2}
+	switch writer {
+	case "Inserter":
+		ic.Insert = amqpinbox.Inserter(b.ib, b.db.Schema, b.db.Pool)
+		if wrap != nil {
+			ic.Insert = wrap(ic.Insert)
+		}
+	case "Statements":
+		ic.InsertStatements = amqpinbox.Statements(b.ib, b.db.Schema)
+		if wrapStatements != nil {
+			ic.InsertStatements = wrapStatements(ic.InsertStatements)
+		}
+	default:
+		t.Fatalf("unknown writer %q", writer)
 	}
 	cfg := amqpbridge.Config{URL: amqptest.URL(), ConnectionName: amqptest.UniqueName("amqpinbox"), Logger: pgtest.Logger(t),
 		RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
-	b.in, err = amqpbridge.NewInbound(cfg, amqpbridge.InboundConfig{Queue: amqptest.UniqueName("inbox"), DB: b.db.Pool, Insert: insert,
-		Prefetch: 20, Concurrency: 2})
+	b.in, err = amqpbridge.NewInbound(cfg, ic)
 	require.NoError(t, err)
 	topo := b.in.Topology()
 	t.Cleanup(func() {
@@ -96,7 +113,15 @@ func (b *testBundle) publish(t *testing.T, p amqp.Publishing) {
 // .failed alone; everything else is acked.
 func TestInserter(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
+	for _, writer := range writers {
+		t.Run(writer, func(t *testing.T) {
+			t.Parallel()
+			testInserter(t, setup(t, writer, nil, nil))
+		})
+	}
+}
+
+func testInserter(t *testing.T, b *testBundle) {
 	at := time.Unix(1764741600, 0)
 	binary := []byte{0, 0xff, 0x80, 0xfe, '\n'}
 	const n = 40
@@ -155,21 +180,42 @@ func TestInserter(t *testing.T) {
 
 // TestInserterAcksOnlyAfterCommit: a transaction that fails after the
 // inbox batch was written rolls it back and acks nothing; the broker
-// redelivers, and every message is handled once.
+// redelivers, and every message is handled once. With Statements the
+// failure is a statement queued after the batch's rows, which Postgres
+// runs in the same pipeline: the rows before it must not stay.
 func TestInserterAcksOnlyAfterCommit(t *testing.T) {
 	t.Parallel()
-	var calls atomic.Int32
-	b := setup(t, func(insert amqpbridge.InsertBatchFunc) amqpbridge.InsertBatchFunc {
-		return func(ctx context.Context, tx pgx.Tx, batch []*amqpbridge.Delivery) error {
-			if err := insert(ctx, tx, batch); err != nil {
-				return err
-			}
-			if calls.Add(1) == 1 {
-				return errors.New("the database hiccups after the insert")
-			}
-			return nil
-		}
-	})
+	for _, writer := range writers {
+		t.Run(writer, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int32
+			b := setup(t, writer, func(insert amqpbridge.InsertBatchFunc) amqpbridge.InsertBatchFunc {
+				return func(ctx context.Context, tx pgx.Tx, batch []*amqpbridge.Delivery) error {
+					if err := insert(ctx, tx, batch); err != nil {
+						return err
+					}
+					if calls.Add(1) == 1 {
+						return errors.New("the database hiccups after the insert")
+					}
+					return nil
+				}
+			}, func(insert amqpbridge.InsertStatementsFunc) amqpbridge.InsertStatementsFunc {
+				return func(ctx context.Context, s *amqpbridge.Statements, batch []*amqpbridge.Delivery) error {
+					if err := insert(ctx, s, batch); err != nil {
+						return err
+					}
+					if calls.Add(1) == 1 {
+						s.Queue(`SELECT 1 / (SELECT count(*) FROM pg_class WHERE false)`) // division by zero, at execution
+					}
+					return nil
+				}
+			})
+			testAcksOnlyAfterCommit(t, b, &calls)
+		})
+	}
+}
+
+func testAcksOnlyAfterCommit(t *testing.T, b *testBundle, calls *atomic.Int32) {
 	for i := range 5 {
 		b.publish(t, amqp.Publishing{MessageId: fmt.Sprintf("m-%d", i), Body: []byte{byte(i)}})
 	}
@@ -180,9 +226,48 @@ func TestInserterAcksOnlyAfterCommit(t *testing.T) {
 		return amqptest.Depth(t, b.ch, b.in.Topology().Main) == 0 && b.in.Stats().HandedOff == 5
 	})
 	require.Equal(t, uint64(1), b.in.Stats().FlushFailures)
+	require.GreaterOrEqual(t, calls.Load(), int32(2), "the failed batch was written again")
 	ids := map[string]int{}
 	for _, m := range b.handled() {
 		ids[m.ID]++
 	}
 	require.Equal(t, map[string]int{"m-0": 1, "m-1": 1, "m-2": 1, "m-3": 1, "m-4": 1}, ids, "the rolled-back batch left nothing to run")
+}
+
+// TestStatementsWake: with Statements, the bridge's round trip ends with
+// the wake of River's producers of the inbox's queue, a notification on
+// River's insert channel sent after the commit.
+func TestStatementsWake(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ib, err := inbox.New(inbox.Config{Name: "woken", Queue: "woken_q", HandleFunc: func(context.Context, *inbox.Message) error { return nil }})
+	require.NoError(t, err)
+	listener, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(ctx, "LISTEN "+pgx.Identifier{db.Schema + ".river_insert"}.Sanitize())
+	require.NoError(t, err)
+
+	ch := amqptest.Channel(t, amqptest.Conn(t))
+	in, err := amqpbridge.NewInbound(amqpbridge.Config{URL: amqptest.URL(), ConnectionName: amqptest.UniqueName("amqpinbox"), Logger: pgtest.Logger(t)},
+		amqpbridge.InboundConfig{Queue: amqptest.UniqueName("woken"), DB: db.Pool, InsertStatements: amqpinbox.Statements(ib, db.Schema)})
+	require.NoError(t, err)
+	topo := in.Topology()
+	t.Cleanup(func() {
+		for _, n := range append([]string{topo.Main, topo.Failed}, topo.Retry[0].Queue) {
+			_, _ = ch.QueueDelete(n, false, false, false)
+		}
+	})
+	require.NoError(t, in.Start(ctx))
+	defer func() { _ = in.Stop(context.Background()) }()
+	require.NoError(t, ch.PublishWithContext(ctx, "", topo.Main, false, false, amqp.Publishing{MessageId: "m-1", Body: []byte("x")}))
+
+	n, err := listener.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"queue": "woken_q"}`, n.Payload)
+	var rows int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/tributary_inbox_batch WHERE inbox = 'woken'`)).Scan(&rows))
+	require.Equal(t, 1, rows, "the wake follows the commit: the batch is there")
 }
