@@ -38,6 +38,12 @@ func PerDelivery(fn InsertFunc) InsertBatchFunc {
 const (
 	InboundPrefetchDefault    = 1000
 	InboundConcurrencyDefault = 4
+	// InboundStatementsConcurrencyDefault is the concurrency's default with
+	// InsertStatements: a batch's transaction is one round trip, so two at
+	// once keep the broker's window moving, with batches twice as large
+	// as four would have, and fewer goroutines and connections competing
+	// for the CPU (docs/BENCHMARKS.md, "The thirteenth round").
+	InboundStatementsConcurrencyDefault = 2
 )
 
 // InboundConfig configures an Inbound bridge.
@@ -59,7 +65,8 @@ type InboundConfig struct {
 	// messages, not bytes: 1000 messages of MaxMessageBytes each are 1 GiB).
 	Prefetch int
 	// Concurrency is how many batches are inserted at once, each in its own
-	// transaction; they are acked in order. Defaults to 4.
+	// transaction; they are acked in order. Defaults to 4, or 2 with
+	// InsertStatements.
 	Concurrency int
 	// BatchSize is the most deliveries one transaction inserts. Defaults to
 	// Prefetch / Concurrency, so the broker keeps every inserter busy.
@@ -67,9 +74,13 @@ type InboundConfig struct {
 }
 
 // WithDefaults returns ic with Prefetch, Concurrency and BatchSize set as
-// NewInbound uses them.
+// NewInbound uses them (Concurrency's default depends on whether
+// InsertStatements is set).
 func (ic InboundConfig) WithDefaults() InboundConfig {
 	ic.Prefetch = cmp.Or(ic.Prefetch, InboundPrefetchDefault)
+	if ic.InsertStatements != nil {
+		ic.Concurrency = cmp.Or(ic.Concurrency, InboundStatementsConcurrencyDefault)
+	}
 	ic.Concurrency = cmp.Or(ic.Concurrency, InboundConcurrencyDefault)
 	ic.BatchSize = cmp.Or(ic.BatchSize, max(1, ic.Prefetch/max(1, ic.Concurrency)))
 	return ic

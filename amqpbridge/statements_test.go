@@ -39,3 +39,17 @@ func TestNewInboundInsertFunctions(t *testing.T) {
 	_, err = NewInbound(cfg, InboundConfig{Queue: "q", DB: noBatchDB{}, Insert: insert})
 	require.NoError(t, err)
 }
+
+// TestInboundDefaultsWithStatements: with InsertStatements the inbound
+// bridge inserts two batches at once by default (of half the prefetch
+// each), four with Insert; a concurrency that is set is kept either way.
+func TestInboundDefaultsWithStatements(t *testing.T) {
+	t.Parallel()
+	statements := func(context.Context, *Statements, []*Delivery) error { return nil }
+	ic := InboundConfig{InsertStatements: statements}.WithDefaults()
+	require.Equal(t, [3]int{InboundPrefetchDefault, 2, 500}, [3]int{ic.Prefetch, ic.Concurrency, ic.BatchSize})
+	ic = InboundConfig{}.WithDefaults()
+	require.Equal(t, [3]int{InboundPrefetchDefault, 4, 250}, [3]int{ic.Prefetch, ic.Concurrency, ic.BatchSize})
+	ic = InboundConfig{InsertStatements: statements, Concurrency: 3}.WithDefaults()
+	require.Equal(t, 3, ic.Concurrency)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -87,7 +88,8 @@ round's inbox backlog, and the messages/s it handles are printed.`,
 	cmd.Flags().IntVar(&rounds, "rounds", 5, "alternate the two sides this many times; medians count")
 	cmd.Flags().IntVar(&bodyBytes, "body-bytes", 200, "size of each JSON body")
 	cmd.Flags().IntVar(&prefetch, "bridge-prefetch", amqpbridge.InboundPrefetchDefault, "the inbound bridge's prefetch")
-	cmd.Flags().IntVar(&concurrency, "inbound-concurrency", amqpbridge.InboundConcurrencyDefault, "the inbound bridge's concurrent inserting transactions")
+	cmd.Flags().IntVar(&concurrency, "inbound-concurrency", 0, fmt.Sprintf("the inbound bridge's concurrent inserting transactions (0: its default, %d for River jobs and the event bus, %d for the inbox's one-round-trip inserts)",
+		amqpbridge.InboundConcurrencyDefault, amqpbridge.InboundStatementsConcurrencyDefault))
 	cmd.Flags().IntVar(&batch, "inbound-batch", 0, "the most messages per inserting transaction (0: prefetch / concurrency)")
 	cmd.Flags().IntVar(&inboxWorkers, "inbox-workers", bench.AMQPInboxWorkersDefault, "River workers of the runtime that handles the last round's inbox backlog")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON document (the report goes to stderr)")

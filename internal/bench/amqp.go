@@ -419,6 +419,10 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		return res, nil
 	}
 	ic := inbound(opts)
+	// The inbox side's bridge: InsertStatements, whose concurrency has a
+	// default of its own.
+	ib := amqpbridge.InboundConfig{Prefetch: opts.BridgePrefetch, Concurrency: opts.InboundConcurrency, BatchSize: opts.InboundBatchSize,
+		InsertStatements: func(context.Context, *amqpbridge.Statements, []*amqpbridge.Delivery) error { return nil }}.WithDefaults()
 	res.InboundBare, res.InboundBridge = median(inBare), median(inBridge)
 	res.InboundRatio = medianRatio(inBridge, inBare)
 	res.InboundRatios = ratios(inBridge, inBare)
@@ -430,7 +434,7 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		res.InboundInboxRatios = ratios(inInbox, inBare)
 		res.InboundInboxCPU = medianCPU(cpuInbox)
 		fmt.Fprintf(w, "inbound: bare amqp091-go consume+ack (prefetch %d, multiple ack) %.0f msg/s, tributary AMQP -> inbox (amqpinbox.Statements: one batch row and job per transaction, one round trip; prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f (goal >= 0.80); %s\n",
-			opts.Prefetch, res.InboundBare, ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundInbox, res.InboundInboxRatio, spread(res.InboundInboxRatios))
+			opts.Prefetch, res.InboundBare, ib.Prefetch, ib.Concurrency, ib.BatchSize, res.InboundInbox, res.InboundInboxRatio, spread(res.InboundInboxRatios))
 		fmt.Fprintf(w, "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch %d, %d inserters of %d) %.0f msg/s, ratio %.2f against the same bare loop; %s\n",
 			ic.Prefetch, ic.Concurrency, ic.BatchSize, res.InboundBridge, res.InboundRatio, spread(res.InboundRatios))
 	} else {

@@ -28,7 +28,7 @@ func TestRunAMQP(t *testing.T) {
 	t.Log(out.String())
 	require.Contains(t, out.String(), "publish with confirms (window 512)")
 	require.Contains(t, out.String(), "consume+ack (prefetch 300, multiple ack)")
-	require.Contains(t, out.String(), "AMQP -> inbox (amqpinbox.Statements: one batch row and job per transaction, one round trip; prefetch 1000, 4 inserters of 250)")
+	require.Contains(t, out.String(), "AMQP -> inbox (amqpinbox.Statements: one batch row and job per transaction, one round trip; prefetch 1000, 2 inserters of 500)")
 	require.Contains(t, out.String(), "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch 1000, 4 inserters of 250)")
 	require.Contains(t, out.String(), "without RabbitMQ")
 	require.Regexp(t, `inbox handled: .* round 2's backlog of 1000 messages at \d+ msg/s`, out.String())
