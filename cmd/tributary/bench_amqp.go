@@ -50,8 +50,8 @@ round's inbox backlog, and the messages/s it handles are printed.`,
 			if inboxWorkers < 1 {
 				return usagef("--inbox-workers %d must be at least 1", inboxWorkers)
 			}
-			if prefetch < 1 || concurrency < 1 || batch < 0 {
-				return usagef("--bridge-prefetch %d and --inbound-concurrency %d must be at least 1 and --inbound-batch %d not negative", prefetch, concurrency, batch)
+			if prefetch < 1 || concurrency < 0 || batch < 0 {
+				return usagef("--bridge-prefetch %d must be at least 1, and --inbound-concurrency %d and --inbound-batch %d not negative", prefetch, concurrency, batch)
 			}
 			report := a.stdout
 			if asJSON {
