@@ -41,9 +41,6 @@ func (s *Statements) AfterCommit(sql string, args ...any) { s.after.Queue(sql, a
 // goes back to a pool.
 func (s *Statements) AfterSend(fn func()) { s.sent = append(s.sent, fn) }
 
-// Len is how many statements the transaction has.
-func (s *Statements) Len() int { return s.tx.Len() }
-
 // batchSender is what the statements are sent with: a *pgxpool.Pool.
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults

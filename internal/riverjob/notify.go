@@ -20,11 +20,11 @@ func InsertChannel(schema string) string { return schema + ".river_insert" }
 // read-only NOTIFY commits without a flush. Callers usually only log an
 // error: the jobs are available, and River's poll finds them without it.
 func Wake(ctx context.Context, db DBTX, schema string, queues []string) error {
-	channel, payloads, err := WakeNotices(schema, queues)
-	if err != nil || len(payloads) == 0 {
+	sql, args, err := WakeStatement(schema, queues)
+	if err != nil || sql == "" {
 		return err
 	}
-	if _, err := db.Exec(ctx, wakeSQL, channel, payloads); err != nil {
+	if _, err := db.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("error waking River's producers: %w", err)
 	}
 	return nil
