@@ -383,7 +383,21 @@ func TestCLIConsumers(t *testing.T) {
         (SELECT count(*) FROM /*schema*/river_job WHERE args->>'consumer' = 'billing.v1'),
         (SELECT count(*) FROM /*schema*/tributary_event_lane WHERE consumer = 'billing.v1'),
         (SELECT count(*) FROM /*schema*/tributary_event_consumer WHERE name = 'billing.v1')`)).Scan(&jobs, &lanes, &rows))
-	require.Zero(t, jobs+lanes+rows)
+	require.Zero(t, lanes+rows)
+	if jobs > 0 {
+		// The worker, which does not run billing.v1, held one of its
+		// dispatch jobs (to snooze it) as the removal ran: River does not
+		// delete a running job. Such a job is cancelled when it ends, or,
+		// if it was being snoozed, at its next run (within the snooze, at
+		// most a minute): nothing of billing.v1 stays to run.
+		t.Logf("%d dispatch job(s) of billing.v1 held by the worker as it was removed; removal said: %s", jobs, res.stdout)
+		pgtest.WaitFor(t, 90*time.Second, "billing.v1's held dispatch cancelled", func() (bool, error) {
+			var left int
+			err := w.db.Pool.QueryRow(ctx, w.db.Q(`SELECT count(*) FROM /*schema*/river_job
+                WHERE args->>'consumer' = 'billing.v1' AND state <> 'cancelled'`)).Scan(&left)
+			return left == 0, err
+		})
+	}
 
 	// New events reach only the consumer that is left.
 	next := emitCLI(t, w.db, "demo.note", `{}`, "B")
