@@ -40,11 +40,18 @@ func newBenchEventsCmd(a *app) *cobra.Command {
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits
 without NOTIFY (see EmitterConfig.NoNotify). --batched-only skips the
-one-job-per-event runs.`,
+one-job-per-event runs. --rounds R runs the baselines and the throughput
+part R times in turn (each round: the runtime's plain jobs, the bare River
+client, the events) and prints each round's ratios and their medians: the
+baseline's own rate moves by a fifth between runs a minute apart on a
+shared VM, so one round's ratio is a draw from that spread.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.N < 1 || o.Rate < 1 || o.Workers < 1 || o.Aggregates < 0 {
 				return usagef("-n, --rate and --workers must be at least 1 and --aggregates not negative")
+			}
+			if o.Rounds < 1 {
+				return usagef("invalid --rounds %d: want at least 1", o.Rounds)
 			}
 			if o.DispatchBatch < 1 || o.DispatchBatch > events.DispatchBatchMax {
 				return usagef("invalid --dispatch-batch %d: want 1 to %d (1 skips the batched runs)", o.DispatchBatch, events.DispatchBatchMax)
@@ -72,6 +79,7 @@ one-job-per-event runs.`,
 	f.IntVar(&o.Workers, "workers", 200, "dispatch workers of the benchmark runtime")
 	f.IntVar(&o.DispatchBatch, "dispatch-batch", events.DispatchBatchDefault, "the batched consumer's DispatchBatch (default: the consumer default; 1: only the one-job-per-event runs)")
 	f.BoolVar(&o.NoNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
+	f.IntVar(&o.Rounds, "rounds", 1, "run the baselines and the throughput part this many times in turn and print the medians of the per-round ratios")
 	f.BoolVar(&o.BatchedOnly, "batched-only", false, "skip the one-job-per-event runs (throughput and latency)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
 	return cmd

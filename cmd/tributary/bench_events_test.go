@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,4 +66,46 @@ func TestCLIBenchEvents(t *testing.T) {
 	res = cli(t, nil, env, "bench", "events", "--batched-only", "--dispatch-batch", "1")
 	require.NotEqual(t, 0, res.code)
 	require.Contains(t, res.stderr, "--batched-only with --dispatch-batch 1")
+
+	res = cli(t, nil, env, "bench", "events", "--rounds", "0")
+	require.NotEqual(t, 0, res.code)
+	require.Contains(t, res.stderr, "invalid --rounds 0")
+}
+
+// TestCLIBenchEventsRounds runs the throughput part three times: the
+// report keeps every round, each with its own baselines and ratios, and
+// gives the medians of the per-round ratios.
+func TestCLIBenchEventsRounds(t *testing.T) {
+	t.Parallel()
+	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	res := cli(t, nil, env, "bench", "events", "-n", "300", "--aggregates", "10", "--latency-for", "200ms", "--batched-only", "--rounds", "3")
+	require.Equal(t, 0, res.code, res.stderr)
+	require.Contains(t, res.stdout, "(round 3/3)")
+	require.Contains(t, res.stdout, "median of the per-round ratios")
+
+	res = cli(t, nil, env, "bench", "events", "-n", "300", "--aggregates", "10", "--latency-for", "200ms", "--batched-only", "--rounds", "3", "--json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var out struct {
+		Ratios []float64 `json:"ratios"`
+		Rounds []struct {
+			Baseline struct {
+				JobsPerSec float64 `json:"jobs_per_sec"`
+			} `json:"baseline"`
+			Throughput []struct {
+				EventsPerSec float64 `json:"events_per_sec"`
+			} `json:"throughput"`
+			Ratios []float64 `json:"ratios"`
+		} `json:"rounds"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	require.Len(t, out.Rounds, 3)
+	var ratios []float64
+	for _, r := range out.Rounds {
+		require.Len(t, r.Throughput, 1)
+		require.Len(t, r.Ratios, 1)
+		require.InDelta(t, r.Throughput[0].EventsPerSec/r.Baseline.JobsPerSec, r.Ratios[0], 1e-9, "a round's ratio is its own events over its own baseline")
+		ratios = append(ratios, r.Ratios[0])
+	}
+	slices.Sort(ratios)
+	require.Equal(t, []float64{ratios[1]}, out.Ratios, "the report's ratio is the median of the rounds'")
 }

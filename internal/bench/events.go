@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -41,6 +42,10 @@ type EventsOptions struct {
 	DispatchBatch int
 	// NoNotify emits without NOTIFY (EmitterConfig.NoNotify).
 	NoNotify bool
+	// Rounds is how many times the throughput part runs, each round the
+	// two baselines and then the events, so that each ratio compares runs
+	// seconds apart; the report gives the medians. 0 is 1.
+	Rounds int
 	// BatchedOnly skips the one-job-per-event consumer's runs (throughput
 	// and latency): an A/B of the batched path in a third of the time.
 	BatchedOnly bool
@@ -53,19 +58,24 @@ type EventsOptions struct {
 
 // EventsReport is the outcome of RunEvents.
 type EventsReport struct {
+	// Baseline and Throughput are the median rounds (by rate) of the
+	// runtime's plain jobs and of each consumer's events.
 	Baseline   JobsResult         `json:"baseline"`
 	Throughput []EventsThroughput `json:"throughput"`
-	// Ratios are each throughput run's events/s over the baseline's jobs/s.
+	// Ratios are, for each consumer, the median over the rounds of its
+	// events/s over the same round's baseline jobs/s.
 	Ratios []float64 `json:"ratios"`
 	// River is the same N demo.noop jobs on a bare River client (BareRiver),
 	// and RiverRatios the throughput runs' events/s over its jobs/s: since
 	// tributary's runtime completes plain successes with a shorter statement
 	// than River's, its plain jobs run faster than River's, and the first
 	// ratio no longer reads as "against River".
-	River       JobsResult      `json:"river"`
-	RiverRatios []float64       `json:"river_ratios"`
-	Latency     []EventsLatency `json:"latency"`
-	CPUs        int             `json:"cpus"`
+	River       JobsResult `json:"river"`
+	RiverRatios []float64  `json:"river_ratios"`
+	// Rounds holds every round of the throughput part.
+	Rounds  []EventsRound   `json:"rounds"`
+	Latency []EventsLatency `json:"latency"`
+	CPUs    int             `json:"cpus"`
 }
 
 // EventsThroughput is the outcome of the throughput part.
@@ -111,8 +121,10 @@ type EventsLatency struct {
 // 1,000 while a runtime forwards and handles them with a no-op handler, once
 // with one dispatch job per event and once with opts.DispatchBatch); and
 // latency (events emitted one per transaction at opts.Rate, time from the
-// emit's commit to its handler's start, for the same two consumers). It
-// writes a line per part to w.
+// emit's commit to its handler's start, for the same two consumers). The
+// baselines and the throughput part run opts.Rounds times in turn, the
+// latency part once after them. It writes a line per part to w, and with
+// more than one round the medians and each round's ratios.
 func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io.Writer) (*EventsReport, error) {
 	batches := []int{1}
 	if opts.DispatchBatch > 1 {
@@ -125,32 +137,26 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 		batches = batches[1:]
 	}
 	rep := &EventsReport{CPUs: runtime.NumCPU()}
-	// The runtime's plain jobs, then a bare River client's.
-	var err error
-	for _, side := range []struct {
-		label string
-		run   func(context.Context, *pgxpool.Pool, JobsOptions) (JobsResult, error)
-		into  *JobsResult
-	}{{"baseline", Tributary, &rep.Baseline}, {"bare River", BareRiver, &rep.River}} {
-		if *side.into, err = side.run(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger}); err != nil {
-			return nil, err
-		}
-		r := *side.into
-		fmt.Fprintf(w, "%-10s %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)\n",
-			side.label, r.Jobs, r.Duration.Seconds(), r.JobsPerSec, microsText(r.SelfCPUPerJob), microsText(r.DBCPUPerJob))
-	}
-	base, bare := rep.Baseline, rep.River
-	for _, db := range batches {
-		tp, err := benchEventsThroughput(ctx, pool, opts.EmitPool, opts.Logger, opts.N, opts.Aggregates, opts.Workers, db, opts.NoNotify)
+	rounds := max(1, opts.Rounds)
+	for r := range rounds {
+		round, err := eventsRound(ctx, pool, opts, batches, r, rounds, w)
 		if err != nil {
 			return nil, err
 		}
-		rep.Throughput = append(rep.Throughput, tp)
-		rep.Ratios = append(rep.Ratios, tp.EventsPerSec/base.JobsPerSec)
-		rep.RiverRatios = append(rep.RiverRatios, tp.EventsPerSec/bare.JobsPerSec)
-		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline, %.2fx bare River; all emitted at %.2fs, all SENT at %.2fs; CPU per event %s here + %s Postgres)\n",
-			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.EventsPerSec/bare.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds(),
-			microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent))
+		rep.Rounds = append(rep.Rounds, round)
+	}
+	rep.summarize(batches)
+	if rounds > 1 {
+		fmt.Fprintf(w, "median of %d rounds: baseline %.0f jobs/s, bare River %.0f jobs/s\n", rounds, rep.Baseline.JobsPerSec, rep.River.JobsPerSec)
+		for i, db := range batches {
+			base, bare := make([]float64, rounds), make([]float64, rounds)
+			for r, round := range rep.Rounds {
+				base[r], bare[r] = round.Ratios[i], round.RiverRatios[i]
+			}
+			tp := rep.Throughput[i]
+			fmt.Fprintf(w, "median     dispatch batch %d: %.0f events/s (CPU per event %s here + %s Postgres); median of the per-round ratios %.2fx the baseline, %s; %.2fx bare River, %s\n",
+				db, tp.EventsPerSec, microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent), rep.Ratios[i], spread(base), rep.RiverRatios[i], spread(bare))
+		}
 	}
 	for _, db := range batches {
 		lat, err := benchEventsLatency(ctx, pool, opts.EmitPool, opts.Logger, opts.Rate, opts.LatencyFor, opts.Aggregates, opts.Workers, db, opts.NoNotify)
@@ -163,6 +169,79 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 	}
 	fmt.Fprintf(w, "(%d CPUs)\n", rep.CPUs)
 	return rep, nil
+}
+
+// EventsRound is one round of the throughput part: the two baselines,
+// then each consumer's run, and their ratios.
+type EventsRound struct {
+	Baseline    JobsResult         `json:"baseline"`
+	River       JobsResult         `json:"river"`
+	Throughput  []EventsThroughput `json:"throughput"`
+	Ratios      []float64          `json:"ratios"`
+	RiverRatios []float64          `json:"river_ratios"`
+}
+
+// eventsRound runs round r (of rounds) of the throughput part: the
+// runtime's plain jobs, a bare River client's, then the events of each
+// dispatch batch, each on a fresh schema, so each ratio compares runs a
+// few seconds apart.
+func eventsRound(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, batches []int, r, rounds int, w io.Writer) (EventsRound, error) {
+	var round EventsRound
+	label := ""
+	if rounds > 1 {
+		label = fmt.Sprintf(" (round %d/%d)", r+1, rounds)
+	}
+	for _, side := range []struct {
+		label string
+		run   func(context.Context, *pgxpool.Pool, JobsOptions) (JobsResult, error)
+		into  *JobsResult
+	}{{"baseline", Tributary, &round.Baseline}, {"bare River", BareRiver, &round.River}} {
+		var err error
+		if *side.into, err = side.run(ctx, pool, JobsOptions{N: opts.N, Logger: opts.Logger}); err != nil {
+			return round, err
+		}
+		res := *side.into
+		fmt.Fprintf(w, "%-10s %8d demo.noop jobs in %7.2fs  %9.0f jobs/s  (CPU per job %s here + %s Postgres)%s\n",
+			side.label, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, microsText(res.SelfCPUPerJob), microsText(res.DBCPUPerJob), label)
+	}
+	base, bare := round.Baseline, round.River
+	for _, db := range batches {
+		tp, err := benchEventsThroughput(ctx, pool, opts.EmitPool, opts.Logger, opts.N, opts.Aggregates, opts.Workers, db, opts.NoNotify)
+		if err != nil {
+			return round, err
+		}
+		round.Throughput = append(round.Throughput, tp)
+		round.Ratios = append(round.Ratios, tp.EventsPerSec/base.JobsPerSec)
+		round.RiverRatios = append(round.RiverRatios, tp.EventsPerSec/bare.JobsPerSec)
+		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline, %.2fx bare River; all emitted at %.2fs, all SENT at %.2fs; CPU per event %s here + %s Postgres)%s\n",
+			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.EventsPerSec/bare.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds(),
+			microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent), label)
+	}
+	return round, nil
+}
+
+// summarize sets the report's baselines and throughput runs to the median
+// rounds (by rate) and its ratios to the medians of the per-round ratios;
+// with one round, that round's.
+func (rep *EventsReport) summarize(batches []int) {
+	n := len(rep.Rounds)
+	bases, bares := make([]JobsResult, n), make([]JobsResult, n)
+	for r, round := range rep.Rounds {
+		bases[r], bares[r] = round.Baseline, round.River
+	}
+	rep.Baseline, rep.River = medianRound(bases), medianRound(bares)
+	rep.Throughput, rep.Ratios, rep.RiverRatios = nil, nil, nil
+	for i := range batches {
+		tps := make([]EventsThroughput, n)
+		base, bare := make([]float64, n), make([]float64, n)
+		for r, round := range rep.Rounds {
+			tps[r], base[r], bare[r] = round.Throughput[i], round.Ratios[i], round.RiverRatios[i]
+		}
+		slices.SortFunc(tps, func(a, b EventsThroughput) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
+		rep.Throughput = append(rep.Throughput, tps[(n-1)/2])
+		rep.Ratios = append(rep.Ratios, median(base))
+		rep.RiverRatios = append(rep.RiverRatios, median(bare))
+	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
