@@ -697,12 +697,26 @@ func (f *Forwarder) failPending(ctx context.Context, id string, retries int, cau
 // forwardInOneTx is a round when every publisher is transactional: claim,
 // publish and SENT in one transaction, one commit. The rows are never
 // visibly CLAIMED; a crash rolls everything back and leaves them PENDING.
+// The commit and the notifications that announce it (River's wake for the
+// dispatch jobs, the other forwarders' wake) go out in one round trip
+// (commitNotifying).
 func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchResult, error) {
 	var res batchResult
 	var wakeOthers bool
 	var after afterTx
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions(sc), func(tx pgx.Tx) error {
+	conn, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return res, fmt.Errorf("error acquiring a connection to claim outbox rows: %w", err)
+	}
+	// Released in a transaction (a commit whose outcome is unknown), the
+	// pool closes the connection.
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, claimTxOptions(sc))
+	if err != nil {
+		return res, fmt.Errorf("error beginning a claim: %w", err)
+	}
+	err = func() error {
 		ids, aggregates, candidates, err := f.selectClaim(ctx, tx, now, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
@@ -734,14 +748,31 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 			wakeOthers = wakeOthers || e.AggregateID != ""
 		}
 		return nil
-	})
+	}()
+	if err != nil {
+		_ = tx.Rollback(ctx)
+	} else {
+		notices := after.notices
+		if wakeOthers {
+			notices = append(notices, f.wakeNotice())
+		}
+		var noticeErr error
+		noticeErr, err = commitNotifying(ctx, conn.Conn(), notices)
+		if noticeErr != nil {
+			// The rows are there; River's poll and the forwarders' find
+			// them without the nudge.
+			f.logger.WarnContext(ctx, "error sending the notifications of a forwarded batch", "error", noticeErr)
+		}
+	}
 	f.countClaim(err == nil && res.claimed > 0)
 	if err != nil {
 		// Nothing was written; the rows are PENDING as before.
 		return batchResult{selected: res.selected}, err
 	}
 	if res.sent > 0 {
-		f.afterCommit(ctx, after, wakeOthers)
+		for _, h := range after.hooks {
+			h(ctx)
+		}
 		f.batches.Add(1)
 		f.forwarded.Add(int64(res.sent))
 		f.logger.DebugContext(ctx, "forwarded events", "count", res.sent)

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -90,6 +93,43 @@ func sendNotices(ctx context.Context, db queue.DBTX, notices []notice) error {
 	}
 	_, err := db.Exec(ctx, sendNoticesSQL, channels, payloads)
 	return err
+}
+
+// commitNotifying commits the transaction open on conn and sends notices
+// after it, in one round trip: COMMIT and the notices' statement go out as
+// one pipeline, the statement running in a transaction of its own once the
+// commit is done (a read-only NOTIFY, as sendNotices sends it; a failed
+// COMMIT skips it). err is the commit's failure (a transaction Postgres
+// rolled back at its COMMIT is pgx.ErrTxCommitRollback); noticeErr the
+// notices' alone, after a commit that went through.
+func commitNotifying(ctx context.Context, conn *pgx.Conn, notices []notice) (noticeErr, err error) {
+	b := &pgx.Batch{}
+	b.Queue("COMMIT")
+	if len(notices) > 0 {
+		channels, payloads := make([]string, len(notices)), make([]string, len(notices))
+		for i, n := range notices {
+			channels[i], payloads[i] = n.channel, n.payload
+		}
+		b.Queue(sendNoticesSQL, channels, payloads)
+	}
+	br := conn.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	if tag, err = br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	if tag.String() != "COMMIT" {
+		// An aborted transaction's COMMIT reports ROLLBACK.
+		_ = br.Close()
+		return nil, pgx.ErrTxCommitRollback
+	}
+	if len(notices) > 0 {
+		_, noticeErr = br.Exec()
+	}
+	if cerr := br.Close(); cerr != nil && noticeErr == nil {
+		noticeErr = cerr
+	}
+	return noticeErr, nil
 }
 
 const sendNoticesSQL = `SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)`
