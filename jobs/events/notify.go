@@ -98,10 +98,12 @@ func sendNotices(ctx context.Context, db queue.DBTX, notices []notice) error {
 // commitNotifying commits the transaction open on conn and sends notices
 // after it, in one round trip: COMMIT and the notices' statement go out as
 // one pipeline, the statement running in a transaction of its own once the
-// commit is done (a read-only NOTIFY, as sendNotices sends it; a failed
-// COMMIT skips it). err is the commit's failure (a transaction Postgres
-// rolled back at its COMMIT is pgx.ErrTxCommitRollback); noticeErr the
-// notices' alone, after a commit that went through.
+// commit is done (a read-only NOTIFY, as sendNotices sends it; a COMMIT
+// that fails skips it). err is the commit's failure: a transaction already
+// aborted, whose COMMIT reports ROLLBACK, is pgx.ErrTxCommitRollback, and
+// its notices go out anyway (a wake that finds nothing new; callers reach
+// the commit only after every statement succeeded). noticeErr is the
+// notices' own failure, after a commit that went through.
 func commitNotifying(ctx context.Context, conn *pgx.Conn, notices []notice) (noticeErr, err error) {
 	b := &pgx.Batch{}
 	b.Queue("COMMIT")
