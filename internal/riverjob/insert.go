@@ -258,6 +258,21 @@ func InsertNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob,
 	if len(jobs) == 0 {
 		return 0, nil
 	}
+	tag, err := tx.Exec(ctx, q(schema, insertJobsSQL), newJobsArgs(jobs, now)...)
+	if err != nil {
+		return 0, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// QueueInsertNewJobs queues InsertNewJobs's statement for jobs (at least
+// one) on b, for a caller that sends it in one round trip with others.
+func QueueInsertNewJobs(b *pgx.Batch, schema string, jobs []NewJob, now time.Time) {
+	b.Queue(q(schema, insertJobsSQL), newJobsArgs(jobs, now)...)
+}
+
+// newJobsArgs are insertJobsSQL's arguments for jobs.
+func newJobsArgs(jobs []NewJob, now time.Time) []any {
 	now = now.UTC()
 	var (
 		args, kinds, metadata, queues, states = make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs)), make([]string, len(jobs))
@@ -270,11 +285,7 @@ func InsertNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob,
 		args[i], kinds[i], metadata[i], queues[i], states[i] = string(j.Args), j.Kind, string(md), j.Queue, string(state)
 		attempts[i], priorities[i], scheduled[i] = j.MaxAttempts, j.Priority, at
 	}
-	tag, err := tx.Exec(ctx, q(schema, insertJobsSQL), now, args, kinds, attempts, metadata, priorities, queues, scheduled, states)
-	if err != nil {
-		return 0, fmt.Errorf("error inserting %d jobs: %w", len(jobs), err)
-	}
-	return tag.RowsAffected(), nil
+	return []any{now, args, kinds, attempts, metadata, priorities, queues, scheduled, states}
 }
 
 // NewJobInsert is the body of a data-modifying CTE of a caller's

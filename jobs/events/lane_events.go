@@ -66,20 +66,33 @@ func (l *lanes) insertEvents(ctx context.Context, tx pgx.Tx, evs []laneEvent) er
 		_, err := riverjob.CopyLaneEvents(ctx, tx, l.schema, evs)
 		return err
 	}
+	// Prepared (the pool's mode), so the arrays go in binary: as an
+	// unnamed statement (customPlan) pgx sent them as array literals, every
+	// quote of every event's JSON escaped, for Postgres to parse back; the
+	// plan (an insert from unnest) is the same for every size.
+	if _, err := tx.Exec(ctx, l.insertEventsSQL, insertEventsArgs(evs)...); err != nil {
+		return fmt.Errorf("error inserting %d lane events: %w", n, err)
+	}
+	return nil
+}
+
+// queueInsertEvents queues on b the insert of evs (fewer than
+// laneEventCopyFrom, at least one) by one statement, as insertEvents
+// writes them.
+func (l *lanes) queueInsertEvents(b *pgx.Batch, evs []laneEvent) {
+	b.Queue(l.insertEventsSQL, insertEventsArgs(evs)...)
+}
+
+// insertEventsArgs are laneEventInsertSQL's arguments for evs.
+func insertEventsArgs(evs []laneEvent) []any {
+	n := len(evs)
 	cs, as, ss, qs := make([]string, n), make([]string, n), make([]int64, n), make([]string, n)
 	ms, args := make([]int32, n), make([]string, n)
 	for i, ev := range evs {
 		cs[i], as[i], ss[i], qs[i] = ev.Consumer, ev.AggregateID, ev.Seq, ev.Queue
 		ms[i], args[i] = int32(ev.MaxAttempts), string(ev.Args)
 	}
-	// Prepared (the pool's mode), so the arrays go in binary: as an
-	// unnamed statement (customPlan) pgx sent them as array literals, every
-	// quote of every event's JSON escaped, for Postgres to parse back; the
-	// plan (an insert from unnest) is the same for every size.
-	if _, err := tx.Exec(ctx, l.insertEventsSQL, cs, as, ss, qs, ms, args); err != nil {
-		return fmt.Errorf("error inserting %d lane events: %w", n, err)
-	}
-	return nil
+	return []any{cs, as, ss, qs, ms, args}
 }
 
 // waitingEvent is a lane event as the repair sweep sees it.

@@ -102,6 +102,17 @@ func newLanes(schema string) *lanes {
 // head 1), locking the lanes in their fixed order, and returns each lane's
 // reserved range.
 func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64) (map[laneKey]laneRange, error) {
+	b := &pgx.Batch{}
+	out := l.queueReserve(b, counts)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// queueReserve queues reserve's statement on b and returns the map it fills
+// with the reserved ranges when b's results are read.
+func (l *lanes) queueReserve(b *pgx.Batch, counts map[laneKey]int64) map[laneKey]laneRange {
 	keys := make([]laneKey, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -113,26 +124,22 @@ func (l *lanes) reserve(ctx context.Context, tx pgx.Tx, counts map[laneKey]int64
 	for i, k := range keys {
 		cs[i], as[i], ns[i] = k.consumer, k.aggregate, counts[k]
 	}
+	out := make(map[laneKey]laneRange, len(keys))
 	// Prepared, binary arrays: an upsert from unnest plans the same for
 	// every size (see insertEvents).
-	rows, err := tx.Query(ctx, l.reserveSQL, cs, as, ns, time.Now().UTC())
-	if err != nil {
-		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
-	}
-	defer rows.Close()
-	out := make(map[laneKey]laneRange, len(keys))
-	for rows.Next() {
+	b.Queue(l.reserveSQL, cs, as, ns, time.Now().UTC()).Query(func(rows pgx.Rows) error {
 		var k laneKey
 		var head, last int64
-		if err := rows.Scan(&k.consumer, &k.aggregate, &head, &last); err != nil {
-			return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
+		_, err := pgx.ForEachRow(rows, []any{&k.consumer, &k.aggregate, &head, &last}, func() error {
+			out[k] = laneRange{next: last - counts[k] + 1, head: head}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("error reserving lane sequence numbers: %w", err)
 		}
-		out[k] = laneRange{next: last - counts[k] + 1, head: head}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error reserving lane sequence numbers: %w", err)
-	}
-	return out, nil
+		return nil
+	})
+	return out
 }
 
 // queuePeek queues on b the read without a lock of every consumer's lane
