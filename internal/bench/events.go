@@ -149,10 +149,7 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 	if rounds > 1 {
 		fmt.Fprintf(w, "median of %d rounds: baseline %.0f jobs/s, bare River %.0f jobs/s\n", rounds, rep.Baseline.JobsPerSec, rep.River.JobsPerSec)
 		for i, db := range batches {
-			base, bare := make([]float64, rounds), make([]float64, rounds)
-			for r, round := range rep.Rounds {
-				base[r], bare[r] = round.Ratios[i], round.RiverRatios[i]
-			}
+			base, bare := rep.roundRatios(i)
 			tp := rep.Throughput[i]
 			fmt.Fprintf(w, "median     dispatch batch %d: %.0f events/s (CPU per event %s here + %s Postgres); median of the per-round ratios %.2fx the baseline, %s; %.2fx bare River, %s\n",
 				db, tp.EventsPerSec, microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent), rep.Ratios[i], spread(base), rep.RiverRatios[i], spread(bare))
@@ -223,6 +220,15 @@ func eventsRound(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, ba
 // summarize sets the report's baselines and throughput runs to the median
 // rounds (by rate) and its ratios to the medians of the per-round ratios;
 // with one round, that round's.
+// roundRatios are every round's ratios of the i-th consumer's run: to the
+// runtime's plain jobs and to the bare River client's.
+func (rep *EventsReport) roundRatios(i int) (base, bare []float64) {
+	for _, round := range rep.Rounds {
+		base, bare = append(base, round.Ratios[i]), append(bare, round.RiverRatios[i])
+	}
+	return base, bare
+}
+
 func (rep *EventsReport) summarize(batches []int) {
 	n := len(rep.Rounds)
 	bases, bares := make([]JobsResult, n), make([]JobsResult, n)
@@ -233,10 +239,10 @@ func (rep *EventsReport) summarize(batches []int) {
 	rep.Throughput, rep.Ratios, rep.RiverRatios = nil, nil, nil
 	for i := range batches {
 		tps := make([]EventsThroughput, n)
-		base, bare := make([]float64, n), make([]float64, n)
 		for r, round := range rep.Rounds {
-			tps[r], base[r], bare[r] = round.Throughput[i], round.Ratios[i], round.RiverRatios[i]
+			tps[r] = round.Throughput[i]
 		}
+		base, bare := rep.roundRatios(i)
 		slices.SortFunc(tps, func(a, b EventsThroughput) int { return cmp.Compare(a.EventsPerSec, b.EventsPerSec) })
 		rep.Throughput = append(rep.Throughput, tps[(n-1)/2])
 		rep.Ratios = append(rep.Ratios, median(base))

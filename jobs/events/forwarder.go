@@ -900,15 +900,10 @@ type afterTx struct {
 }
 
 // afterCommit does the transactional publishers' after-commit work, once
-// their transaction committed, with wakeOthers the forwarder's wake of the
-// other forwarders (wakeForwarders) in the same statement as the
-// publishers' notifications.
-func (f *Forwarder) afterCommit(ctx context.Context, after afterTx, wakeOthers bool) {
-	notices := after.notices
-	if wakeOthers {
-		notices = append(notices, f.wakeNotice())
-	}
-	if err := sendNotices(context.WithoutCancel(ctx), f.pool, notices); err != nil {
+// their transaction committed (the claimed round's; forwardInOneTx sends
+// the notifications with its commit, commitNotifying).
+func (f *Forwarder) afterCommit(ctx context.Context, after afterTx) {
+	if err := sendNotices(context.WithoutCancel(ctx), f.pool, after.notices); err != nil {
 		// The rows are there; River's poll and the forwarders' find them
 		// without the nudge.
 		f.logger.WarnContext(ctx, "error sending the notifications of a forwarded batch", "error", err)
@@ -1127,7 +1122,7 @@ func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 	if err != nil {
 		return &claim{selected: c.selected}, err
 	}
-	f.afterCommit(ctx, after, false)
+	f.afterCommit(ctx, after)
 	return c, nil
 }
 

@@ -81,18 +81,25 @@ type notice struct{ channel, payload string }
 // sendNotices sends notices in one statement, after the commit that they
 // announce: a read-only NOTIFY commits without a WAL flush, where one in
 // the writing transaction would hold Postgres' global notify lock through
-// it. The forwarder sends River's wake for the dispatch jobs and its wake
-// of the other forwarders this way, one round trip where they were two.
+// it. A forwarder's claimed round sends its publishers' notifications this
+// way; a one-transaction round sends them with its commit
+// (commitNotifying).
 func sendNotices(ctx context.Context, db queue.DBTX, notices []notice) error {
 	if len(notices) == 0 {
 		return nil
 	}
+	_, err := db.Exec(ctx, sendNoticesSQL, noticeArgs(notices)...)
+	return err
+}
+
+// noticeArgs are sendNoticesSQL's arguments for notices: their channels
+// and their payloads.
+func noticeArgs(notices []notice) []any {
 	channels, payloads := make([]string, len(notices)), make([]string, len(notices))
 	for i, n := range notices {
 		channels[i], payloads[i] = n.channel, n.payload
 	}
-	_, err := db.Exec(ctx, sendNoticesSQL, channels, payloads)
-	return err
+	return []any{channels, payloads}
 }
 
 // commitNotifying commits the transaction open on conn and sends notices
@@ -108,11 +115,7 @@ func commitNotifying(ctx context.Context, conn *pgx.Conn, notices []notice) (not
 	b := &pgx.Batch{}
 	b.Queue("COMMIT")
 	if len(notices) > 0 {
-		channels, payloads := make([]string, len(notices)), make([]string, len(notices))
-		for i, n := range notices {
-			channels[i], payloads[i] = n.channel, n.payload
-		}
-		b.Queue(sendNoticesSQL, channels, payloads)
+		b.Queue(sendNoticesSQL, noticeArgs(notices)...)
 	}
 	br := conn.SendBatch(ctx, b)
 	var tag pgconn.CommandTag
