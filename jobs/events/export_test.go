@@ -17,8 +17,8 @@ func (f *Forwarder) SelectClaim(ctx context.Context, tx pgx.Tx) (ids []string, c
 	if _, err := tx.Exec(ctx, claimSetupSQL); err != nil {
 		return nil, 0, err
 	}
-	ids, _, candidates, err = f.selectClaim(ctx, tx, time.Now(), claimScope{})
-	return ids, candidates, err
+	b, candidates, err := f.selectClaim(ctx, tx, time.Now(), claimScope{})
+	return b.ids, candidates, err
 }
 
 // SelectClaimShare runs the forwarder's claim query as the forward loop
@@ -27,8 +27,8 @@ func (f *Forwarder) SelectClaimShare(ctx context.Context, tx pgx.Tx, share, shar
 	if _, err := tx.Exec(ctx, claimSetupSQL); err != nil {
 		return nil, 0, err
 	}
-	ids, _, candidates, err = f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
-	return ids, candidates, err
+	b, candidates, err := f.selectClaim(ctx, tx, time.Now(), claimScope{share: share, shares: shares})
+	return b.ids, candidates, err
 }
 
 // ExplainClaimUpdate returns the plan of the forwarder's claim update (SENT
@@ -42,12 +42,53 @@ func (f *Forwarder) ExplainClaimUpdate(ctx context.Context, ids []string) (strin
 	if _, err := tx.Exec(ctx, claimRestSQL); err != nil {
 		return "", err
 	}
-	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+f.claimUpdateSQL, ids, f.cfg.ID, time.Now())
+	b, err := f.batchOf(ctx, tx, ids)
+	if err != nil {
+		return "", err
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+f.claimUpdateSQL, b.updateArgs(f.cfg.ID, time.Now())...)
 	if err != nil {
 		return "", err
 	}
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
+}
+
+// ExplainAnalyzeClaimUpdate runs the forwarder's claim update of ids under
+// EXPLAIN (ANALYZE, FORMAT JSON) in a transaction it rolls back, and returns
+// the plan with what each node did.
+func (f *Forwarder) ExplainAnalyzeClaimUpdate(ctx context.Context, ids []string) ([]byte, error) {
+	tx, err := f.pool.BeginTx(ctx, claimTxOptionsGeneric)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, claimRestSQL); err != nil {
+		return nil, err
+	}
+	b, err := f.batchOf(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var plan []byte
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, COSTS OFF, FORMAT JSON) "+f.claimUpdateSQL, b.updateArgs(f.cfg.ID, time.Now())...).Scan(&plan)
+	return plan, err
+}
+
+// batchOf is the claimBatch of the outbox rows ids, as the claim's select
+// would return it.
+func (f *Forwarder) batchOf(ctx context.Context, tx pgx.Tx, ids []string) (claimBatch, error) {
+	b := claimBatch{ids: ids}
+	for _, id := range ids {
+		var aggregate string
+		var position int64
+		if err := tx.QueryRow(ctx, queue.Qualify(f.cfg.Schema, `SELECT coalesce(aggregate_id, ''), position FROM /*schema*/tributary_outbox WHERE id = $1`), id).Scan(&aggregate, &position); err != nil {
+			return b, err
+		}
+		b.rowAggregates = append(b.rowAggregates, aggregate)
+		b.positions = append(b.positions, position)
+	}
+	return b, nil
 }
 
 // ForwardOnce claims one batch, publishes it and records the outcome, as

@@ -717,12 +717,12 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		return res, fmt.Errorf("error beginning a claim: %w", err)
 	}
 	err = func() error {
-		ids, aggregates, candidates, err := f.selectClaim(ctx, tx, now, sc)
+		b, candidates, err := f.selectClaim(ctx, tx, now, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		res.selected = candidates
-		if len(ids) == 0 {
+		if len(b.ids) == 0 {
 			return nil
 		}
 		// The SENT mark and the transactional publishers' first reads go
@@ -730,12 +730,12 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		var claimed []claimedEvent
 		batch := &pgx.Batch{}
 		batch.Queue(claimRestSQL)
-		batch.Queue(f.claimSentSQL, ids, f.cfg.ID, now).Query(func(rows pgx.Rows) error {
+		batch.Queue(f.claimSentSQL, b.updateArgs(f.cfg.ID, now)...).Query(func(rows pgx.Rows) error {
 			var err error
 			claimed, err = pgx.CollectRows(rows, scanEvent)
 			return err
 		})
-		started := f.queueStarts(batch, aggregates)
+		started := f.queueStarts(batch, b.aggregates)
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -1020,34 +1020,51 @@ var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL 
 // the candidates' select, so it costs no round trip of its own.
 const claimRestSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_seqscan', 'on', true)`
 
+// claimBatch is what a claim's select locked and may claim: the rows' ids
+// with each row's aggregate ("" for none) and position, in emit order, and
+// the aggregates once each.
+type claimBatch struct {
+	ids, rowAggregates []string
+	positions          []int64
+	aggregates         []string
+}
+
+// updateArgs are the claim updates' arguments (claimUpdateSQL, claimSentSQL):
+// the batch claimed by by at at.
+func (b claimBatch) updateArgs(by string, at time.Time) []any {
+	return []any{b.ids, by, at, b.rowAggregates, b.positions}
+}
+
 // selectClaim locks the next PENDING rows of sc that may be tried now and
-// returns the ids of those this transaction may claim (see claimSelectSQL)
-// and their aggregates (each once), and how many rows it looked at. tx must
-// have begun with claimTxOptions(sc).
-func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, sc claimScope) (ids, aggregates []string, candidates int, err error) {
+// returns those this transaction may claim (see claimSelectSQL), and how
+// many rows it looked at. tx must have begun with claimTxOptions(sc).
+func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, sc claimScope) (b claimBatch, candidates int, err error) {
 	rows, err := tx.Query(ctx, f.claimSelect[sc.kind()], append([]any{f.cfg.ClaimSize, f.lockNS, now}, sc.args()...)...)
 	if err != nil {
-		return nil, nil, 0, err
+		return b, 0, err
 	}
 	defer rows.Close()
 	seen := map[string]bool{}
 	for rows.Next() {
 		var id, aggregate string
+		var position int64
 		var mine bool
-		if err := rows.Scan(&id, &aggregate, &mine); err != nil {
-			return nil, nil, 0, err
+		if err := rows.Scan(&id, &aggregate, &position, &mine); err != nil {
+			return claimBatch{}, 0, err
 		}
 		candidates++
 		if !mine {
 			continue
 		}
-		ids = append(ids, id)
+		b.ids = append(b.ids, id)
+		b.rowAggregates = append(b.rowAggregates, aggregate)
+		b.positions = append(b.positions, position)
 		if aggregate != "" && !seen[aggregate] {
 			seen[aggregate] = true
-			aggregates = append(aggregates, aggregate)
+			b.aggregates = append(b.aggregates, aggregate)
 		}
 	}
-	return ids, aggregates, candidates, rows.Err()
+	return b, candidates, rows.Err()
 }
 
 // forwardClaimed is a round with plain publishers: the claim commits
@@ -1088,19 +1105,19 @@ func (f *Forwarder) claim(ctx context.Context, sc claimScope) (*claim, error) {
 	c := f.newClaim()
 	var after afterTx
 	err := pgx.BeginTxFunc(ctx, f.pool, claimTxOptions(sc), func(tx pgx.Tx) error {
-		ids, _, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, sc)
+		b, candidates, err := f.selectClaim(ctx, tx, c.claimedAt, sc)
 		if err != nil {
 			return fmt.Errorf("error claiming outbox rows: %w", err)
 		}
 		c.selected = candidates
-		if len(ids) == 0 {
+		if len(b.ids) == 0 {
 			return nil
 		}
 		// A second statement, so a fresh snapshot sees claims that other
 		// forwarders committed while this one waited for the locks.
 		batch := &pgx.Batch{}
 		batch.Queue(claimRestSQL)
-		batch.Queue(f.claimUpdateSQL, ids, f.cfg.ID, c.claimedAt).Query(func(rows pgx.Rows) error {
+		batch.Queue(f.claimUpdateSQL, b.updateArgs(f.cfg.ID, c.claimedAt)...).Query(func(rows pgx.Rows) error {
 			var err error
 			c.events, err = pgx.CollectRows(rows, scanEvent)
 			return err
@@ -1314,14 +1331,61 @@ WITH candidate AS MATERIALIZED (
     LIMIT $1
     FOR UPDATE OF o SKIP LOCKED
 )
-SELECT id::text, coalesce(aggregate_id, ''), aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
+SELECT id::text, coalesce(aggregate_id, ''), position, aggregate_id IS NULL OR pg_try_advisory_xact_lock(hashtextextended($2 || aggregate_id, 0))
 FROM candidate
 ORDER BY position`
 
+// claimGapSQL finds, for each aggregate of the batch (the rows $1, their
+// aggregates $4, "" for none, and positions $5: claimBatch), its first
+// unfinished row (PENDING or CLAIMED) before the batch's last row of it that
+// is not in the batch: another forwarder claimed it, or it was skipped
+// because it was locked. The claim updates below (claimGuardSQL) leave
+// the aggregate's batch rows after that one as they are.
+//
+// It reads each aggregate once, from its first unfinished row: checked per
+// row, the guard read every earlier row of the aggregate for each row it
+// marked, the square of a hot lane's share of the batch
+// (TestClaimGuardLooksOnceAnAggregate). And it starts at the lowest
+// unfinished position of the whole outbox (floor): the unfinished rows'
+// index keeps an entry for every row sent since the table's last vacuum,
+// and a scan from the aggregate's start stepped over all of them, a batch's
+// guard growing with every batch forwarded before it (docs/BENCHMARKS.md,
+// "The fifteenth round"). No row below the floor is unfinished in the
+// statement's snapshot, and an aggregate's rows commit in position order
+// (the emitter holds its advisory lock), so the floor leaves out nothing
+// the guard must see. The CLAIMED rows' lowest position is min(position + 0),
+// which no index on position matches: as min(position), Postgres could
+// plan it as a walk of the position index from its start until the first
+// CLAIMED row, over every SENT row (TestClaimGuardFloorGoesByItsIndexes);
+// now it reads the few CLAIMED rows through a partial index.
+const claimGapSQL = `
+WITH batch AS MATERIALIZED (
+    SELECT u.aggregate_id, u.position FROM unnest($4::text[], $5::bigint[]) AS u(aggregate_id, position)
+    WHERE u.aggregate_id <> ''
+),
+floor AS MATERIALIZED (
+    SELECT least(
+        (SELECT p.position FROM /*schema*/tributary_outbox p WHERE p.status = 'PENDING' ORDER BY p.position LIMIT 1),
+        (SELECT min(c.position + 0) FROM /*schema*/tributary_outbox c WHERE c.aggregate_id IS NOT NULL AND c.status = 'CLAIMED')) AS position
+),
+gap AS MATERIALIZED (
+    SELECT a.aggregate_id, g.position
+    FROM (SELECT aggregate_id, max(position) AS last FROM batch GROUP BY aggregate_id) a
+    CROSS JOIN LATERAL (
+        SELECT e.position FROM /*schema*/tributary_outbox e
+        WHERE e.aggregate_id = a.aggregate_id
+          AND e.status IN ('PENDING', 'CLAIMED')
+          AND e.position < a.last
+          AND e.position >= (SELECT position FROM floor)
+          AND e.position NOT IN (SELECT position FROM batch)
+        ORDER BY e.position
+        LIMIT 1
+    ) g
+)`
+
 // claimGuardSQL is the WHERE and RETURNING of the two claim updates below:
-// a locked row is claimed unless an earlier unfinished row of its aggregate
-// lies outside this batch (claimed by another forwarder, or skipped because
-// it was locked). The ids ($1) go as text and are cast here: sent as
+// a locked row is claimed unless claimGapSQL found a row of its aggregate
+// before it that must go first. The ids ($1) go as text and are cast here: sent as
 // uuid[], pgx tried the binary format first, failed on the first string,
 // and built its error message from the whole list (formatted with %#v)
 // before falling back to text, a millisecond for a claim of 1,000
@@ -1340,22 +1404,18 @@ ORDER BY position`
 const claimGuardSQL = `
 WHERE o.id = ANY($1::text[]::uuid[]) AND (o.status = 'PENDING') IS TRUE
   AND (o.aggregate_id IS NULL OR NOT EXISTS (
-        SELECT 1 FROM /*schema*/tributary_outbox e
-        WHERE e.aggregate_id = o.aggregate_id
-          AND e.status IN ('PENDING', 'CLAIMED')
-          AND e.position < o.position
-          AND e.id <> ALL($1::text[]::uuid[])))
+        SELECT 1 FROM gap WHERE gap.aggregate_id = o.aggregate_id AND gap.position < o.position))
 RETURNING o.id::text, o.position, o.event_type, o.event_version, o.event_kind, coalesce(o.aggregate_id, ''),
           o.payload, o.metadata, o.source_service, o.created_at, o.retry_count, coalesce(o.delivered_to, '{}')`
 
 // claimUpdateSQL claims the locked rows (PENDING -> CLAIMED).
-const claimUpdateSQL = `
+const claimUpdateSQL = claimGapSQL + `
 UPDATE /*schema*/tributary_outbox o
 SET status = 'CLAIMED', claimed_by = $2, claimed_at = $3, next_attempt_at = NULL` + claimGuardSQL
 
 // claimSentSQL is claimUpdateSQL for the one-transaction path: the rows go
 // straight to SENT.
-const claimSentSQL = `
+const claimSentSQL = claimGapSQL + `
 UPDATE /*schema*/tributary_outbox o
 SET status = 'SENT', claimed_by = $2, claimed_at = $3, sent_at = $3, next_attempt_at = NULL, last_error = NULL` + claimGuardSQL
 
