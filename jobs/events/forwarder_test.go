@@ -285,9 +285,7 @@ func TestClaimUpdateGoesByPrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, f := spreadOutbox(t, 3000, 100, 100)
-	ids, err := pgx.CollectRows(mustQuery(t, db, `SELECT id::text FROM /*schema*/tributary_outbox ORDER BY position LIMIT 100`), pgx.RowTo[string])
-	require.NoError(t, err)
-	plan, err := f.ExplainClaimUpdate(ctx, ids)
+	plan, err := f.ExplainClaimUpdate(ctx, pendingIDs(t, db, 100))
 	require.NoError(t, err)
 	require.Contains(t, plan, "Index Scan using tributary_outbox_pkey on tributary_outbox o", plan)
 	require.NotContains(t, plan, "tributary_outbox_pending_idx on tributary_outbox o", plan)
@@ -304,9 +302,7 @@ func TestClaimGuardLooksOnceAnAggregate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, f := spreadOutbox(t, 600, 1, 300)
-	ids, err := pgx.CollectRows(mustQuery(t, db, `SELECT id::text FROM /*schema*/tributary_outbox ORDER BY position LIMIT 300`), pgx.RowTo[string])
-	require.NoError(t, err)
-	plan, err := f.ExplainAnalyzeClaimUpdate(ctx, ids)
+	plan, err := f.ExplainAnalyzeClaimUpdate(ctx, pendingIDs(t, db, 300))
 	require.NoError(t, err)
 	var nodes []map[string]any
 	require.NoError(t, json.Unmarshal(plan, &nodes))
@@ -349,14 +345,21 @@ WHERE position <= (SELECT min(position) + 7000 FROM /*schema*/tributary_outbox)`
 			_, err = db.Pool.Exec(ctx, db.Q(`ANALYZE /*schema*/tributary_outbox`))
 			require.NoError(t, err)
 		}
-		ids, err := pgx.CollectRows(mustQuery(t, db, `SELECT id::text FROM /*schema*/tributary_outbox WHERE status = 'PENDING' ORDER BY position LIMIT 1000`), pgx.RowTo[string])
-		require.NoError(t, err)
-		plan, err := f.ExplainClaimUpdate(ctx, ids)
+		plan, err := f.ExplainClaimUpdate(ctx, pendingIDs(t, db, 1000))
 		require.NoError(t, err)
 		require.Contains(t, plan, "Index Scan using tributary_outbox_pkey on tributary_outbox o", "analyzed: %v\n%s", analyze, plan)
 		require.NotContains(t, plan, "tributary_outbox_position_idx", "analyzed: %v\n%s", analyze, plan)
 		require.NotContains(t, plan, "Seq Scan on tributary_outbox", "analyzed: %v\n%s", analyze, plan)
 	}
+}
+
+// pendingIDs returns the ids of the outbox's first n PENDING rows in emit
+// order.
+func pendingIDs(t *testing.T, db *pgtest.DB, n int) []string {
+	t.Helper()
+	ids, err := pgx.CollectRows(mustQuery(t, db, `SELECT id::text FROM /*schema*/tributary_outbox WHERE status = 'PENDING' ORDER BY position LIMIT $1`, n), pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
 }
 
 func mustQuery(t *testing.T, db *pgtest.DB, sql string, args ...any) pgx.Rows {
