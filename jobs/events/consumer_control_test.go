@@ -94,8 +94,12 @@ func TestConsumerNobodyRuns(t *testing.T) {
 	res, err := events.RemoveConsumer(ctx, b.db.Pool, b.db.Schema, "billing.v1", events.RemoveConsumerOpts{})
 	require.NoError(t, err)
 	// The head may be running at that moment (tried, found not run here);
-	// it is cancelled when it ends.
-	require.Equal(t, int64(2), res.Jobs+res.Running)
+	// it is cancelled when it ends. When it ends between the removal's
+	// delete of the waiting jobs and its count of the running ones (it is
+	// snoozed for the worker that runs the consumer), neither counts it:
+	// the report is what the removal saw, and the wait below shows nothing
+	// is left.
+	require.Contains(t, []int64{1, 2}, res.Jobs+res.Running, "jobs %d, running %d", res.Jobs, res.Running)
 	require.Equal(t, int64(1), res.Lanes)
 	pgtest.WaitFor(t, 10*time.Second, "no unfinished work left for the removed consumer", func() (bool, error) {
 		var n int

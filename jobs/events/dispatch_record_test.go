@@ -57,7 +57,16 @@ func TestDispatchRecordLosesConnection(t *testing.T) {
 			}
 			return nil
 		})
-		startEvents(t, via, events.ForwarderConfig{}, c)
+		// One forward loop: with two, rows without an aggregate are in both
+		// loops' shares, and the two events of the batch case could be
+		// claimed one by each loop, at the same moment, and dispatched as
+		// two lone dispatch jobs instead of one batched dispatch.
+		startEvents(t, via, events.ForwarderConfig{Concurrency: 1}, c)
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpJobsAndOutbox(t, db)
+			}
+		})
 		id := emit(db, newEmitter(t, db))
 		pgtest.WaitFor(t, 60*time.Second, "the dispatch job completes", func() (bool, error) {
 			st, _, _ := job(db, id)
@@ -121,4 +130,26 @@ func TestDispatchRecordLosesConnection(t *testing.T) {
 		require.Equal(t, 2, calls["fails"])
 		require.Equal(t, 2, calls["ok"], "the whole batch runs again (at-least-once)")
 	})
+}
+
+// dumpJobsAndOutbox logs every River job and outbox row of db, for a test
+// that failed waiting on them.
+func dumpJobsAndOutbox(t *testing.T, db *pgtest.DB) {
+	ctx := context.Background()
+	for _, q := range []string{
+		`SELECT id, kind, state, attempt, max_attempts, scheduled_at, attempted_at, finalized_at, coalesce(errors::text, ''), metadata::text, args::text FROM /*schema*/river_job ORDER BY id`,
+		`SELECT id, position, status, retry_count, coalesce(last_error, ''), coalesce(claimed_by, ''), claimed_at, sent_at FROM /*schema*/tributary_outbox ORDER BY position`,
+		`SELECT now()`,
+	} {
+		rows, err := db.Pool.Query(ctx, db.Q(q))
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		for rows.Next() {
+			vals, _ := rows.Values()
+			t.Logf("%v", vals)
+		}
+		rows.Close()
+	}
 }
