@@ -217,9 +217,6 @@ func eventsRound(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, ba
 	return round, nil
 }
 
-// summarize sets the report's baselines and throughput runs to the median
-// rounds (by rate) and its ratios to the medians of the per-round ratios;
-// with one round, that round's.
 // roundRatios are every round's ratios of the i-th consumer's run: to the
 // runtime's plain jobs and to the bare River client's.
 func (rep *EventsReport) roundRatios(i int) (base, bare []float64) {
@@ -229,6 +226,9 @@ func (rep *EventsReport) roundRatios(i int) (base, bare []float64) {
 	return base, bare
 }
 
+// summarize sets the report's baselines and throughput runs to the median
+// rounds (by rate) and its ratios to the medians of the per-round ratios;
+// with one round, that round's.
 func (rep *EventsReport) summarize(batches []int) {
 	n := len(rep.Rounds)
 	bases, bares := make([]JobsResult, n), make([]JobsResult, n)

@@ -43,6 +43,24 @@ type DB struct {
 // Q qualifies a SQL string's /*schema*/ markers with this test's schema.
 func (db *DB) Q(sql string) string { return queue.Qualify(db.Schema, sql) }
 
+// LogRows logs every row each query (with /*schema*/ markers) returns, or
+// its error: a failed test's dump of the tables it waited on.
+func (db *DB) LogRows(tb testing.TB, queries ...string) {
+	tb.Helper()
+	for _, q := range queries {
+		rows, err := db.Pool.Query(context.Background(), db.Q(q))
+		if err != nil {
+			tb.Logf("%s: %v", q, err)
+			continue
+		}
+		for rows.Next() {
+			vals, _ := rows.Values()
+			tb.Logf("%v", vals)
+		}
+		rows.Close()
+	}
+}
+
 // DatabaseURL returns the database the tests use.
 func DatabaseURL() string {
 	for _, name := range []string{"TEST_DATABASE_URL", "DATABASE_URL"} {

@@ -127,23 +127,10 @@ func (b *testBundle) waitWritten(t *testing.T, stream string, n int, timeout tim
 // timeout.
 func (b *testBundle) dumpState(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	for _, q := range []string{
+	b.db.LogRows(t,
 		`SELECT id, state, attempt, args::text, coalesce(errors::text, '') FROM /*schema*/river_job ORDER BY id`,
 		`SELECT id, stream, status, first_item_id, last_item_id, item_count, claimed_by_job FROM /*schema*/tributary_batch_object ORDER BY id`,
-		`SELECT stream, count(*), sum(item_count - done_items), min(id), max(id) FROM /*schema*/tributary_batch_chunk GROUP BY stream`,
-	} {
-		rows, err := b.db.Pool.Query(ctx, b.db.Q(q))
-		if err != nil {
-			t.Logf("%s: %v", q, err)
-			continue
-		}
-		for rows.Next() {
-			vals, _ := rows.Values()
-			t.Logf("%v", vals)
-		}
-		rows.Close()
-	}
+		`SELECT stream, count(*), sum(item_count - done_items), min(id), max(id) FROM /*schema*/tributary_batch_chunk GROUP BY stream`)
 }
 
 // checkExactlyOnce decodes every object in the sink and requires that the

@@ -135,21 +135,8 @@ func TestDispatchRecordLosesConnection(t *testing.T) {
 // dumpJobsAndOutbox logs every River job and outbox row of db, for a test
 // that failed waiting on them.
 func dumpJobsAndOutbox(t *testing.T, db *pgtest.DB) {
-	ctx := context.Background()
-	for _, q := range []string{
+	db.LogRows(t,
 		`SELECT id, kind, state, attempt, max_attempts, scheduled_at, attempted_at, finalized_at, coalesce(errors::text, ''), metadata::text, args::text FROM /*schema*/river_job ORDER BY id`,
 		`SELECT id, position, status, retry_count, coalesce(last_error, ''), coalesce(claimed_by, ''), claimed_at, sent_at FROM /*schema*/tributary_outbox ORDER BY position`,
-		`SELECT now()`,
-	} {
-		rows, err := db.Pool.Query(ctx, db.Q(q))
-		if err != nil {
-			t.Logf("%s: %v", q, err)
-			continue
-		}
-		for rows.Next() {
-			vals, _ := rows.Values()
-			t.Logf("%v", vals)
-		}
-		rows.Close()
-	}
+		`SELECT now()`)
 }

@@ -735,7 +735,7 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 			claimed, err = pgx.CollectRows(rows, scanEvent)
 			return err
 		})
-		started := f.queueStarts(batch, b.aggregates)
+		started := f.queueStarts(batch, b.aggregates())
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -1021,12 +1021,23 @@ var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL 
 const claimRestSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_seqscan', 'on', true)`
 
 // claimBatch is what a claim's select locked and may claim: the rows' ids
-// with each row's aggregate ("" for none) and position, in emit order, and
-// the aggregates once each.
+// with each row's aggregate ("" for none) and position, in emit order.
 type claimBatch struct {
 	ids, rowAggregates []string
 	positions          []int64
-	aggregates         []string
+}
+
+// aggregates returns the batch's aggregates, each once.
+func (b claimBatch) aggregates() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, a := range b.rowAggregates {
+		if a != "" && !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // updateArgs are the claim updates' arguments (claimUpdateSQL, claimSentSQL):
@@ -1044,7 +1055,6 @@ func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, s
 		return b, 0, err
 	}
 	defer rows.Close()
-	seen := map[string]bool{}
 	for rows.Next() {
 		var id, aggregate string
 		var position int64
@@ -1059,10 +1069,6 @@ func (f *Forwarder) selectClaim(ctx context.Context, tx pgx.Tx, now time.Time, s
 		b.ids = append(b.ids, id)
 		b.rowAggregates = append(b.rowAggregates, aggregate)
 		b.positions = append(b.positions, position)
-		if aggregate != "" && !seen[aggregate] {
-			seen[aggregate] = true
-			b.aggregates = append(b.aggregates, aggregate)
-		}
 	}
 	return b, candidates, rows.Err()
 }

@@ -275,22 +275,9 @@ func durableOutputOf(t *testing.T, task workflow.TaskInfo) durableOutput {
 
 // dumpJobs logs the schema's jobs, tasks and steps, for a failed test.
 func dumpJobs(t *testing.T, db *pgtest.DB) {
-	ctx := context.Background()
-	for _, q := range []string{
+	db.LogRows(t,
 		`SELECT id, kind, state::text, attempt, max_attempts, scheduled_at::text, metadata::text, coalesce(errors::text, '') FROM /*schema*/river_job ORDER BY id`,
 		`SELECT workflow_id::text, name, state, job_id, pending_deps, updated_at::text FROM /*schema*/tributary_workflow_task ORDER BY workflow_id, name`,
 		`SELECT job_id, name, kind, done, timed_out, coalesce(wake_at::text, ''), coalesce(output::text, '') FROM /*schema*/tributary_workflow_step ORDER BY job_id, name`,
-		`SELECT id, name, coalesce(idempotency_key, ''), coalesce(consumed_job_id, 0) FROM /*schema*/tributary_workflow_signal ORDER BY id`,
-	} {
-		rows, err := db.Pool.Query(ctx, db.Q(q))
-		if err != nil {
-			t.Logf("dump: %v", err)
-			continue
-		}
-		for rows.Next() {
-			vals, _ := rows.Values()
-			t.Logf("dump: %v", vals)
-		}
-		rows.Close()
-	}
+		`SELECT id, name, coalesce(idempotency_key, ''), coalesce(consumed_job_id, 0) FROM /*schema*/tributary_workflow_signal ORDER BY id`)
 }
