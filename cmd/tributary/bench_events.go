@@ -35,7 +35,12 @@ func newBenchEventsCmd(a *app) *cobra.Command {
      baseline's CPU per job excludes its inserts, which come before it);
   3. latency: events emitted one per transaction at a steady --rate for
      --latency-for; time from the emit's commit to its handler's start, for
-     the same two consumers.
+     the same two consumers, with the CPU per event of this process and of
+     Postgres, and where the time went for the events that had a dispatch
+     job of their own: commit to the start of the forward round that sent
+     them, the round's start to their job's fetch, the fetch to the
+     handler (medians), and where Postgres tracks commit timestamps
+     (track_commit_timestamp = on), the round's start to its commit.
 
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits

@@ -112,6 +112,33 @@ type EventsLatency struct {
 	// forwarder's share), read from the outbox's created_at and sent_at.
 	ForwardP50 time.Duration `json:"forward_p50_ns"`
 	ForwardP99 time.Duration `json:"forward_p99_ns"`
+	// Stages split commit to handler start for the events that had a
+	// dispatch job of their own (a lane's head, a lone dispatch; not a
+	// lane event a chain ran): from the emit's commit to the start of the
+	// forward round that sent it (the outbox's sent_at), from there to the
+	// job's fetch or claim (its attempted_at: the round's own statements,
+	// its commit, River's wake and fetch), and from there to the handler's
+	// start. Medians, on one machine's clock.
+	Stages *LatencyStages `json:"stages,omitempty"`
+	// SelfCPUPerEvent, DBCPUPerEvent and EmitDBCPUPerEvent are the CPU per
+	// event of this process (the emitters' goroutines included), of the
+	// runtime's Postgres backends (forwarding, dispatch, completion) and of
+	// the emitters' backends, from the first emit to the last handler start.
+	SelfCPUPerEvent   time.Duration `json:"self_cpu_per_event_ns"`
+	DBCPUPerEvent     time.Duration `json:"db_cpu_per_event_ns"`
+	EmitDBCPUPerEvent time.Duration `json:"emit_db_cpu_per_event_ns"`
+}
+
+// LatencyStages is EventsLatency.Stages.
+type LatencyStages struct {
+	Events       int           `json:"events"`
+	ToForwardP50 time.Duration `json:"to_forward_p50_ns"`
+	ToFetchP50   time.Duration `json:"to_fetch_p50_ns"`
+	ToHandlerP50 time.Duration `json:"to_handler_p50_ns"`
+	// RoundP50 is the part of ToFetchP50 up to the forward round's commit,
+	// where the server tracks commit timestamps (track_commit_timestamp);
+	// 0 where it does not.
+	RoundP50 time.Duration `json:"round_p50_ns,omitempty"`
 }
 
 // RunEvents measures the events path in three parts, each on a fresh
@@ -163,6 +190,15 @@ func RunEvents(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, w io
 		rep.Latency = append(rep.Latency, lat)
 		fmt.Fprintf(w, "latency    %d events at %d/s (achieved %.0f/s, dispatch batch %d), commit to handler start: p50 %s  p90 %s  p99 %s  max %s; emit to SENT p50 %s p99 %s\n",
 			lat.Events, lat.TargetRate, lat.AchievedRate, db, ms(lat.P50), ms(lat.P90), ms(lat.P99), ms(lat.Max), ms(lat.ForwardP50), ms(lat.ForwardP99))
+		fmt.Fprintf(w, "           CPU per event %s here, %s Postgres for the runtime, %s Postgres for the emits\n",
+			microsText(lat.SelfCPUPerEvent), microsText(lat.DBCPUPerEvent), microsText(lat.EmitDBCPUPerEvent))
+		if st := lat.Stages; st != nil {
+			fmt.Fprintf(w, "           the %d events with a job of their own, medians: commit to their forward round %s, round to fetch %s, fetch to handler %s\n",
+				st.Events, ms(st.ToForwardP50), ms(st.ToFetchP50), ms(st.ToHandlerP50))
+			if st.RoundP50 > 0 {
+				fmt.Fprintf(w, "           of round to fetch, the round's start to its commit: %s (track_commit_timestamp)\n", ms(st.RoundP50))
+			}
+		}
 	}
 	fmt.Fprintf(w, "(%d CPUs)\n", rep.CPUs)
 	return rep, nil
@@ -384,8 +420,22 @@ func benchEventsThroughput(ctx context.Context, basePool, baseEmitPool *pgxpool.
 	}
 }
 
-func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers, dispatchBatch int, noNotify bool) (EventsLatency, error) {
+func benchEventsLatency(ctx context.Context, basePool, baseEmitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers, dispatchBatch int, noNotify bool) (EventsLatency, error) {
 	total := max(1, int(float64(rate)*length.Seconds()))
+	// Pools whose backends' CPU is read, as in the throughput part: at a
+	// steady rate the fixed costs of each round and transaction weigh more
+	// than in a backlog, and a busy machine is slower at every step.
+	cp, err := newCPUPool(ctx, basePool)
+	if err != nil {
+		return EventsLatency{}, err
+	}
+	defer cp.Close()
+	ep, err := newCPUPool(ctx, baseEmitPool)
+	if err != nil {
+		return EventsLatency{}, err
+	}
+	defer ep.Close()
+	pool, emitPool := cp.Pool, ep.Pool
 	var mu sync.Mutex
 	committed := make(map[int]time.Time, total)
 	started := make(map[int]time.Time, total)
@@ -427,6 +477,7 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 		}()
 	}
 	interval := time.Second / time.Duration(rate)
+	mark, emitMark := cp.mark(), ep.mark()
 	start := time.Now()
 	for i := 0; i < total; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
@@ -446,6 +497,8 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 	case <-time.After(10 * time.Minute):
 		return EventsLatency{}, fmt.Errorf("only %d of %d events were handled", handled.Load(), total)
 	}
+	self, db := cp.since(mark)
+	_, emitDB := ep.since(emitMark)
 	var fwd50, fwd99 float64
 	if err := pool.QueryRow(ctx, queue.Qualify(rt.Schema(), `
         SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)),
@@ -455,6 +508,10 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	stages, err := latencyStages(ctx, pool, rt.Schema(), committed, started)
+	if err != nil {
+		return EventsLatency{}, err
+	}
 	lat := make([]time.Duration, 0, total)
 	for i, c := range committed {
 		lat = append(lat, max(0, started[i].Sub(c)))
@@ -463,5 +520,58 @@ func benchEventsLatency(ctx context.Context, pool, emitPool *pgxpool.Pool, logge
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	return EventsLatency{DispatchBatch: dispatchBatch, TargetRate: rate, AchievedRate: float64(total) / emitted.Seconds(), Events: total,
 		P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Max: lat[len(lat)-1],
-		ForwardP50: time.Duration(fwd50 * float64(time.Second)), ForwardP99: time.Duration(fwd99 * float64(time.Second))}, nil
+		ForwardP50: time.Duration(fwd50 * float64(time.Second)), ForwardP99: time.Duration(fwd99 * float64(time.Second)),
+		Stages:          stages,
+		SelfCPUPerEvent: self / time.Duration(total), DBCPUPerEvent: db / time.Duration(total), EmitDBCPUPerEvent: emitDB / time.Duration(total)}, nil
+}
+
+// latencyStages reads, for every event of the latency part that had a
+// dispatch job, when its forward round began and when its job was fetched
+// (or claimed by a chain), and splits its commit-to-handler time there.
+func latencyStages(ctx context.Context, pool *pgxpool.Pool, schema string, committed, started map[int]time.Time) (*LatencyStages, error) {
+	rows, err := pool.Query(ctx, queue.Qualify(schema, `
+        SELECT ((j.args ->> 'event')::jsonb -> 'payload' ->> 'n')::int,
+               (extract(epoch FROM o.sent_at) * 1e6)::bigint, (extract(epoch FROM j.attempted_at) * 1e6)::bigint,
+               CASE WHEN current_setting('track_commit_timestamp')::bool
+                    THEN (extract(epoch FROM pg_xact_commit_timestamp(o.xmin)) * 1e6)::bigint END
+        FROM /*schema*/river_job j
+        JOIN /*schema*/tributary_outbox o ON o.id = ((j.args ->> 'event')::jsonb ->> 'id')::uuid
+        WHERE j.kind = 'tributary.event.dispatch' AND j.attempted_at IS NOT NULL AND o.sent_at IS NOT NULL`))
+	if err != nil {
+		return nil, fmt.Errorf("error reading the latency stages: %w", err)
+	}
+	var toFwd, toFetch, toHandler, roundToCommit []time.Duration
+	for rows.Next() {
+		var n int
+		var sent, fetched int64
+		var roundCommitted *int64
+		if err := rows.Scan(&n, &sent, &fetched, &roundCommitted); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("error reading the latency stages: %w", err)
+		}
+		c, okc := committed[n]
+		h, okh := started[n]
+		if !okc || !okh {
+			continue
+		}
+		sentAt, fetchedAt := time.UnixMicro(sent), time.UnixMicro(fetched)
+		toFwd = append(toFwd, sentAt.Sub(c))
+		toFetch = append(toFetch, fetchedAt.Sub(sentAt))
+		toHandler = append(toHandler, h.Sub(fetchedAt))
+		if roundCommitted != nil {
+			roundToCommit = append(roundToCommit, time.UnixMicro(*roundCommitted).Sub(sentAt))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("error reading the latency stages: %w", err)
+	}
+	if len(toFwd) == 0 {
+		return nil, nil
+	}
+	med := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	st := &LatencyStages{Events: len(toFwd), ToForwardP50: med(toFwd), ToFetchP50: med(toFetch), ToHandlerP50: med(toHandler)}
+	if len(roundToCommit) == len(toFwd) {
+		st.RoundP50 = med(roundToCommit)
+	}
+	return st, nil
 }
