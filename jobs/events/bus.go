@@ -155,17 +155,30 @@ func aggregatesOf(events []outbox.Event) []string {
 
 // queueStart queues on batch what a publish of events of aggregates reads
 // first, and returns the publish (txStarter: the forwarder sends them with
-// its SENT mark): the consumers' read and, with aggregates, custom plans
-// for the rest of the transaction (the reads go out prepared, as a batch
-// does), insertReserveLate's savepoint, and every consumer's lanes of the
+// its SENT mark): generic plans for the rest of the transaction
+// (genericPlanSQL), the consumers' read and, with aggregates,
+// insertReserveLate's savepoint and every consumer's lanes of the
 // aggregates read without a lock. Before, the consumers' read and the rest
 // were two round trips of their own, on the path of every ordered event
 // (docs/BENCHMARKS.md, "Ordered events: the latency path"). The publish
 // returns the notifications that wake River once the transaction
 // committed, which the forwarder sends with its own.
+//
+// Everything the bus sends in the transaction runs with the generic plan a
+// connection makes once, without sequential scans, hash joins or merge
+// joins, as the lanes' completion does: inserts from arrays, an upsert, the
+// promotion's index probes and the reads' primary-key probes (laneLastSQL),
+// which reach their rows the same way whatever the tables' sizes. Planned
+// for their parameters on every call, the inserts, the reservation and the
+// promotion cost 0.34 ms of planning a forward round against 0.43 ms of
+// execution at a few events a round (docs/BENCHMARKS.md, "Ordered events:
+// fewer round trips and plans on the emit and forward path"), and the reads
+// 0.29 ms against 0.29 ms ("The sixteenth round"). A roll back to the
+// savepoint keeps the setting.
 func (b *Bus) queueStart(batch *pgx.Batch, aggregates []string) startedPublish {
 	var consumers []*busConsumer
 	peeked := make(map[laneKey]laneRange, len(aggregates))
+	batch.Queue(genericPlanSQL)
 	batch.Queue(b.consumersSQL, time.Now().UTC()).Query(func(rows pgx.Rows) error {
 		var err error
 		if consumers, err = pgx.CollectRows(rows, scanBusConsumer); err != nil {
@@ -174,23 +187,9 @@ func (b *Bus) queueStart(batch *pgx.Batch, aggregates []string) startedPublish {
 		return nil
 	})
 	if len(aggregates) > 0 {
-		batch.Queue(forceCustomPlanSQL)
 		batch.Queue(`SAVEPOINT ` + busSavepoint)
 		b.lanes.queuePeek(batch, aggregates, peeked)
 	}
-	// What follows in the transaction (River's insert of the dispatch jobs,
-	// the lane events' insert, the lanes' reservation, a promotion) runs
-	// with generic plans made without sequential scans, hash joins or merge
-	// joins (genericPlanSQL, as the lanes' completion does): inserts from
-	// arrays, an upsert and the promotion's index probes, which reach their
-	// rows the same way whatever the tables' sizes. Planned for their
-	// parameters on every call they cost 0.34 ms of planning a forward
-	// round against 0.43 ms of execution at a few events a round
-	// (docs/BENCHMARKS.md, "Ordered events: fewer round trips and plans on the emit and forward path"). The reads above, which
-	// join arrays of any size against the lanes, stay custom. A roll back
-	// to the savepoint undoes the setting, so the reservation first runs
-	// custom again.
-	batch.Queue(genericPlanSQL)
 	return func(ctx context.Context, tx pgx.Tx, events []outbox.Event) ([]notice, error) {
 		r := route(events, consumers)
 		params := r.batchParams()

@@ -302,7 +302,7 @@ func TestClaimGuardLooksOnceAnAggregate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, f := spreadOutbox(t, 600, 1, 300)
-	plan, err := f.ExplainAnalyzeClaimUpdate(ctx, pendingIDs(t, db, 300))
+	plan, err := f.ExplainAnalyzeClaimUpdate(ctx, pendingIDs(t, db, 300), "ANALYZE, COSTS OFF, FORMAT JSON", nil)
 	require.NoError(t, err)
 	var nodes []map[string]any
 	require.NoError(t, json.Unmarshal(plan, &nodes))
@@ -350,6 +350,55 @@ WHERE position <= (SELECT min(position) + 7000 FROM /*schema*/tributary_outbox)`
 		require.Contains(t, plan, "Index Scan using tributary_outbox_pkey on tributary_outbox o", "analyzed: %v\n%s", analyze, plan)
 		require.NotContains(t, plan, "tributary_outbox_position_idx", "analyzed: %v\n%s", analyze, plan)
 		require.NotContains(t, plan, "Seq Scan on tributary_outbox", "analyzed: %v\n%s", analyze, plan)
+	}
+}
+
+// TestClaimUpdatePlanMadeOnASmallOutbox: the claim's update runs with its
+// generic plan, which a connection makes once, on the outbox as it is then:
+// on a forwarder's first round, a few rows. Here the plan is made on an
+// outbox of 10 rows and run after 20,000 SENT rows (below the batch, as the
+// rows sent before it) and 5,000 PENDING ones (after it) were written,
+// without statistics and with them: it must still mark the batch through
+// the primary key and read the guard's floor and each aggregate's gap
+// through their indexes, a few blocks a row, not walk what was sent.
+func TestClaimUpdatePlanMadeOnASmallOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, f := spreadOutbox(t, 10, 5, 10)
+	ids := pendingIDs(t, db, 10)
+	for _, analyze := range []bool{false, true} {
+		plan, err := f.ExplainAnalyzeClaimUpdate(ctx, ids, "ANALYZE, BUFFERS, COSTS OFF, FORMAT JSON", func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, db.Q(`
+INSERT INTO /*schema*/tributary_outbox (id, position, event_type, event_version, event_kind, aggregate_id, payload, metadata, source_service, status, retry_count, created_at, sent_at)
+OVERRIDING SYSTEM VALUE
+SELECT gen_random_uuid(), -i, 'note', 1, 'domain', 'agg-' || (i % 1000), '{}', '{}', '', 'SENT', 0, now(), now() FROM generate_series(1, 20000) AS i;
+INSERT INTO /*schema*/tributary_outbox (id, event_type, event_version, event_kind, aggregate_id, payload, metadata, source_service, status, retry_count, created_at)
+SELECT gen_random_uuid(), 'note', 1, 'domain', 'agg-' || (i % 1000), '{}', '{}', '', 'PENDING', 0, now() FROM generate_series(1, 5000) AS i`))
+			if err == nil && analyze {
+				_, err = tx.Exec(ctx, db.Q(`ANALYZE /*schema*/tributary_outbox`))
+			}
+			return err
+		})
+		require.NoError(t, err)
+		var nodes []map[string]any
+		require.NoError(t, json.Unmarshal(plan, &nodes))
+		marked, blocks := 0.0, 0.0
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			num := func(k string) float64 { v, _ := n[k].(float64); return v }
+			if n["Node Type"] == "ModifyTable" {
+				marked = num("Actual Rows")
+			} else if n["Relation Name"] == "tributary_outbox" {
+				blocks += num("Shared Hit Blocks") + num("Shared Read Blocks")
+			}
+			children, _ := n["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(nodes[0]["Plan"].(map[string]any))
+		require.Equal(t, 10.0, marked, "analyzed: %v: the whole batch is marked\n%s", analyze, plan)
+		require.LessOrEqual(t, blocks, 100.0, "analyzed: %v: blocks the scans of a 10-row batch's update read\n%s", analyze, plan)
 	}
 }
 

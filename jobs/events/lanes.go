@@ -496,12 +496,21 @@ RETURNING consumer, aggregate_id, head_seq, last_seq`
 // laneLastSQL reads the heads and last sequence numbers of every
 // consumer's lanes of the aggregates $1: one probe of the primary key per
 // (consumer, aggregate), the consumers' names from their table (the read
-// goes out before the bus knows which consumers the events go to).
+// goes out before the bus knows which consumers the events go to). The
+// probe is a LATERAL subquery that Postgres cannot turn into a join (OFFSET
+// 0): the read runs with its generic plan (Bus.queueStart), and as a plain
+// join that plan, made while the lanes' table was empty, probed the primary
+// key with the aggregate alone, its second column, which reads the whole
+// index for each aggregate (TestLanesReadProbesThePrimaryKey).
 const laneLastSQL = `
-SELECT l.consumer, l.aggregate_id, l.head_seq, l.last_seq
+SELECT c.name, u.a, l.head_seq, l.last_seq
 FROM /*schema*/tributary_event_consumer c
 CROSS JOIN unnest($1::text[]) AS u(a)
-JOIN /*schema*/tributary_event_lane l ON l.consumer = c.name AND l.aggregate_id = u.a`
+CROSS JOIN LATERAL (
+    SELECT l.head_seq, l.last_seq FROM /*schema*/tributary_event_lane l
+    WHERE l.consumer = c.name AND l.aggregate_id = u.a
+    OFFSET 0
+) l`
 
 // laneAdvanceSQL moves the head on and forgets a block: whatever held the
 // lane was handled or given up.
