@@ -40,7 +40,9 @@ func newBenchEventsCmd(a *app) *cobra.Command {
      job of their own: commit to the start of the forward round that sent
      them, the round's start to their job's fetch, the fetch to the
      handler (medians), and where Postgres tracks commit timestamps
-     (track_commit_timestamp = on), the round's start to its commit.
+     (track_commit_timestamp = on), the round's start to its commit. Each
+     latency run begins with a CHECKPOINT, so it does not share the disk
+     with the checkpoint the throughput part's WAL started.
 
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits
