@@ -346,17 +346,25 @@ func benchMeta(i, aggregates int) events.Meta {
 	return events.Meta{AggregateID: fmt.Sprintf("agg-%d", i%aggregates)}
 }
 
+// eventsCPUPools opens the runtime's and the emitters' pools of an events
+// part, each of its own so its backends' CPU is read (cpuPool).
+func eventsCPUPools(ctx context.Context, basePool, baseEmitPool *pgxpool.Pool) (runtime, emit *cpuPool, err error) {
+	if runtime, err = newCPUPool(ctx, basePool); err != nil {
+		return nil, nil, err
+	}
+	if emit, err = newCPUPool(ctx, baseEmitPool); err != nil {
+		runtime.Close()
+		return nil, nil, err
+	}
+	return runtime, emit, nil
+}
+
 func benchEventsThroughput(ctx context.Context, basePool, baseEmitPool *pgxpool.Pool, logger *slog.Logger, n, aggregates, workers, dispatchBatch int, noNotify bool) (EventsThroughput, error) {
-	// Pools of their own, whose backends' CPU is read (cpuPool).
-	cp, err := newCPUPool(ctx, basePool)
+	cp, ep, err := eventsCPUPools(ctx, basePool, baseEmitPool)
 	if err != nil {
 		return EventsThroughput{}, err
 	}
 	defer cp.Close()
-	ep, err := newCPUPool(ctx, baseEmitPool)
-	if err != nil {
-		return EventsThroughput{}, err
-	}
 	defer ep.Close()
 	pool, emitPool := cp.Pool, ep.Pool
 	var handled atomic.Int64
@@ -423,18 +431,14 @@ func benchEventsThroughput(ctx context.Context, basePool, baseEmitPool *pgxpool.
 
 func benchEventsLatency(ctx context.Context, basePool, baseEmitPool *pgxpool.Pool, logger *slog.Logger, rate int, length time.Duration, aggregates, workers, dispatchBatch int, noNotify bool) (EventsLatency, error) {
 	total := max(1, int(float64(rate)*length.Seconds()))
-	// Pools whose backends' CPU is read, as in the throughput part: at a
-	// steady rate the fixed costs of each round and transaction weigh more
-	// than in a backlog, and a busy machine is slower at every step.
-	cp, err := newCPUPool(ctx, basePool)
+	// The CPU is read as in the throughput part: at a steady rate the fixed
+	// costs of each round and transaction weigh more than in a backlog,
+	// and a busy machine is slower at every step.
+	cp, ep, err := eventsCPUPools(ctx, basePool, baseEmitPool)
 	if err != nil {
 		return EventsLatency{}, err
 	}
 	defer cp.Close()
-	ep, err := newCPUPool(ctx, baseEmitPool)
-	if err != nil {
-		return EventsLatency{}, err
-	}
 	defer ep.Close()
 	pool, emitPool := cp.Pool, ep.Pool
 	var mu sync.Mutex

@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -178,23 +177,13 @@ SELECT c, 'agg-' || i, 1, 1, now() FROM generate_series(1, 10000) AS i, (VALUES 
 			return err
 		})
 		require.NoError(t, err)
-		var nodes []map[string]any
-		require.NoError(t, json.Unmarshal(plan, &nodes))
 		blocks := 0.0
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
-			num := func(k string) float64 { v, _ := n[k].(float64); return v }
+		root := walkPlan(t, plan, func(n planNode) {
 			if n["Relation Name"] == "tributary_event_lane" {
-				blocks += num("Shared Hit Blocks") + num("Shared Read Blocks")
+				blocks += n.num("Shared Hit Blocks") + n.num("Shared Read Blocks")
 			}
-			children, _ := n["Plans"].([]any)
-			for _, c := range children {
-				walk(c.(map[string]any))
-			}
-		}
-		root := nodes[0]["Plan"].(map[string]any)
-		rows, _ := root["Actual Rows"].(float64)
-		walk(root)
+		})
+		rows := root.num("Actual Rows")
 		require.Equal(t, 6.0, rows, "analyzed: %v: three of the aggregates have a lane of each of the two consumers\n%s", analyze, plan)
 		// A probe of the primary key reads its root, a leaf and, for a
 		// lane, its heap page: 8 probes, at most 32 blocks. A walk of a

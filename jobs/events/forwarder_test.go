@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -304,24 +303,15 @@ func TestClaimGuardLooksOnceAnAggregate(t *testing.T) {
 	db, f := spreadOutbox(t, 600, 1, 300)
 	plan, err := f.ExplainAnalyzeClaimUpdate(ctx, pendingIDs(t, db, 300), "ANALYZE, COSTS OFF, FORMAT JSON", nil)
 	require.NoError(t, err)
-	var nodes []map[string]any
-	require.NoError(t, json.Unmarshal(plan, &nodes))
 	marked, guard := 0.0, 0.0
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		num := func(k string) float64 { v, _ := n[k].(float64); return v }
+	walkPlan(t, plan, func(n planNode) {
 		if n["Relation Name"] == "tributary_outbox" && n["Alias"] == "e" {
-			guard += (num("Actual Rows") + num("Rows Removed by Filter") + num("Rows Removed by Index Recheck")) * num("Actual Loops")
+			guard += (n.num("Actual Rows") + n.num("Rows Removed by Filter") + n.num("Rows Removed by Index Recheck")) * n.num("Actual Loops")
 		}
 		if n["Node Type"] == "ModifyTable" {
-			marked = num("Actual Rows")
+			marked = n.num("Actual Rows")
 		}
-		children, _ := n["Plans"].([]any)
-		for _, c := range children {
-			walk(c.(map[string]any))
-		}
-	}
-	walk(nodes[0]["Plan"].(map[string]any))
+	})
 	require.Equal(t, 300.0, marked, "every row of the batch is marked: nothing of the aggregate lies before it")
 	require.LessOrEqual(t, guard, 2*300.0, "rows the guard read for a batch of 300 rows of one aggregate:\n%s", plan)
 }
@@ -380,23 +370,14 @@ SELECT gen_random_uuid(), 'note', 1, 'domain', 'agg-' || (i % 1000), '{}', '{}',
 			return err
 		})
 		require.NoError(t, err)
-		var nodes []map[string]any
-		require.NoError(t, json.Unmarshal(plan, &nodes))
 		marked, blocks := 0.0, 0.0
-		var walk func(n map[string]any)
-		walk = func(n map[string]any) {
-			num := func(k string) float64 { v, _ := n[k].(float64); return v }
+		walkPlan(t, plan, func(n planNode) {
 			if n["Node Type"] == "ModifyTable" {
-				marked = num("Actual Rows")
+				marked = n.num("Actual Rows")
 			} else if n["Relation Name"] == "tributary_outbox" {
-				blocks += num("Shared Hit Blocks") + num("Shared Read Blocks")
+				blocks += n.num("Shared Hit Blocks") + n.num("Shared Read Blocks")
 			}
-			children, _ := n["Plans"].([]any)
-			for _, c := range children {
-				walk(c.(map[string]any))
-			}
-		}
-		walk(nodes[0]["Plan"].(map[string]any))
+		})
 		require.Equal(t, 10.0, marked, "analyzed: %v: the whole batch is marked\n%s", analyze, plan)
 		require.LessOrEqual(t, blocks, 100.0, "analyzed: %v: blocks the scans of a 10-row batch's update read\n%s", analyze, plan)
 	}

@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
@@ -149,4 +150,30 @@ func countOutbox(t *testing.T, db *pgtest.DB) int {
 	var n int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/tributary_outbox`)).Scan(&n))
 	return n
+}
+
+// planNode is a node of a plan from EXPLAIN (FORMAT JSON).
+type planNode map[string]any
+
+// num is the node's number k (0 where it has none).
+func (n planNode) num(k string) float64 { v, _ := n[k].(float64); return v }
+
+// walkPlan calls visit for every node of plan (EXPLAIN (FORMAT JSON)'s
+// output), the root first, and returns the root.
+func walkPlan(t *testing.T, plan []byte, visit func(n planNode)) planNode {
+	t.Helper()
+	var nodes []map[string]any
+	require.NoError(t, json.Unmarshal(plan, &nodes))
+	require.NotEmpty(t, nodes, "plan: %s", plan)
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		visit(n)
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	root := planNode(nodes[0]["Plan"].(map[string]any))
+	walk(root)
+	return root
 }
