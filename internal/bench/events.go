@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -534,41 +535,55 @@ func benchEventsLatency(ctx context.Context, basePool, baseEmitPool *pgxpool.Poo
 // dispatch job, when its forward round began and when its job was fetched
 // (or claimed by a chain), and splits its commit-to-handler time there.
 func latencyStages(ctx context.Context, pool *pgxpool.Pool, schema string, committed, started map[int]time.Time) (*LatencyStages, error) {
+	attempts, err := riverjob.DispatchAttempts(ctx, pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	type sentRow struct {
+		n                    int
+		sent, roundCommitted time.Time
+	}
 	rows, err := pool.Query(ctx, queue.Qualify(schema, `
-        SELECT ((j.args ->> 'event')::jsonb -> 'payload' ->> 'n')::int,
-               (extract(epoch FROM o.sent_at) * 1e6)::bigint, (extract(epoch FROM j.attempted_at) * 1e6)::bigint,
-               CASE WHEN current_setting('track_commit_timestamp')::bool
-                    THEN (extract(epoch FROM pg_xact_commit_timestamp(o.xmin)) * 1e6)::bigint END
-        FROM /*schema*/river_job j
-        JOIN /*schema*/tributary_outbox o ON o.id = ((j.args ->> 'event')::jsonb ->> 'id')::uuid
-        WHERE j.kind = 'tributary.event.dispatch' AND j.attempted_at IS NOT NULL AND o.sent_at IS NOT NULL`))
+        SELECT id::text, (payload ->> 'n')::int, sent_at,
+               CASE WHEN current_setting('track_commit_timestamp')::bool THEN pg_xact_commit_timestamp(xmin) END
+        FROM /*schema*/tributary_outbox WHERE sent_at IS NOT NULL`))
 	if err != nil {
 		return nil, fmt.Errorf("error reading the latency stages: %w", err)
 	}
-	var toFwd, toFetch, toHandler, roundToCommit []time.Duration
+	sent := map[string]sentRow{}
 	for rows.Next() {
-		var n int
-		var sent, fetched int64
-		var roundCommitted *int64
-		if err := rows.Scan(&n, &sent, &fetched, &roundCommitted); err != nil {
+		var id string
+		var r sentRow
+		var roundCommitted *time.Time
+		if err := rows.Scan(&id, &r.n, &r.sent, &roundCommitted); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("error reading the latency stages: %w", err)
 		}
-		c, okc := committed[n]
-		h, okh := started[n]
-		if !okc || !okh {
-			continue
-		}
-		sentAt, fetchedAt := time.UnixMicro(sent), time.UnixMicro(fetched)
-		toFwd = append(toFwd, sentAt.Sub(c))
-		toFetch = append(toFetch, fetchedAt.Sub(sentAt))
-		toHandler = append(toHandler, h.Sub(fetchedAt))
 		if roundCommitted != nil {
-			roundToCommit = append(roundToCommit, time.UnixMicro(*roundCommitted).Sub(sentAt))
+			r.roundCommitted = *roundCommitted
 		}
+		sent[id] = r
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("error reading the latency stages: %w", err)
+	}
+	var toFwd, toFetch, toHandler, roundToCommit []time.Duration
+	for _, a := range attempts {
+		r, ok := sent[a.EventID]
+		if !ok {
+			continue
+		}
+		c, okc := committed[r.n]
+		h, okh := started[r.n]
+		if !okc || !okh {
+			continue
+		}
+		toFwd = append(toFwd, r.sent.Sub(c))
+		toFetch = append(toFetch, a.AttemptedAt.Sub(r.sent))
+		toHandler = append(toHandler, h.Sub(a.AttemptedAt))
+		if !r.roundCommitted.IsZero() {
+			roundToCommit = append(roundToCommit, r.roundCommitted.Sub(r.sent))
+		}
 	}
 	if len(toFwd) == 0 {
 		return nil, nil

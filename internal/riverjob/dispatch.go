@@ -136,3 +136,32 @@ const countRunningDispatchesSQL = `
 SELECT count(*) FROM /*schema*/river_job
 WHERE state = 'running' AND kind IN ` + dispatchKinds + `
   AND args ->> 'consumer' = $1`
+
+// DispatchAttempt is when a dispatch job of one event was last fetched or
+// claimed (its attempted_at), by the event's outbox id.
+type DispatchAttempt struct {
+	EventID     string
+	AttemptedAt time.Time
+}
+
+// DispatchAttempts returns a DispatchAttempt for every dispatch job of
+// schema that carries one event and was attempted: for a benchmark that
+// splits an event's way from the outbox to its handler.
+func DispatchAttempts(ctx context.Context, db DBTX, schema string) ([]DispatchAttempt, error) {
+	rows, err := db.Query(ctx, q(schema, `
+SELECT ((args ->> 'event')::jsonb ->> 'id'), attempted_at
+FROM /*schema*/river_job
+WHERE kind = '`+DispatchKind+`' AND args ? 'event' AND attempted_at IS NOT NULL`))
+	if err != nil {
+		return nil, fmt.Errorf("error reading the dispatch jobs' attempts: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DispatchAttempt, error) {
+		var a DispatchAttempt
+		err := row.Scan(&a.EventID, &a.AttemptedAt)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("error reading the dispatch jobs' attempts: %w", err)
+	}
+	return out, nil
+}
