@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -551,20 +552,17 @@ func latencyStages(ctx context.Context, pool *pgxpool.Pool, schema string, commi
 		return nil, fmt.Errorf("error reading the latency stages: %w", err)
 	}
 	sent := map[string]sentRow{}
-	for rows.Next() {
-		var id string
-		var r sentRow
-		var roundCommitted *time.Time
-		if err := rows.Scan(&id, &r.n, &r.sent, &roundCommitted); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("error reading the latency stages: %w", err)
-		}
+	var id string
+	var r sentRow
+	var roundCommitted *time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&id, &r.n, &r.sent, &roundCommitted}, func() error {
+		r.roundCommitted = time.Time{}
 		if roundCommitted != nil {
 			r.roundCommitted = *roundCommitted
 		}
 		sent[id] = r
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("error reading the latency stages: %w", err)
 	}
 	var toFwd, toFetch, toHandler, roundToCommit []time.Duration

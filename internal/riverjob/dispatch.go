@@ -148,10 +148,7 @@ type DispatchAttempt struct {
 // schema that carries one event and was attempted: for a benchmark that
 // splits an event's way from the outbox to its handler.
 func DispatchAttempts(ctx context.Context, db DBTX, schema string) ([]DispatchAttempt, error) {
-	rows, err := db.Query(ctx, q(schema, `
-SELECT ((args ->> 'event')::jsonb ->> 'id'), attempted_at
-FROM /*schema*/river_job
-WHERE kind = '`+DispatchKind+`' AND args ? 'event' AND attempted_at IS NOT NULL`))
+	rows, err := db.Query(ctx, q(schema, dispatchAttemptsSQL))
 	if err != nil {
 		return nil, fmt.Errorf("error reading the dispatch jobs' attempts: %w", err)
 	}
@@ -165,3 +162,8 @@ WHERE kind = '`+DispatchKind+`' AND args ? 'event' AND attempted_at IS NOT NULL`
 	}
 	return out, nil
 }
+
+const dispatchAttemptsSQL = `
+SELECT ((args ->> 'event')::jsonb ->> 'id'), attempted_at
+FROM /*schema*/river_job
+WHERE kind = '` + DispatchKind + `' AND args ? 'event' AND attempted_at IS NOT NULL`

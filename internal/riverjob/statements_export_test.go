@@ -57,6 +57,7 @@ func Statements() map[string]string {
 		"giveBackSQL":                  giveBackSQL,
 		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,
+		"dispatchAttemptsSQL":          dispatchAttemptsSQL,
 		"insertJobsSQL":                insertJobsSQL,
 		"copyJobsSQL":                  copyJobsSQL,
 		"copyLaneEventsSQL":            copyLaneEventsSQL,

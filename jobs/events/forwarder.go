@@ -727,7 +727,9 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 		}
 		// The SENT mark and the transactional publishers' first reads go
 		// out in one round trip (see txStarter). The mark runs with its
-		// generic plan, the rest after claimRestSQL (see there).
+		// generic plan; a publisher that starts here (the Bus) sets the
+		// plans of what follows itself, so claimRestSQL goes out only
+		// where none does.
 		var claimed []claimedEvent
 		batch := &pgx.Batch{}
 		batch.Queue(f.claimSentSQL, b.updateArgs(f.cfg.ID, now)...).Query(func(rows pgx.Rows) error {
@@ -735,8 +737,10 @@ func (f *Forwarder) forwardInOneTx(ctx context.Context, sc claimScope) (batchRes
 			claimed, err = pgx.CollectRows(rows, scanEvent)
 			return err
 		})
-		batch.Queue(claimRestSQL)
 		started := f.queueStarts(batch, b.aggregates())
+		if len(started) == 0 {
+			batch.Queue(claimRestSQL)
+		}
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			return fmt.Errorf("error marking outbox rows sent: %w", err)
 		}
@@ -1015,8 +1019,11 @@ var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL 
 
 // claimRestSQL plans the rest of a claim's transaction for each
 // statement's parameters, sequential scans allowed again. It goes in the
-// round trip after the candidates' select, right after the claim's update
-// (claimUpdateSQL, claimSentSQL), so it costs no round trip of its own.
+// round trip after the candidates' select, after the claim's update
+// (claimUpdateSQL, claimSentSQL), so it costs no round trip of its own; in
+// the one-transaction round only where no publisher starts in that round
+// trip (txStarter): the Bus's start sets generic plans for the rest of the
+// transaction (Bus.queueStart), which would override it at once.
 //
 // The update runs before it, with the generic plan the candidates' settings
 // make (no sequential or bitmap scans): every part of it reaches its rows
