@@ -44,6 +44,9 @@ func newBenchEventsCmd(a *app) *cobra.Command {
      latency run begins with a CHECKPOINT, so it does not share the disk
      with the checkpoint the throughput part's WAL started.
 
+The runtime of parts 2 and 3 has --workers worker slots, by default the
+baselines' 2,000 (River's own benchmark's), and their fetch settings.
+
 --aggregates K spreads the events over K aggregates, so every handler call
 goes through per-aggregate ordering (0: no aggregates). --no-notify emits
 without NOTIFY (see EmitterConfig.NoNotify). --batched-only skips the
@@ -83,7 +86,7 @@ shared VM, so one round's ratio is a draw from that spread.`,
 	f.IntVar(&o.Aggregates, "aggregates", 0, "spread events over this many aggregates (0: none)")
 	f.IntVar(&o.Rate, "rate", 500, "events per second in the latency part")
 	f.DurationVar(&o.LatencyFor, "latency-for", 20*time.Second, "length of the latency part")
-	f.IntVar(&o.Workers, "workers", 200, "dispatch workers of the benchmark runtime")
+	f.IntVar(&o.Workers, "workers", bench.EventsWorkersDefault, "dispatch workers of the benchmark runtime (default: the baselines' workers)")
 	f.IntVar(&o.DispatchBatch, "dispatch-batch", events.DispatchBatchDefault, "the batched consumer's DispatchBatch (default: the consumer default; 1: only the one-job-per-event runs)")
 	f.BoolVar(&o.NoNotify, "no-notify", false, "emit without NOTIFY; the forwarder finds events by polling")
 	f.IntVar(&o.Rounds, "rounds", 1, "run the baselines and the throughput part this many times in turn and print the medians of the per-round ratios")

@@ -37,7 +37,8 @@ type EventsOptions struct {
 	// Rate is the events per second of the latency part, for LatencyFor.
 	Rate       int
 	LatencyFor time.Duration
-	// Workers of the benchmark runtime's queue.
+	// Workers of the benchmark runtime's queue (EventsWorkersDefault when
+	// the command line gives none).
 	Workers int
 	// DispatchBatch is the batched consumer's ConsumerConfig.DispatchBatch;
 	// 1 runs only the one-job-per-event consumer.
@@ -249,8 +250,8 @@ func eventsRound(ctx context.Context, pool *pgxpool.Pool, opts EventsOptions, ba
 		round.Throughput = append(round.Throughput, tp)
 		round.Ratios = append(round.Ratios, tp.EventsPerSec/base.JobsPerSec)
 		round.RiverRatios = append(round.RiverRatios, tp.EventsPerSec/bare.JobsPerSec)
-		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d) in %7.2fs  %9.0f events/s  (%.2fx the baseline, %.2fx bare River; all emitted at %.2fs, all SENT at %.2fs; CPU per event %s here + %s Postgres)%s\n",
-			tp.Events, tp.Aggregates, db, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.EventsPerSec/bare.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds(),
+		fmt.Fprintf(w, "events     %8d events (%d aggregates, dispatch batch %d, %d workers) in %7.2fs  %9.0f events/s  (%.2fx the baseline, %.2fx bare River; all emitted at %.2fs, all SENT at %.2fs; CPU per event %s here + %s Postgres)%s\n",
+			tp.Events, tp.Aggregates, db, opts.Workers, tp.Duration.Seconds(), tp.EventsPerSec, tp.EventsPerSec/base.JobsPerSec, tp.EventsPerSec/bare.JobsPerSec, tp.Emitted.Seconds(), tp.Forwarded.Seconds(),
 			microsText(tp.SelfCPUPerEvent), microsText(tp.DBCPUPerEvent), label)
 	}
 	return round, nil
@@ -311,7 +312,7 @@ func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, 
 	})
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
 		Schema: schema, Logger: logger,
-		FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		FetchCooldown: riverBenchFetchCooldown, FetchPollInterval: riverBenchFetchPollInterval,
 		Queues: map[string]int{river.QueueDefault: workers},
 	})
 	if err != nil {

@@ -29,6 +29,14 @@ const (
 	insertBatchSize             = 5000
 )
 
+// EventsWorkersDefault is the workers of bench events' runtime: the
+// baselines' (riverBenchMaxWorkers), so both sides of a ratio run with the
+// same worker slots. It was 200 until 2026-12-06, a tenth of the
+// baselines'; a lane chain holds its worker slot while each of its steps
+// commits, and with 200 slots the chains of 1,000 lanes ran 9-14 % fewer
+// events a second (docs/BENCHMARKS.md, "The seventeenth round").
+const EventsWorkersDefault = riverBenchMaxWorkers
+
 // JobsOptions configures RunJobs, BareRiver and Tributary.
 type JobsOptions struct {
 	// N is the number of jobs each side works.
