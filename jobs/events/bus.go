@@ -129,16 +129,42 @@ func (c *busConsumer) wants(ev *outbox.Event) bool {
 // wakes River's producers of the jobs' queues once tx committed.
 func (b *Bus) PublishOutboxTx(ctx context.Context, tx pgx.Tx, events []outbox.Event) (func(context.Context), error) {
 	batch := &pgx.Batch{}
-	publish := b.queueStart(batch, aggregatesOf(events))
+	var prev planSettings
+	publish := b.queueStartSaving(batch, aggregatesOf(events), &prev)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, fmt.Errorf("error starting the dispatch insert: %w", err)
 	}
 	notices, err := publish(ctx, tx, events)
+	// The caller's transaction goes on with the planner settings it had
+	// (the AMQP bridge's EventInserter, a user's own statements after it).
+	if _, rerr := tx.Exec(ctx, planRestoreSQL, prev.mode, prev.seqScan, prev.hashJoin, prev.mergeJoin); rerr != nil && err == nil {
+		err = fmt.Errorf("error restoring the transaction's planner settings: %w", rerr)
+	}
 	if err != nil || len(notices) == 0 {
 		return nil, err
 	}
 	return func(ctx context.Context) { b.sendWake(ctx, notices) }, nil
 }
+
+// planSettings are the planner settings genericPlanSQL changes, as a
+// transaction had them before.
+type planSettings struct{ mode, seqScan, hashJoin, mergeJoin string }
+
+// planSaveSQL is genericPlanSQL that first reads the settings it changes
+// (the CTE is read before the outer select's set_config calls run), for
+// Bus.PublishOutboxTx to put back with planRestoreSQL.
+const planSaveSQL = `
+WITH prev AS MATERIALIZED (
+    SELECT current_setting('plan_cache_mode') AS m, current_setting('enable_seqscan') AS s,
+           current_setting('enable_hashjoin') AS h, current_setting('enable_mergejoin') AS j
+)
+SELECT m, s, h, j, set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)
+FROM prev`
+
+// planRestoreSQL puts back the settings planSaveSQL read.
+const planRestoreSQL = `SELECT set_config('plan_cache_mode', $1, true), set_config('enable_seqscan', $2, true),
+       set_config('enable_hashjoin', $3, true), set_config('enable_mergejoin', $4, true)`
 
 // aggregatesOf is the aggregates of events, each once.
 func aggregatesOf(events []outbox.Event) []string {
@@ -174,11 +200,30 @@ func aggregatesOf(events []outbox.Event) []string {
 // execution at a few events a round (docs/BENCHMARKS.md, "Ordered events:
 // fewer round trips and plans on the emit and forward path"), and the reads
 // 0.29 ms against 0.29 ms ("The sixteenth round"). A roll back to the
-// savepoint keeps the setting.
+// savepoint keeps the setting. The settings hold for the rest of the
+// transaction: the forwarder puts the rest's back before a transactional
+// publisher of the user's (Forwarder.publishTx), and PublishOutboxTx puts
+// back what its caller's transaction had.
 func (b *Bus) queueStart(batch *pgx.Batch, aggregates []string) startedPublish {
+	return b.queueStartSaving(batch, aggregates, nil)
+}
+
+// queueStartSaving is queueStart that, with prev, also reads into it the
+// planner settings the start changes (planSaveSQL).
+func (b *Bus) queueStartSaving(batch *pgx.Batch, aggregates []string, prev *planSettings) startedPublish {
 	var consumers []*busConsumer
 	peeked := make(map[laneKey]laneRange, len(aggregates))
-	batch.Queue(genericPlanSQL)
+	if prev == nil {
+		batch.Queue(genericPlanSQL)
+	} else {
+		batch.Queue(planSaveSQL).QueryRow(func(row pgx.Row) error {
+			var set [4]string
+			if err := row.Scan(&prev.mode, &prev.seqScan, &prev.hashJoin, &prev.mergeJoin, &set[0], &set[1], &set[2], &set[3]); err != nil {
+				return fmt.Errorf("error reading the transaction's planner settings: %w", err)
+			}
+			return nil
+		})
+	}
 	batch.Queue(b.consumersSQL, time.Now().UTC()).Query(func(rows pgx.Rows) error {
 		var err error
 		if consumers, err = pgx.CollectRows(rows, scanBusConsumer); err != nil {

@@ -831,6 +831,10 @@ func (f *Forwarder) queueStarts(b *pgx.Batch, aggregates []string) map[string]st
 // in started is published through its started publish (queueStarts).
 func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEvent, record bool, started map[string]startedPublish) (afterTx, error) {
 	var after afterTx
+	// A started publisher (the Bus) set its own plans for the rest of the
+	// transaction in the mark's round trip, before any publisher ran; the
+	// others are handed it as claimRestSQL leaves it (publishersPlanSQL).
+	planned := len(started) > 0
 	for _, p := range f.txPubs {
 		name := p.Name()
 		var evs []outbox.Event
@@ -850,6 +854,12 @@ func (f *Forwarder) publishTx(ctx context.Context, tx pgx.Tx, events []claimedEv
 			notices, err = callStarted(ctx, publish, tx, evs)
 			after.notices = append(after.notices, notices...)
 		} else {
+			if planned {
+				if _, err := tx.Exec(ctx, publishersPlanSQL); err != nil {
+					return afterTx{}, fmt.Errorf("error planning the transaction for %s: %w", name, err)
+				}
+				planned = false
+			}
 			var hook func(context.Context)
 			hook, err = callTx(ctx, p.PublishOutboxTx, tx, evs)
 			if hook != nil {
@@ -1037,6 +1047,16 @@ var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL 
 // 500 events/s, the largest statement cost of the latency path
 // (docs/BENCHMARKS.md, "The sixteenth round").
 const claimRestSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_seqscan', 'on', true)`
+
+// publishersPlanSQL is claimRestSQL for the transactional publishers that
+// run after a started one (the Bus, whose start sets generic plans without
+// sequential scans, hash joins or merge joins: genericPlanSQL): custom
+// plans, and the scans and joins as the session has them. Until 2026-12-06
+// a user's publisher beside the Bus inherited the Bus's settings
+// (TestTxPublishersBesideTheBusKeepThePlanSettings). A round trip, only
+// where such a publisher runs after a started one.
+const publishersPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config(s.name, s.reset_val, true)
+FROM pg_settings s WHERE s.name IN ('enable_seqscan', 'enable_hashjoin', 'enable_mergejoin')`
 
 // claimBatch is what a claim's select locked and may claim: the rows' ids
 // with each row's aggregate ("" for none) and position, in emit order.
