@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -79,8 +80,10 @@ func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneComple
 // transaction (advance the lane, promote the next job, complete this one),
 // and one commit (one WAL flush) per job caps a busy worker at the disk's
 // flush rate. Completions that arrive while a transaction runs are batched
-// into the next one. There is no timer: a lone completion commits at once,
-// so batching adds no latency when the worker is quiet. A lone completion
+// into the next one. A lone completion commits at once, so batching adds
+// no latency when the worker is quiet; only after a batch that released
+// chains that go on does the committer wait, up to a millisecond, for
+// their next steps (regather). A lone completion
 // is a batch of one (two round trips); until 2026-12-02 it went through
 // River's JobCompleteTx in a transaction of five (begin, advance, promote,
 // complete, commit), which at 500 ordered events/s over idle lanes was the
@@ -92,6 +95,13 @@ type laneCompleter struct {
 	mu         sync.Mutex
 	queue      []*laneCompletion
 	committers int
+	// gather, while a committer waits for the chains its last batch
+	// released (regather): closed once the queue holds gatherAt
+	// completions.
+	gather   chan struct{}
+	gatherAt int
+	// gatherFor is regather's bound (laneCompleterGather when zero).
+	gatherFor time.Duration
 	// progress is when a transaction last finished, or when the first
 	// committer started: the clock of laneCompleterStallAfter.
 	progress time.Time
@@ -104,13 +114,9 @@ func (c *laneCompleter) complete(ctx context.Context, job *river.Job[dispatchArg
 
 // submit queues a completion and waits for its transaction.
 func (c *laneCompleter) submit(req *laneCompletion) error {
-	c.mu.Lock()
-	c.queue = append(c.queue, req)
-	if c.needCommitter(time.Now()) {
-		c.committers++
+	if c.enqueue(req) {
 		go c.drain()
 	}
-	c.mu.Unlock()
 	if req.wait {
 		return <-req.done
 	}
@@ -122,6 +128,23 @@ func (c *laneCompleter) submit(req *laneCompletion) error {
 		// job again (at-least-once).
 		return req.ctx.Err()
 	}
+}
+
+// enqueue queues req, ends a committer's wait for it (regather), and
+// reports whether a committer must be started for it (counted already).
+func (c *laneCompleter) enqueue(req *laneCompletion) (start bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(c.queue, req)
+	if c.gather != nil && len(c.queue) >= c.gatherAt {
+		close(c.gather)
+		c.gather = nil
+	}
+	if c.needCommitter(time.Now()) {
+		c.committers++
+		return true
+	}
+	return false
 }
 
 // needCommitter reports whether a queued completion needs a committer of
@@ -154,12 +177,68 @@ func (c *laneCompleter) drain() {
 		// laneCompleterStallAfter; those queued later start one at once
 		// (needCommitter).
 		stall := time.AfterFunc(laneCompleterStallAfter, c.stalled)
-		c.commit(batch)
+		queued := -1
+		c.commit(batch, func() {
+			c.mu.Lock()
+			queued = len(c.queue)
+			c.mu.Unlock()
+		})
 		stall.Stop()
 		c.mu.Lock()
 		c.progress = time.Now()
 		c.mu.Unlock()
+		if queued >= 0 {
+			c.regather(batch, queued)
+		}
 	}
+}
+
+// laneCompleterGather bounds how long a committer waits for the chains
+// its last batch released (regather).
+const laneCompleterGather = time.Millisecond
+
+// regather waits, for up to laneCompleterGather, until the chains whose
+// steps batch committed have submitted their next steps, or a full batch
+// waits: queued completions were waiting when the batch's were released,
+// and each step of batch whose chain goes on (it has more claimed events,
+// or its claim of the next found some) will be back once its handler ran.
+// Taken at once, the next batch would hold only what queued during the
+// commit, and the chains of a few busy lanes settled into two groups that
+// took turns, each step waiting for the other group's commit as well as
+// its own: with 10 hot lanes, batches of 5 on average (docs/BENCHMARKS.md,
+// "The seventeenth round"). A batch of lone completions, or of chains that
+// ended, waits for nothing, so a quiet worker still commits a completion
+// at once.
+func (c *laneCompleter) regather(batch []*laneCompletion, queued int) {
+	n := 0
+	for _, req := range batch {
+		if req.keep || len(req.claimed) > 0 {
+			n++
+		}
+	}
+	want := min(queued+n, laneCompleterMaxBatch)
+	if n == 0 || queued >= want {
+		return
+	}
+	c.mu.Lock()
+	if len(c.queue) >= want {
+		c.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.gather, c.gatherAt = ch, want
+	c.mu.Unlock()
+	t := time.NewTimer(cmp.Or(c.gatherFor, laneCompleterGather))
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+	t.Stop()
+	c.mu.Lock()
+	if c.gather == ch {
+		c.gather = nil
+	}
+	c.mu.Unlock()
 }
 
 // stalled starts a committer for the queued completions, if any, when a
@@ -177,7 +256,7 @@ func (c *laneCompleter) stalled() {
 // order (as the forwarder does). If the batch fails, each completion is
 // retried in a transaction of its own, so one bad job does not fail the
 // others.
-func (c *laneCompleter) commit(batch []*laneCompletion) {
+func (c *laneCompleter) commit(batch []*laneCompletion, committed func()) {
 	sort.Slice(batch, func(i, j int) bool {
 		a, b := batch[i].place, batch[j].place
 		return cmpLane(a.Consumer, a.AggregateID, b.Consumer, b.AggregateID) < 0
@@ -186,6 +265,9 @@ func (c *laneCompleter) commit(batch []*laneCompletion) {
 	defer cancel()
 	queues, err := c.completeTx(ctx, batch, time.Now().UTC())
 	if err == nil {
+		if committed != nil {
+			committed()
+		}
 		c.d.wakeRiver(ctx, queues...)
 		for _, req := range batch {
 			req.done <- nil

@@ -56,7 +56,7 @@ func TestGroupCommitFailureRollsBack(t *testing.T) {
 			attempts: []riverjob.Attempt{{ID: id, Attempt: attempt}}, done: make(chan error, 1)}
 	}
 	ok, stale := run("a", a1, 1), run("b", b1, 2)
-	d.completer.commit([]*laneCompletion{stale, ok})
+	d.completer.commit([]*laneCompletion{stale, ok}, nil)
 	require.NoError(t, <-ok.done)
 	require.ErrorContains(t, <-stale.done, "only 0 of 1 dispatch jobs were still running")
 
@@ -144,4 +144,60 @@ func TestGroupCommitterCount(t *testing.T) {
 	require.True(t, c.needCommitter(now.Add(laneCompleterStallAfter)), "the one running is stuck")
 	c.committers = laneCompleterMaxCommitters
 	require.False(t, c.needCommitter(now.Add(time.Hour)), "at the limit")
+}
+
+// TestGroupCommitRegathersReleasedChains: after a batch commits, its
+// committer waits for the chains whose steps it released and that go on
+// (more claimed events in hand, or a claim that found some) before it takes
+// the next batch, so a few busy lanes share each transaction instead of
+// splitting into groups that take turns; it waits for nothing after a batch
+// of lone completions or of chains that ended, nor while a full batch
+// waits.
+func TestGroupCommitRegathersReleasedChains(t *testing.T) {
+	t.Parallel()
+	step := func(keep bool, claimed int) *laneCompletion {
+		return &laneCompletion{keep: keep, claimed: make([]riverjob.Claimed, claimed), done: make(chan error, 1)}
+	}
+	gathering := func(c *laneCompleter) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.gather != nil
+	}
+	// A bound no test run reaches: only the chains' steps end the wait.
+	c := &laneCompleter{gatherFor: time.Hour, committers: 1, progress: time.Now()}
+	require.False(t, c.enqueue(step(false, 0)), "a committer runs already")
+	// Two of the batch's three chains go on; one completion waited before
+	// the batch's were released.
+	batch := []*laneCompletion{step(true, 0), step(false, 2), step(false, 0)}
+	done := make(chan struct{})
+	go func() {
+		c.regather(batch, 1)
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return gathering(c) }, 10*time.Second, time.Millisecond)
+	c.enqueue(step(true, 0))
+	require.True(t, gathering(c), "one of the two chains is back")
+	select {
+	case <-done:
+		t.Fatal("the committer stopped waiting before both chains were back")
+	default:
+	}
+	c.enqueue(step(false, 0))
+	require.False(t, gathering(c), "both chains are back")
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the committer still waits with both chains back")
+	}
+
+	// Nothing to wait for: each call returns at once, which the hour's
+	// bound would show as a hang.
+	quick := &laneCompleter{gatherFor: time.Hour}
+	quick.regather([]*laneCompletion{step(false, 0), step(false, 0)}, 0)
+	full := make([]*laneCompletion, laneCompleterMaxBatch)
+	for i := range full {
+		full[i] = step(true, 0)
+	}
+	quick.regather(full[:1], laneCompleterMaxBatch)
+	require.False(t, gathering(quick))
 }
