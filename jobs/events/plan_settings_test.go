@@ -54,6 +54,20 @@ func (p *settingsProbe) PublishOutboxTx(ctx context.Context, tx pgx.Tx, _ []outb
 
 var _ outbox.TxPublisher = (*settingsProbe)(nil)
 
+// noteBus is the bus of a runtime on db with one consumer of noteEvent.
+func noteBus(t *testing.T, db *pgtest.DB) *events.Bus {
+	t.Helper()
+	c := fastConsumer(t, "plans", nil)
+	events.On(c, noteEvent, func(context.Context, events.Message[noteV1]) error { return nil })
+	var bus *events.Bus
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
+		inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true})
+		require.NoError(t, err)
+		bus = inst.Bus
+	})
+	return bus
+}
+
 // TestTxPublishersBesideTheBusKeepThePlanSettings: the bus runs its own
 // statements with generic plans and sequential scans, hash joins and merge
 // joins off (genericPlanSQL), set for the rest of the forward round's
@@ -69,14 +83,7 @@ func TestTxPublishersBesideTheBusKeepThePlanSettings(t *testing.T) {
 			t.Parallel()
 			db := pgtest.New(t)
 			ctx := context.Background()
-			c := fastConsumer(t, "plans", nil)
-			events.On(c, noteEvent, func(context.Context, events.Message[noteV1]) error { return nil })
-			var bus *events.Bus
-			pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
-				inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true})
-				require.NoError(t, err)
-				bus = inst.Bus
-			})
+			bus := noteBus(t, db)
 			probe := &settingsProbe{}
 			pubs := []outbox.Publisher{bus, probe}
 			if !busFirst {
@@ -107,14 +114,7 @@ func TestBusPublishOutboxTxRestoresPlanSettings(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	ctx := context.Background()
-	c := fastConsumer(t, "plans", nil)
-	events.On(c, noteEvent, func(context.Context, events.Message[noteV1]) error { return nil })
-	var bus *events.Bus
-	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
-		inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true})
-		require.NoError(t, err)
-		bus = inst.Bus
-	})
+	bus := noteBus(t, db)
 	evs := []outbox.Event{
 		{ID: "0193a7b2-0000-7000-8000-000000000001", EventType: noteEvent.Name(), EventVersion: 1, EventKind: "domain", AggregateID: "A", Payload: []byte(`{"text":"a"}`)},
 		{ID: "0193a7b2-0000-7000-8000-000000000002", EventType: noteEvent.Name(), EventVersion: 1, EventKind: "domain", Payload: []byte(`{"text":"b"}`)},
