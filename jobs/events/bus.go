@@ -168,15 +168,21 @@ const planRestoreSQL = `SELECT set_config('plan_cache_mode', $1, true), set_conf
 
 // aggregatesOf is the aggregates of events, each once.
 func aggregatesOf(events []outbox.Event) []string {
-	var aggregates []string
+	return distinctAggregates(events, func(e *outbox.Event) string { return e.AggregateID })
+}
+
+// distinctAggregates is the aggregates of items (aggregate's, "" for none),
+// each once, in the order they first come.
+func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
+	var out []string
 	seen := map[string]bool{}
-	for i := range events {
-		if a := events[i].AggregateID; a != "" && !seen[a] {
+	for i := range items {
+		if a := aggregate(&items[i]); a != "" && !seen[a] {
 			seen[a] = true
-			aggregates = append(aggregates, a)
+			out = append(out, a)
 		}
 	}
-	return aggregates
+	return out
 }
 
 // queueStart queues on batch what a publish of events of aggregates reads

@@ -1067,15 +1067,7 @@ type claimBatch struct {
 
 // aggregates returns the batch's aggregates, each once.
 func (b claimBatch) aggregates() []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, a := range b.rowAggregates {
-		if a != "" && !seen[a] {
-			seen[a] = true
-			out = append(out, a)
-		}
-	}
-	return out
+	return distinctAggregates(b.rowAggregates, func(a *string) string { return *a })
 }
 
 // updateArgs are the claim updates' arguments (claimUpdateSQL, claimSentSQL):
