@@ -186,3 +186,9 @@ func NewBus(client *queue.Client) (*Bus, error) { return newBus(client) }
 
 // DecodeStrict decodes a payload as dispatch and the emitter do.
 func DecodeStrict(raw []byte, dst any) error { return decodeStrict(raw, dst) }
+
+// NextClaimSize is the size a forward loop's claim asks for after a claim
+// of size that selected, claimed and sent the rows described.
+func (f *Forwarder) NextClaimSize(size, selected, sent, aggregates, bytes int) int {
+	return f.nextClaimSize(size, batchResult{selected: selected, claimed: sent, sent: sent, batchSize: size, aggregates: aggregates, bytes: bytes})
+}
