@@ -619,18 +619,24 @@ func latencyStages(ctx context.Context, pool *pgxpool.Pool, schema string, commi
 // and the baselines after the lighter chained one (docs/BENCHMARKS.md,
 // "The eighteenth round").
 func checkpoint(ctx context.Context, pool *pgxpool.Pool, w io.Writer, what string) {
-	start := time.Now()
-	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
-		fmt.Fprintf(w, "checkpoint %s failed, which may run during one: %v\n", what, err)
-		return
+	if took, ok := checkpointOrSay(ctx, pool, w, what); ok {
+		fmt.Fprintf(w, "checkpoint  %s: %s\n", what, ms(took))
 	}
-	fmt.Fprintf(w, "checkpoint  %s: %s\n", what, ms(time.Since(start)))
 }
 
 // checkpointQuiet is checkpoint before a throughput run, which prints
 // only a failure (a role without pg_checkpoint).
 func checkpointQuiet(ctx context.Context, pool *pgxpool.Pool, w io.Writer) {
+	checkpointOrSay(ctx, pool, w, "before a throughput run")
+}
+
+// checkpointOrSay runs CHECKPOINT and returns how long it took, or writes
+// to w that the one what names failed.
+func checkpointOrSay(ctx context.Context, pool *pgxpool.Pool, w io.Writer, what string) (time.Duration, bool) {
+	start := time.Now()
 	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
-		fmt.Fprintf(w, "checkpoint before a throughput run failed, which may run during one: %v\n", err)
+		fmt.Fprintf(w, "checkpoint %s failed, which may run during one: %v\n", what, err)
+		return 0, false
 	}
+	return time.Since(start), true
 }

@@ -675,15 +675,10 @@ func (f *Forwarder) nextClaimSize(size int, res batchResult) int {
 // roundShape returns the distinct aggregates of evs and the bytes of their
 // payloads, for nextClaimSize.
 func roundShape(evs []claimedEvent) (aggregates, bytes int) {
-	seen := make(map[string]struct{}, len(evs))
 	for i := range evs {
-		e := &evs[i]
-		bytes += len(e.Payload)
-		if e.AggregateID != "" {
-			seen[e.AggregateID] = struct{}{}
-		}
+		bytes += len(evs[i].Payload)
 	}
-	return len(seen), bytes
+	return len(distinctAggregates(evs, func(e *claimedEvent) string { return e.AggregateID })), bytes
 }
 
 // more reports that the round sent rows out of a full set of candidates,
