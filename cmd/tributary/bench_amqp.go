@@ -34,12 +34,14 @@ one River job per transaction, sent in one round trip), as one River job per mes
 one consumer with batched dispatch that nothing works). Jobs, inbox batches
 and events go to temporary schemas that are dropped afterwards. Each side's
 queue is consumed right after it was filled, so every consume finds the
-broker in the same state. The sides take turns going first for --rounds R
-rounds; it prints every round, the
-median rates, and the median of the per-round ratios (the two runs of a
-round follow each other, so load from elsewhere hits both alike) beside the
-goals: publish >= 0.8x, inbound >= 0.8x (issue 15; the inbox side, with the
-per-message job side printed beside it). Last, a runtime with the inbox
+broker in the same state, and after a CHECKPOINT, so it does not pay for the
+pages the side before it wrote. A round runs the bare loop and the inbox side
+next to each other, then the others; every other round the order is reversed
+(--rounds R rounds). It prints every round with its order, the median rates,
+and the median of the per-round ratios (the two runs of a round follow each
+other, so load from elsewhere hits both alike) beside the goals: publish >=
+0.8x, inbound >= 0.8x (issue 15; the inbox side, with the per-message job
+side printed beside it). Last, a runtime with the inbox
 installed (a no-op handler, --inbox-workers River workers) handles the last
 round's inbox backlog, and the messages/s it handles are printed.`,
 		Args: cobra.NoArgs,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -296,6 +297,18 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		opts.DB = dbCPU
 	}
 	meter := newCPUMeter(dbCPU)
+	// The sides in the order their publishers and consumers are listed
+	// below; the goal's two are the bare loop and the inbox (the River job
+	// side without one).
+	names := []string{"bare", "River jobs"}
+	if withBus {
+		names = append(names, "event bus")
+	}
+	goalSide := 1
+	if withInbox {
+		names = append(names, "inbox")
+		goalSide = len(names) - 1
+	}
 	for round := range opts.Rounds {
 		// Alternate who goes first, so neither side always gets the warmer
 		// broker.
@@ -364,24 +377,33 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 				return wrap("bridge inbound to an inbox", err)
 			})
 		}
-		// Rotate who goes first, so no side always gets the warmer broker.
-		for range round {
-			publishers = append(publishers[1:], publishers[0])
-			consumers = append(consumers[1:], consumers[0])
-		}
-		steps := publishers
-		if withDB {
+		order := roundOrder(len(publishers), goalSide, round)
+		steps := make([]func() error, 0, 2*len(order)+1)
+		var checkpoints []time.Duration
+		for _, i := range order {
+			steps = append(steps, publishers[i])
+			if !withDB {
+				continue
+			}
 			// Each queue is consumed right after it was filled, with no other
 			// queue full in the broker: filled all at once before, each
 			// consume found the broker at one of two costs (about 20 or 40
 			// µs a message), and the side that got the cheap one decided the
 			// round (per-round ratios 0.37 to 1.36 in one run;
 			// docs/BENCHMARKS.md, "The twelfth round").
-			steps = nil
-			for i := range publishers {
-				steps = append(steps, publishers[i], consumers[i])
-			}
-		} else {
+			consume := consumers[i]
+			steps = append(steps, func() error {
+				// Every consume starts with the database's pages written:
+				// otherwise a side after the River job side (100,000 jobs
+				// and their indexes) paid for that side's checkpoint.
+				if dbCPU != nil {
+					took, _ := checkpointOrSay(ctx, dbCPU.Pool, w, "before a consume")
+					checkpoints = append(checkpoints, took)
+				}
+				return consume()
+			})
+		}
+		if !withDB {
 			// Nothing consumes: empty the queues for the next round.
 			steps = append(steps, func() error { return purge(conn, bareQ, bridgeQ) })
 		}
@@ -398,14 +420,17 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 				cpuBare[round], cpuBridge[round])
 			if withInbox {
 				st := ibStats[round]
-				fmt.Fprintf(w, "\n  inbound to an inbox %.0f msg/s (ratio %.2f; %d transactions of %.0f on average), CPU %s",
-					inInbox[round], inInbox[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), cpuInbox[round])
+				fmt.Fprintf(w, "\n  inbound to an inbox %.0f msg/s (ratio %.2f; %d transactions of %.0f on average, %.2fs of inserts, %.2fs waited for an inserter), CPU %s",
+					inInbox[round], inInbox[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), st.HandOffTime.Seconds(), st.SlotWait.Seconds(), cpuInbox[round])
 			}
 			if withBus {
 				st := evStats[round]
 				fmt.Fprintf(w, "\n  inbound to the event bus %.0f msg/s (ratio %.2f; %d transactions of %.0f on average), CPU %s",
 					inEvents[round], inEvents[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), cpuEvents[round])
 			}
+		}
+		if len(checkpoints) > 0 {
+			fmt.Fprintf(w, "\n  order %s; CHECKPOINT before each consume took %s", sideNames(order, names), durations(checkpoints))
 		}
 		fmt.Fprintln(w)
 	}
@@ -644,6 +669,42 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 		}
 	}
 	return time.Since(start), nil
+}
+
+// roundOrder is the order of a round's n sides (0 the bare loop, goal the
+// side the goal's ratio is taken of): the two next to each other, so the
+// ratio is of two runs that follow each other, as the report says, then
+// the others; every other round the order is reversed, so that neither of
+// the pair always goes first. (Until 2026-12-06 the sides were rotated,
+// and the inbox side ran up to three consumes, one of 100,000 River jobs
+// among them, away from the bare loop it was divided by.)
+func roundOrder(n, goal, round int) []int {
+	order := []int{0, goal}
+	for i := 1; i < n; i++ {
+		if i != goal {
+			order = append(order, i)
+		}
+	}
+	if round%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
+func sideNames(order []int, names []string) string {
+	s := make([]string, len(order))
+	for i, o := range order {
+		s[i] = names[o]
+	}
+	return strings.Join(s, ", ")
+}
+
+func durations(ds []time.Duration) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = ms(d)
+	}
+	return strings.Join(s, ", ")
 }
 
 // inbound is the inbound bridge's configuration for opts, with its

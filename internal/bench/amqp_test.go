@@ -31,6 +31,10 @@ func TestRunAMQP(t *testing.T) {
 	require.Contains(t, out.String(), "AMQP -> inbox (amqpinbox.Statements: one batch row and job per transaction, one round trip; prefetch 1000, 2 inserters of 500)")
 	require.Contains(t, out.String(), "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch 1000, 4 inserters of 250)")
 	require.Contains(t, out.String(), "without RabbitMQ")
+	// The goal's pair (bare loop, inbox) next to each other, the order
+	// reversed in the second round, each consume after a checkpoint.
+	require.Regexp(t, `round 1: (?s:.*)\n  order bare, inbox, River jobs; CHECKPOINT before each consume took [\d.]+ms, [\d.]+ms, [\d.]+ms\n`, out.String())
+	require.Regexp(t, `round 2: (?s:.*)\n  order River jobs, inbox, bare; CHECKPOINT before each consume took [\d.]+ms, [\d.]+ms, [\d.]+ms\n`, out.String())
 	require.Regexp(t, `inbox handled: .* round 2's backlog of 1000 messages at \d+ msg/s`, out.String())
 	require.Positive(t, res.PublishBare)
 	require.Positive(t, res.PublishBridge)
