@@ -397,8 +397,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 				// otherwise a side after the River job side (100,000 jobs
 				// and their indexes) paid for that side's checkpoint.
 				if dbCPU != nil {
-					took, _ := checkpointOrSay(ctx, dbCPU.Pool, w, "before a consume")
-					checkpoints = append(checkpoints, took)
+					if took, ok := checkpointOrSay(ctx, dbCPU.Pool, w, "before a consume"); ok {
+						checkpoints = append(checkpoints, took)
+					}
 				}
 				return consume()
 			})
@@ -429,8 +430,11 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 					inEvents[round], inEvents[round]/inBare[round], st.Flushes, float64(st.HandedOff)/float64(max(1, st.Flushes)), cpuEvents[round])
 			}
 		}
-		if len(checkpoints) > 0 {
-			fmt.Fprintf(w, "\n  order %s; CHECKPOINT before each consume took %s", sideNames(order, names), durations(checkpoints))
+		if withDB {
+			fmt.Fprintf(w, "\n  order %s", sideNames(order, names))
+			if len(checkpoints) > 0 {
+				fmt.Fprintf(w, "; CHECKPOINT before each consume took %s", durations(checkpoints))
+			}
 		}
 		fmt.Fprintln(w)
 	}
