@@ -431,9 +431,9 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 			}
 		}
 		if withDB {
-			fmt.Fprintf(w, "\n  order %s", sideNames(order, names))
+			fmt.Fprintf(w, "\n  order %s", joinEach(order, func(i int) string { return names[i] }))
 			if len(checkpoints) > 0 {
-				fmt.Fprintf(w, "; CHECKPOINT before each consume took %s", durations(checkpoints))
+				fmt.Fprintf(w, "; CHECKPOINT before each consume took %s", joinEach(checkpoints, ms))
 			}
 		}
 		fmt.Fprintln(w)
@@ -698,18 +698,11 @@ func roundOrder(n, goal, round int) []int {
 	return order
 }
 
-func sideNames(order []int, names []string) string {
-	s := make([]string, len(order))
-	for i, o := range order {
-		s[i] = names[o]
-	}
-	return strings.Join(s, ", ")
-}
-
-func durations(ds []time.Duration) string {
-	s := make([]string, len(ds))
-	for i, d := range ds {
-		s[i] = ms(d)
+// joinEach joins what each of xs reads as, with commas.
+func joinEach[T any](xs []T, str func(T) string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = str(x)
 	}
 	return strings.Join(s, ", ")
 }
