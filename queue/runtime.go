@@ -67,6 +67,12 @@ type RuntimeConfig struct {
 	// Defaults to {"default": 100}.
 	Queues map[string]int
 
+	// Workers is the registry of the job kinds' workers. Workers and
+	// AddWorker add to it until Start.
+	//
+	// Defaults to a new, empty registry.
+	Workers *river.Workers
+
 	// ShutdownTimeout is how long running jobs get to finish once Stop is
 	// called. Jobs still running after it are cancelled; a job that returns
 	// because of that cancellation is snoozed, not failed, so it runs again
@@ -233,7 +239,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, FetchPollIntervalDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{})}
+	rt := &Runtime{cfg: cfg, workers: cmp.Or(cfg.Workers, river.NewWorkers()), lossDone: make(chan struct{})}
 	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
