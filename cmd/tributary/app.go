@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary"
+	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -47,7 +49,7 @@ type app struct {
 	// benchCPUProfile is `bench --cpuprofile`.
 	benchCPUProfile string
 
-	cfg    envconfig.Config
+	cfg    tributary.Config
 	logger *slog.Logger
 
 	// stopTracing flushes and stops the trace exporter startTracing
@@ -58,13 +60,13 @@ type app struct {
 // loadConfig reads the environment, applies the global flags over it and
 // validates the result. A bad value is a usage error naming it.
 func (a *app) loadConfig() error {
-	cfg, err := envconfig.FromEnvWith(map[string]string{
+	cfg, err := tributary.ConfigFromLookup(envWith(map[string]string{
 		"DATABASE_URL":     a.databaseURL,
 		"TRIBUTARY_SCHEMA": a.schema,
 		"AMQP_URL":         a.amqpURL,
 		"LOG_LEVEL":        a.logLevel,
 		"LOG_FORMAT":       a.logFormat,
-	})
+	}))
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}
@@ -73,9 +75,29 @@ func (a *app) loadConfig() error {
 	return nil
 }
 
+// envWith looks variables up in the process environment, where a non-empty
+// value of overrides (a command-line flag's, by variable name) takes the
+// place of the variable's.
+func envWith(overrides map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		if v := overrides[name]; v != "" {
+			return v, true
+		}
+		return os.LookupEnv(name)
+	}
+}
+
 // pool connects to the configured database.
 func (a *app) pool(ctx context.Context) (*pgxpool.Pool, error) {
-	return queue.NewPool(ctx, a.cfg.Config)
+	return tributary.NewPool(ctx, a.cfg)
+}
+
+// bridge returns the AMQP bridge's configuration with the CLI's logger: with
+// AMQP_URL unset it is the local default broker (the DLQ commands use that).
+func (a *app) bridge() amqpbridge.Config {
+	cfg := a.cfg.AMQP.Bridge
+	cfg.Logger = a.logger
+	return cfg
 }
 
 // client connects and returns an insert-only client with its pool; the
