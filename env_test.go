@@ -337,9 +337,9 @@ func readmeRows(t *testing.T, readme string) map[string]string {
 func TestOnlyConfigFromEnvReadsTributarysVariables(t *testing.T) {
 	t.Parallel()
 	exempt := []string{
-		"internal/pgtest/",    // test harness: the tests' database
-		"internal/amqptest/",  // test harness: the tests' broker
-		"examples/",           // a user's own service, which reads its own settings
+		"internal/pgtest/",   // test harness: the tests' database
+		"internal/amqptest/", // test harness: the tests' broker
+		"examples/",          // a user's own service, which reads its own settings
 	}
 	owner := map[string]bool{"env.go": true} // the root package's reader
 	ours := map[string]bool{}
