@@ -395,7 +395,9 @@ func AddWorker[T river.JobArgs](rt *Runtime, w river.Worker[T]) {
 }
 
 // AddService appends a service. Services start in the order they were
-// added, after the River client, and stop in reverse order before it.
+// added, after the River client, and stop in reverse order before it. A
+// service with a method HoldsJob(id int64) bool runs jobs outside River's
+// Work; the runtime never takes a job it holds for lost.
 func (rt *Runtime) AddService(svc Service) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -403,6 +405,9 @@ func (rt *Runtime) AddService(svc Service) error {
 		return fmt.Errorf("cannot add service %q: the runtime is already running", svc.Name())
 	}
 	rt.services = append(rt.services, svc)
+	if h, ok := svc.(jobHolder); ok {
+		rt.addJobHolder(h.HoldsJob)
+	}
 	return nil
 }
 
