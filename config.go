@@ -91,7 +91,8 @@ type Config struct {
 	Queues map[string]int
 
 	// Workers holds the workers of this process's job kinds. AddWorker adds
-	// to it after New as well.
+	// to it after New as well. Enqueue takes any kind, worked here or not:
+	// the process that enqueues a kind need not be one that works it.
 	//
 	// Defaults to a new, empty river.Workers.
 	Workers *river.Workers

@@ -37,6 +37,17 @@ import (
 // returned Config.
 func ConfigFromEnv() (Config, error) { return ConfigFromLookup(os.LookupEnv) }
 
+// ConfigFromEnvWith is ConfigFromEnv where a non-empty value of overrides
+// (a command-line flag's, by variable name) takes the variable's place.
+func ConfigFromEnvWith(overrides map[string]string) (Config, error) {
+	return ConfigFromLookup(func(name string) (string, bool) {
+		if v := overrides[name]; v != "" {
+			return v, true
+		}
+		return os.LookupEnv(name)
+	})
+}
+
 // ConfigFromLookup is ConfigFromEnv reading through lookup, which has the
 // shape of os.LookupEnv (tests, or command-line flags over the
 // environment).

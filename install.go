@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/amqpbridge"
@@ -83,6 +84,17 @@ func (a *App) install() error {
 	rcfg := cfg.Runtime
 	rcfg.Schema, rcfg.Logger, rcfg.Queues, rcfg.Workers = cfg.Schema, cfg.Logger, cfg.Queues, cfg.Workers
 	rcfg.Middleware = append([]rivertype.Middleware{coord.Middleware()}, cfg.Middleware...)
+	// The process that enqueues a kind need not be one that works it (a web
+	// process enqueues, workers work), so River's check that a kind has a
+	// worker here before inserting it is off; Runtime.RiverConfigFunc,
+	// called after, may turn it on again.
+	riverConfigFunc := rcfg.RiverConfigFunc
+	rcfg.RiverConfigFunc = func(rc *river.Config) {
+		rc.SkipUnknownJobCheck = true
+		if riverConfigFunc != nil {
+			riverConfigFunc(rc)
+		}
+	}
 	rt, err := queue.NewRuntime(a.pool, rcfg)
 	if err != nil {
 		return runtimeError(err)

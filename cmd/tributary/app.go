@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,31 +59,19 @@ type app struct {
 // loadConfig reads the environment, applies the global flags over it and
 // validates the result. A bad value is a usage error naming it.
 func (a *app) loadConfig() error {
-	cfg, err := tributary.ConfigFromLookup(envWith(map[string]string{
+	cfg, err := tributary.ConfigFromEnvWith(map[string]string{
 		"DATABASE_URL":     a.databaseURL,
 		"TRIBUTARY_SCHEMA": a.schema,
 		"AMQP_URL":         a.amqpURL,
 		"LOG_LEVEL":        a.logLevel,
 		"LOG_FORMAT":       a.logFormat,
-	}))
+	})
 	if err != nil {
 		return &usageError{msg: err.Error()}
 	}
 	a.cfg = cfg
 	a.logger = cfg.NewLogger(a.stderr)
 	return nil
-}
-
-// envWith looks variables up in the process environment, where a non-empty
-// value of overrides (a command-line flag's, by variable name) takes the
-// place of the variable's.
-func envWith(overrides map[string]string) func(string) (string, bool) {
-	return func(name string) (string, bool) {
-		if v := overrides[name]; v != "" {
-			return v, true
-		}
-		return os.LookupEnv(name)
-	}
 }
 
 // pool connects to the configured database.

@@ -44,7 +44,7 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			queues := a.cfg.Dashboard.AMQPQueues
 			if cmd.Flags().Changed("amqp-queues") {
 				// The flag takes the variable's place, read by its one reader.
-				cfg, err := tributary.ConfigFromLookup(envWith(map[string]string{amqpQueuesVar: amqpQueues}))
+				cfg, err := tributary.ConfigFromEnvWith(map[string]string{amqpQueuesVar: amqpQueues})
 				var ce *queue.ConfigError
 				if errors.As(err, &ce) && ce.Name == amqpQueuesVar {
 					return usagef("invalid --amqp-queues %q: %s", amqpQueues, ce.Reason)
