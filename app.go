@@ -19,10 +19,6 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// ErrNoEventTypes is returned by Emit for an event type not in
-// Config.Events.Types.
-var ErrNoEventTypes = errors.New("no event types declared: list the types this process emits in Config.Events.Types")
-
 // App is one tributary process: the River client and worker runtime with
 // every feature Config declares installed. The same App enqueues, emits,
 // starts workflows and stages batch items, from any goroutine; a process
@@ -33,7 +29,7 @@ type App struct {
 	rt        *queue.Runtime
 	coord     *workflow.Coordinator
 	workflows *workflow.Client
-	emitter   *events.Emitter // nil when Config.Events.Types is empty
+	emitter   *events.Emitter
 	stager    *batch.Stager
 
 	stopTracing func()
@@ -168,21 +164,16 @@ func (a *App) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []queue.Enqueu
 }
 
 // Emit writes one event into the outbox in a transaction of its own and
-// returns its id. def must be one of Config.Events.Types; meta.AggregateID
+// returns its id. def must be one of Config.Events.Types (else the error is
+// events.ErrUnknownEventType); meta.AggregateID
 // orders the event among the others of its aggregate for every consumer.
 func (a *App) Emit(ctx context.Context, def events.Definition, payload any, meta events.Meta) (string, error) {
-	if a.emitter == nil {
-		return "", ErrNoEventTypes
-	}
 	return a.emitter.Emit(ctx, a.pool, def, payload, meta)
 }
 
 // EmitTx writes one event in the caller's transaction: it exists, and is
 // forwarded, only if tx commits.
 func (a *App) EmitTx(ctx context.Context, tx pgx.Tx, def events.Definition, payload any, meta events.Meta) (string, error) {
-	if a.emitter == nil {
-		return "", ErrNoEventTypes
-	}
 	return a.emitter.EmitTx(ctx, tx, def, payload, meta)
 }
 
@@ -190,17 +181,11 @@ func (a *App) EmitTx(ctx context.Context, tx pgx.Tx, def events.Definition, payl
 // statement, and returns their ids in order. Every item is checked before
 // anything is written: one bad item writes none.
 func (a *App) EmitMany(ctx context.Context, items []events.Emission) ([]string, error) {
-	if a.emitter == nil {
-		return nil, ErrNoEventTypes
-	}
 	return a.emitter.EmitMany(ctx, a.pool, items)
 }
 
 // EmitManyTx is EmitMany in the caller's transaction.
 func (a *App) EmitManyTx(ctx context.Context, tx pgx.Tx, items []events.Emission) ([]string, error) {
-	if a.emitter == nil {
-		return nil, ErrNoEventTypes
-	}
 	return a.emitter.EmitManyTx(ctx, tx, items)
 }
 

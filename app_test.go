@@ -127,7 +127,7 @@ func TestAppWithoutStart(t *testing.T) {
 	require.Equal(t, []int{4, 3, 1, 1}, []int{jobs, outbox, workflows, staged}, "two jobs and the workflow's two tasks; three events; a workflow; a staged item")
 
 	_, err = app.Emit(ctx, events.Define[pingArgs]("test.undeclared", nil), pingArgs{}, events.Meta{})
-	require.ErrorIs(t, err, events.ErrUnknownEventType)
+	require.ErrorIs(t, err, events.ErrUnknownEventType, "Emit takes the types of Config.Events.Types")
 }
 
 // TestAppRun: one App works a job kind, runs an ordered consumer, advances

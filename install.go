@@ -100,17 +100,15 @@ func (a *App) install() error {
 		return runtimeError(err)
 	}
 	a.rt, a.coord, a.workflows = rt, coord, workflow.NewClient(rt.Client)
-	if len(cfg.Events.Types) > 0 {
-		reg, err := events.NewRegistry(cfg.Events.Types...)
-		if err != nil {
-			return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
-		}
-		a.emitter, err = events.NewEmitter(events.EmitterConfig{
-			Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService, MaxPayloadBytes: cfg.Events.MaxPayloadBytes,
-		})
-		if err != nil {
-			return &queue.ConfigError{Name: "Events", Reason: err.Error()}
-		}
+	reg, err := events.NewRegistry(cfg.Events.Types...)
+	if err != nil {
+		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
+	}
+	a.emitter, err = events.NewEmitter(events.EmitterConfig{
+		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService, MaxPayloadBytes: cfg.Events.MaxPayloadBytes,
+	})
+	if err != nil {
+		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
 	}
 	// One stager per process, shared by App.Stage and the AMQP batch queue.
 	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {

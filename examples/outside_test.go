@@ -118,7 +118,7 @@ func TestExamplesBuildOutsideTheRepository(t *testing.T) {
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644))
-	for _, example := range []string{"quickstart", "orders"} {
+	for _, example := range []string{"quickstart", "orders", "workflow"} {
 		src := filepath.Join(root, "examples", example)
 		for _, path := range exampleFiles(t, src) {
 			rel, err := filepath.Rel(src, path)
