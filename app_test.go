@@ -2,6 +2,7 @@ package tributary_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -94,7 +95,15 @@ func TestAppWithoutStart(t *testing.T) {
 	require.NoError(t, err, "New needs no migrated schema")
 
 	db := pgtest.New(t)
-	app, err := tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Events: tributary.EventsConfig{Types: []events.Definition{pinged}}})
+	flows := workflow.NewRegistry()
+	require.NoError(t, flows.Register("one", func(wf *workflow.Workflow, input json.RawMessage) error {
+		wf.Add("only", pingArgs{N: 7}, nil)
+		return nil
+	}))
+	app, err := tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Workflows: flows,
+		Events: tributary.EventsConfig{Types: []events.Definition{pinged}}})
+	require.NoError(t, err)
+	_, err = app.StartWorkflow(ctx, "one", nil, nil)
 	require.NoError(t, err)
 	_, err = app.Enqueue(ctx, pingArgs{N: 1}, nil)
 	require.NoError(t, err)
@@ -124,7 +133,7 @@ func TestAppWithoutStart(t *testing.T) {
 		(SELECT count(*) FROM /*schema*/tributary_outbox),
 		(SELECT count(*) FROM /*schema*/tributary_workflow),
 		(SELECT count(*) FROM /*schema*/tributary_batch_chunk)`)).Scan(&jobs, &outbox, &workflows, &staged))
-	require.Equal(t, []int{4, 3, 1, 1}, []int{jobs, outbox, workflows, staged}, "two jobs and the workflow's two tasks; three events; a workflow; a staged item")
+	require.Equal(t, []int{5, 3, 2, 1}, []int{jobs, outbox, workflows, staged}, "two jobs and the workflows' three tasks; three events; two workflows; a staged item")
 
 	_, err = app.Emit(ctx, events.Define[pingArgs]("test.undeclared", nil), pingArgs{}, events.Meta{})
 	require.ErrorIs(t, err, events.ErrUnknownEventType, "Emit takes the types of Config.Events.Types")
