@@ -42,7 +42,7 @@ const (
 	// InsertStatements: a batch's transaction is one round trip, so two at
 	// once keep the broker's window moving, with batches twice as large
 	// as four would have, and fewer goroutines and connections competing
-	// for the CPU (docs/BENCHMARKS.md, "The thirteenth round").
+	// for the CPU (`tributary bench amqp`, its inbox side).
 	InboundStatementsConcurrencyDefault = 2
 )
 
