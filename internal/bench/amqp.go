@@ -60,8 +60,8 @@ type AMQPOptions struct {
 	// round: the inbound bridge writing each batch of messages as one inbox
 	// batch (amqpinbox.Statements) into this schema, with the job side's
 	// prefetch, inserters and batch size, against the same bare loop; it is
-	// the side issue 15's goal is about. After the rounds, a runtime with the
-	// inbox installed handles the last round's backlog (the handled
+	// then the goal's side (ratio >= 0.80). After the rounds, a runtime with
+	// the inbox installed handles the last round's backlog (the handled
 	// measurement).
 	InboxSchema string
 	// InboxWorkers is the River workers of the handled measurement.
@@ -97,7 +97,7 @@ type AMQPResult struct {
 	InboundEventsRatios []float64 `json:"inbound_events_ratios,omitempty"`
 	InboundEventsCPU    amqpCPU   `json:"inbound_events_cpu_per_msg"`
 	// InboundInbox* are the same for the bridge writing inbox batches
-	// (AMQPOptions.InboxSchema): the side issue 15's goal is about; zero
+	// (AMQPOptions.InboxSchema), the goal's side when set; zero
 	// without it. InboxHandled is the rate at which a runtime with the inbox
 	// installed handled one round's backlog, and InboxHandledCPU its CPU.
 	InboundInbox       float64   `json:"inbound_inbox_msgs_per_sec,omitempty"`

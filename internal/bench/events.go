@@ -72,7 +72,7 @@ type EventsReport struct {
 	// and RiverRatios the throughput runs' events/s over its jobs/s: since
 	// tributary's runtime completes plain successes with a shorter statement
 	// than River's, its plain jobs run faster than River's, and the first
-	// ratio no longer reads as "against River".
+	// ratio does not read as "against River".
 	River       JobsResult `json:"river"`
 	RiverRatios []float64  `json:"river_ratios"`
 	// Rounds holds every round of the throughput part.
