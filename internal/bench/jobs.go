@@ -32,9 +32,10 @@ const (
 // EventsWorkersDefault is the workers of bench events' runtime: the
 // baselines' (riverBenchMaxWorkers), so both sides of a ratio run with the
 // same worker slots. A lane chain holds its worker slot while each of its
-// steps commits, so with fewer slots than the baselines (200, a tenth of
-// theirs) the chains of 1,000 lanes run 9-14 % fewer events a second and
-// the ratio measures the slots, not the dispatch.
+// steps commits (docs/decisions/0002-lane-chains.md), so with fewer slots
+// than the baselines (200, a tenth of theirs) the chains of 1,000 lanes run
+// 9-14 % fewer events a second and the ratio measures the slots, not the
+// dispatch.
 const EventsWorkersDefault = riverBenchMaxWorkers
 
 // JobsOptions configures RunJobs, BareRiver and Tributary.
