@@ -75,8 +75,8 @@ const otelGlobalPackage = "go.opentelemetry.io/otel/internal/global"
 
 // otelConfigured reports whether the process has set a global tracer or
 // meter provider. It is asked per job (two atomic loads), so a provider set
-// after the runtime was created counts from the next job on, as it did when
-// otelriver ran unconditionally (its tracer delegates to the provider set
+// after the runtime was created counts from the next job on, as it would
+// with otelriver always on (its tracer delegates to the provider set
 // later). TestOtelConfigured pins the otel internals this relies on.
 func otelConfigured() bool {
 	return !isOtelDefault(otel.GetTracerProvider()) || !isOtelDefault(otel.GetMeterProvider())
