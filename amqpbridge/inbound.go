@@ -192,7 +192,7 @@ type JobEnqueuer interface {
 // insert would fail every time, and roll back the rest of its batch with it.
 // The body is checked once, by the enqueue (queue.CheckArgs, which reports
 // it as a *queue.ArgsError), not again here: on this path the JSON checks
-// were the largest cost of the process after the broker's frames.
+// are the largest cost of the process after the broker's frames.
 func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) InsertBatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
 		items := make([]queue.EnqueueItem, len(batch))
