@@ -8,10 +8,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/internal/demo"
-	"github.com/tributary-run/tributary/internal/eventdemo"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -104,7 +104,7 @@ func parseQueues(s string) (map[string]int, error) {
 // workflows, event consumer and schedule, so `make run` and `tributary
 // workflows start` have work to show. Tracing is already on (startTracing).
 func newWorkerApp(a *app, pool *pgxpool.Pool, queues map[string]int, httpAddr string) (*tributary.App, error) {
-	consumer, err := eventdemo.NewConsumer()
+	consumer, err := demoevents.NewConsumer()
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +117,8 @@ func newWorkerApp(a *app, pool *pgxpool.Pool, queues map[string]int, httpAddr st
 	if err != nil {
 		return nil, err
 	}
-	demo.Register(app.Runtime())
-	workflowdemo.Register(app.Runtime())
+	demojobs.Register(app.Runtime())
+	demoworkflows.Register(app.Runtime())
 	return app, nil
 }
 
@@ -126,10 +126,10 @@ func newWorkerApp(a *app, pool *pgxpool.Pool, queues map[string]int, httpAddr st
 // of demo jobs and emit demo events. Added last, they stop first.
 func addDemoProducers(app *tributary.App) error {
 	rt := app.Runtime()
-	if err := rt.AddService(demo.NewProducer(rt.Client, 0)); err != nil {
+	if err := rt.AddService(demojobs.NewProducer(rt.Client, 0)); err != nil {
 		return err
 	}
-	p, err := eventdemo.NewProducer(app.Pool(), app.Config().Schema, 0, app.Logger())
+	p, err := demoevents.NewProducer(app.Pool(), app.Config().Schema, 0, app.Logger())
 	if err != nil {
 		return err
 	}
