@@ -23,7 +23,7 @@ import (
 )
 
 // ConfigFromEnv reads a Config from the process environment: the
-// variables of the README's configuration tables (DATABASE_URL,
+// variables of docs/configuration.md (DATABASE_URL,
 // TRIBUTARY_SCHEMA, AMQP_URL, BATCH_SINK_URL, S3_BATCH_*, the retentions,
 // ...). It is the one place that reads them. Values are trimmed; an empty
 // one counts as unset. A bad value is a *queue.ConfigError naming the
@@ -169,8 +169,8 @@ type variable struct {
 }
 
 // variables lists every environment variable tributary reads. A new one is
-// a line here and a row in the README's configuration tables
-// (TestREADMEConfigurationTables checks both ways).
+// a line here and a row in the documented table (docs/configuration.md;
+// TestREADMEConfigurationTables checks both ways).
 func variables() []variable {
 	return []variable{
 		{name: "DATABASE_URL", field: "DatabaseURL", secret: true, set: func(c *Config, v string) error { c.DatabaseURL = v; return nil }},

@@ -235,15 +235,21 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-// TestREADMEConfigurationTables checks the README's configuration tables
-// against the code: every variable read here has a row and every row is
-// read here, and each default the README states is the default of the
-// feature that owns it.
+// TestREADMEConfigurationTables checks the documented table of environment
+// variables (docs/configuration.md's, or README.md's configuration tables
+// where that page does not exist yet) against the code: every variable read
+// here has a row and every row is read here, and each default it states is
+// the default of the feature that owns it.
 func TestREADMEConfigurationTables(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("README.md")
+	doc, sections := "docs/configuration.md", []string{"## Environment variables\n"}
+	text, err := os.ReadFile(doc)
+	if errors.Is(err, fs.ErrNotExist) {
+		doc, sections = "README.md", []string{"## Configuration\n", "### Clean-up\n"}
+		text, err = os.ReadFile(doc)
+	}
 	require.NoError(t, err)
-	rows := readmeRows(t, string(readme))
+	rows := readmeRows(t, string(text), sections)
 
 	var read []string
 	for _, v := range variables() {
@@ -255,7 +261,7 @@ func TestREADMEConfigurationTables(t *testing.T) {
 	}
 	slices.Sort(read)
 	slices.Sort(documented)
-	require.Equal(t, read, documented, "the variables read here and the README's rows")
+	require.Equal(t, read, documented, "the variables read here and %s's rows", doc)
 
 	days := func(d time.Duration) string { return fmt.Sprintf("`%dd`", d/(24*time.Hour)) }
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -281,7 +287,7 @@ func TestREADMEConfigurationTables(t *testing.T) {
 		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "`" + strconv.Itoa(scheduler.CleanupBatchSizeDefault) + "`",
 	}
 	for name, want := range defaults {
-		require.Contains(t, rows[name], want, "README's default for %s", name)
+		require.Contains(t, rows[name], want, "%s's default for %s", doc, name)
 	}
 
 	// One variable, two features: the flushes' and the batch consumer's
@@ -293,17 +299,17 @@ func TestREADMEConfigurationTables(t *testing.T) {
 	require.Equal(t, batch.TimerIntervalDefault, amqpbridge.BatchTimerIntervalDefault)
 }
 
-// readmeRows returns the default column of every row of the README's
-// configuration tables (the "Configuration" section's and the clean-up
-// one), by variable. A row naming several variables ("`A` / `_B`", the
-// second a suffix of the first) counts for each.
-func readmeRows(t *testing.T, readme string) map[string]string {
+// readmeRows returns the default column (the second) of every row of the
+// tables in the sections of the document, by variable. A row naming several
+// variables ("`A` / `_B`", the second a suffix of the first) counts for
+// each.
+func readmeRows(t *testing.T, readme string, sections []string) map[string]string {
 	t.Helper()
 	rows := map[string]string{}
 	varRE := regexp.MustCompile("`([A-Z0-9_]+)`")
-	for _, section := range []string{"## Configuration\n", "### Clean-up\n"} {
+	for _, section := range sections {
 		i := strings.Index(readme, section)
-		require.GreaterOrEqual(t, i, 0, "README has no %q section", strings.TrimSpace(section))
+		require.GreaterOrEqual(t, i, 0, "no %q section", strings.TrimSpace(section))
 		body := readme[i+len(section):]
 		if j := strings.Index(body, "\n#"); j >= 0 {
 			body = body[:j]
