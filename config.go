@@ -109,6 +109,8 @@ type Config struct {
 	// RiverConfigFunc, each defaulted by queue.RuntimeConfig. Its Schema,
 	// Logger, Queues, Workers and Middleware must be left zero: they are
 	// this Config's.
+	//
+	// Defaults to queue.RuntimeConfig's defaults, field by field.
 	Runtime queue.RuntimeConfig
 
 	// Consumers are the event consumers this process runs (events.NewConsumer
@@ -119,6 +121,9 @@ type Config struct {
 	Consumers []*events.Consumer
 
 	// Events configures emitting (App.Emit) and forwarding.
+	//
+	// Defaults to no event types to emit, and a forwarder in every App that
+	// starts.
 	Events EventsConfig
 
 	// Workflows are the named workflows this process may start by name with
@@ -130,6 +135,8 @@ type Config struct {
 
 	// Coordinator has the workflow coordinator's settings (OutputMaxBytes,
 	// RepairInterval); its Schema and Logger are this Config's.
+	//
+	// Defaults to workflow.CoordinatorConfig's (256 KiB, 30 seconds).
 	Coordinator workflow.CoordinatorConfig
 
 	// Schedules are cron schedules: each inserts its job on its spec, once
@@ -139,11 +146,15 @@ type Config struct {
 	Schedules []scheduler.Schedule
 
 	// Cleanup configures the scheduled deletion of old rows of tributary's
-	// tables. On by default.
+	// tables.
+	//
+	// Defaults to on: CleanupTargets, hourly, with their own retentions.
 	Cleanup CleanupConfig
 
 	// Batch configures batch streams: staging (App.Stage) and, with a sink,
 	// the flushes that write staged items out as objects.
+	//
+	// Defaults to staging with batch's thresholds and no flushes here.
 	Batch BatchConfig
 
 	// Inboxes are the inboxes whose jobs this process runs (inbox.Install).
@@ -152,15 +163,20 @@ type Config struct {
 	// Defaults to none.
 	Inboxes []*inbox.Inbox
 
-	// AMQP configures the RabbitMQ bridge. Off unless AMQP.Bridge.URL is
-	// set.
+	// AMQP configures the RabbitMQ bridge.
+	//
+	// Defaults to off: on when AMQP.Bridge.URL is set.
 	AMQP AMQPConfig
 
 	// Dashboard serves the dashboard, /metrics and health checks from this
-	// process. Off unless Dashboard.Addr is set.
+	// process.
+	//
+	// Defaults to off: on when Dashboard.Addr is set.
 	Dashboard DashboardConfig
 
-	// Tracing exports traces. Off unless Tracing.OTLPEndpoint is set.
+	// Tracing exports traces.
+	//
+	// Defaults to off: on when Tracing.OTLPEndpoint is set.
 	Tracing TracingConfig
 
 	// env holds the variables ConfigFromEnv read, by name, so an error on a
@@ -298,8 +314,13 @@ type AMQPConfig struct {
 
 // BatchQueue is an AMQP queue read into a batch stream.
 type BatchQueue struct {
-	Queue  string // logical queue name; the bridge adds the queue prefix
-	Stream string // batch stream its messages are staged into; defaults to Queue
+	// Queue is the logical queue name; the bridge adds the queue prefix.
+	Queue string
+
+	// Stream is the batch stream its messages are staged into.
+	//
+	// Defaults to Queue.
+	Stream string
 }
 
 // String returns q as TRIBUTARY_AMQP_BATCH_QUEUE says it: QUEUE, or
