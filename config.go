@@ -207,6 +207,8 @@ type EventsConfig struct {
 	// ID are this process's; the in-database bus is always its first
 	// publisher and the AMQP outbound bridge (AMQPConfig.OutboxExchange) is
 	// added after Publishers.
+	//
+	// Defaults to events.ForwarderConfig's defaults, field by field.
 	Forwarder events.ForwarderConfig
 
 	// NoForwarder leaves the forwarder out of this process (one that only
