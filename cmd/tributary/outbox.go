@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 
@@ -19,7 +19,7 @@ import (
 // consumer (subscribed to demo.*) in the worker; with --demo it also emits
 // a demo event every few seconds.
 func installEvents(ctx context.Context, env *workerEnv) error {
-	c, err := eventdemo.NewConsumer()
+	c, err := demoevents.NewConsumer()
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func installEvents(ctx context.Context, env *workerEnv) error {
 	if !env.demo {
 		return nil
 	}
-	p, err := eventdemo.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
+	p, err := demoevents.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
 	if err != nil {
 		return err
 	}

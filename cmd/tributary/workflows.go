@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/workflowdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -314,7 +314,7 @@ func newWorkflowsRetryCmd(a *app) *cobra.Command {
 }
 
 // workflowRegistry is the registry of workflows the CLI can start by name.
-func workflowRegistry() (*workflow.Registry, error) { return workflowdemo.NewRegistry() }
+func workflowRegistry() (*workflow.Registry, error) { return demoworkflows.NewRegistry() }
 
 func newWorkflowsStartCmd(a *app) *cobra.Command {
 	var key string

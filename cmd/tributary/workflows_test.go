@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/workflow"
 )
 
@@ -117,7 +117,7 @@ func TestCLIWorkflows(t *testing.T) {
 	fan := startJSON(nil, "demo.fanout", `{"width":5,"fail":1}`)
 	d := wait(fan.ID, workflow.StatusFailed)
 	require.Equal(t, workflow.Counts{Completed: 6, Failed: 1}, d.Counts)
-	var sum workflowdemo.SumOutput
+	var sum demoworkflows.SumOutput
 	require.NoError(t, json.Unmarshal(task(d, "sum").Output, &sum))
 	require.EqualValues(t, 10, sum.Sum, "1+2+3+4; part-5 failed")
 	require.Equal(t, []string{"part-5"}, sum.Missing)
