@@ -23,7 +23,7 @@ import (
 func newWorkflowsCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
 		Use:   "workflows",
-		Short: "List, show, cancel, retry, start or signal workflows",
+		Short: "List, show, cancel, retry, start, signal or wait for workflows",
 	})
 	cmd.AddCommand(
 		newWorkflowsListCmd(a),
@@ -32,6 +32,7 @@ func newWorkflowsCmd(a *app) *cobra.Command {
 		newWorkflowsRetryCmd(a),
 		newWorkflowsStartCmd(a),
 		newWorkflowsSignalCmd(a),
+		newWorkflowsWaitCmd(a),
 	)
 	return cmd
 }

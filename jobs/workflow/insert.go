@@ -36,6 +36,7 @@ type Client struct {
 	logger *slog.Logger
 	sql    statements
 	rc     *river.Client[pgx.Tx] // set for a client made inside a task (child workflows); else qc's
+	hub    *awaitHub             // Await's listener; nil on a client made inside a task
 }
 
 func (c *Client) riverClient() *river.Client[pgx.Tx] {
@@ -47,7 +48,9 @@ func (c *Client) riverClient() *river.Client[pgx.Tx] {
 
 // NewClient returns a workflow client on qc's pool and schema.
 func NewClient(qc *queue.Client) *Client {
-	return &Client{qc: qc, schema: qc.Schema(), logger: qc.Logger().With("component", "workflow"), sql: qualify(qc.Schema())}
+	logger := qc.Logger().With("component", "workflow")
+	return &Client{qc: qc, schema: qc.Schema(), logger: logger, sql: qualify(qc.Schema()),
+		hub: newAwaitHub(qc.Pool(), qc.Schema(), logger, func(s string) string { return queue.Qualify(qc.Schema(), s) })}
 }
 
 // InsertResult is what InsertTx did.
