@@ -155,6 +155,11 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		// The slot reserved above is rolled back with the savepoint.
 		return c.onConflict(ctx, tx, wf)
 	}
+	if len(wf.opts.Attributes) > 0 {
+		if err := setAttributes(ctx, tx, queue.Qualify(c.schema, insertAttributesSQL), id.String(), wf.opts.Attributes); err != nil {
+			return nil, err
+		}
+	}
 	if wf.opts.ConcurrencyKey != "" {
 		if _, err := tx.Exec(ctx, c.sql.setQueued, customPlan, id, wf.opts.ConcurrencyKey, max(wf.opts.ConcurrencyLimit, 1), queued); err != nil {
 			return nil, fmt.Errorf("error inserting workflow %q: %w", wf.name, err)
