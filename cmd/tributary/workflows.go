@@ -23,7 +23,7 @@ import (
 func newWorkflowsCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
 		Use:   "workflows",
-		Short: "List, show, cancel, retry, start, signal or wait for workflows",
+		Short: "List, show, cancel, retry, fork, start, signal or wait for workflows",
 	})
 	cmd.AddCommand(
 		newWorkflowsListCmd(a),
@@ -33,6 +33,7 @@ func newWorkflowsCmd(a *app) *cobra.Command {
 		newWorkflowsStartCmd(a),
 		newWorkflowsSignalCmd(a),
 		newWorkflowsWaitCmd(a),
+		newWorkflowsForkCmd(a),
 	)
 	return cmd
 }
@@ -245,6 +246,9 @@ func printWorkflow(w io.Writer, d *workflow.Details) error {
 	}
 	if len(d.Attributes) > 0 {
 		fmt.Fprintf(w, "  attrs:    %s\n", attributesLine(d.Attributes))
+	}
+	if d.Origin != nil {
+		fmt.Fprintf(w, "  forked:   from %s at task %s\n", d.Origin.WorkflowID, d.Origin.Task)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -49,7 +49,10 @@ type Details struct {
 	// Attributes are the workflow's attributes (Opts.Attributes,
 	// SetAttributes).
 	Attributes map[string]string `json:"attributes,omitempty"`
-	Tasks      []TaskInfo        `json:"tasks"`
+	// Origin is, for a workflow Fork started, the workflow and task it
+	// started from.
+	Origin *Origin    `json:"origin,omitempty"`
+	Tasks  []TaskInfo `json:"tasks"`
 }
 
 // TaskInfo is one task: its definition, where it stands and what it did.
@@ -116,7 +119,8 @@ func scanSummary(row pgx.Row, s *Summary, extra ...any) error {
 		&c.Failed, &c.Cancelled, &c.Skipped, &s.CreatedAt, &s.UpdatedAt, &s.FinishedAt}, extra...)...)
 }
 
-const selectWorkflowSQL = `SELECT ` + summaryColumns + `, input, ` + selectAttributesSQL + ` FROM /*schema*/tributary_workflow w WHERE id = $1::uuid`
+const selectWorkflowSQL = `SELECT ` + summaryColumns + `, input, ` + selectAttributesSQL + `, forked_from::text, forked_from_task
+FROM /*schema*/tributary_workflow w WHERE id = $1::uuid`
 
 const selectIDByKeySQL = `SELECT id::text FROM /*schema*/tributary_workflow WHERE key = $1`
 
@@ -151,7 +155,8 @@ func (c *Client) Summary(ctx context.Context, ref string) (*Summary, error) {
 	}
 	var s Summary
 	var input, attrs []byte
-	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &s, &input, &attrs); err != nil {
+	var from, fromTask *string
+	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &s, &input, &attrs, &from, &fromTask); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, &NotFoundError{Ref: ref}
 		}

@@ -146,7 +146,8 @@ func (c *Client) readDetails(ctx context.Context, ref string, readTasks func(ctx
 	var d Details
 	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var input, attrs []byte
-		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input, &attrs); err != nil {
+		var from, fromTask *string
+		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input, &attrs, &from, &fromTask); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return &NotFoundError{Ref: ref}
 			}
@@ -155,6 +156,9 @@ func (c *Client) readDetails(ctx context.Context, ref string, readTasks func(ctx
 		d.Input = input
 		if d.Attributes, err = decodeAttributes(attrs); err != nil {
 			return err
+		}
+		if from != nil && fromTask != nil {
+			d.Origin = &Origin{WorkflowID: *from, Task: *fromTask}
 		}
 		tasks, err := readTasks(ctx, tx, id)
 		if err != nil {
