@@ -87,10 +87,6 @@ type advance struct {
 	queues   []string // queues of jobs released already (completeReleaseSQL)
 	cancel   []int64  // pending jobs of tasks that were cancelled or skipped
 	finished map[string]Status
-	// completedMeta are the jobs completeReleaseSQL completed, with their
-	// metadata as it wrote them: after the commit, River's client is told
-	// (riverjob.NoteCompleted), so that its completer need not read them.
-	completedMeta map[int64][]byte
 	// probeCounts: the transaction runs with completionTx's settings, so
 	// the count update may reach each workflow by a primary-key probe per
 	// row of its arrays (applyCountsProbeSQL).
@@ -200,12 +196,12 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 		for rows.Next() {
 			var kind string
 			var d decided
-			var raw []byte // a task's run_if; a completed job's metadata (rowCompleted)
+			var raw []byte // a task's run_if
 			if err := rows.Scan(&kind, &d.wf, &d.name, &d.state, &d.pendingDeps, &raw, &d.dependents, &d.jobID); err != nil {
 				rows.Close()
 				return fmt.Errorf("error recording task outcomes: %w", err)
 			}
-			if raw != nil && kind != rowCompleted {
+			if raw != nil {
 				d.runIf = new(Condition)
 				if err := json.Unmarshal(raw, d.runIf); err != nil {
 					rows.Close()
@@ -221,10 +217,6 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 				deps = append(deps, d)
 			case rowCompleted:
 				completed = append(completed, d.jobID)
-				if a.completedMeta == nil {
-					a.completedMeta = make(map[int64][]byte, len(attempts))
-				}
-				a.completedMeta[d.jobID] = raw
 			case rowPromoted:
 				a.queues = append(a.queues, d.name)
 			}
@@ -276,7 +268,7 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 const (
 	rowFinished  = "f" // a task whose outcome was recorded
 	rowDependent = "d" // a dependent the statement updated
-	rowCompleted = "j" // a job the statement completed (job_id; its metadata in run_if's place)
+	rowCompleted = "j" // a job the statement completed (job_id)
 	rowPromoted  = "p" // a job the statement released (job_id; its queue as the name)
 )
 
@@ -364,8 +356,7 @@ const tellDependentsSQL = `deps AS (
 // the failures (the caller finalized their jobs), tells the dependents
 // (tellDependentsSQL) and releases the jobs of those that became active
 // (riverjob.PromoteUpdate, Promote's statement). Beside finishReleaseSQL's
-// rows it returns the jobs it completed (rowCompleted, with their metadata
-// for riverjob.NoteCompleted) and the queues of
+// rows it returns the jobs it completed (rowCompleted) and the queues of
 // those it released (rowPromoted). Three statements in one: each cost a
 // round trip, its planning and its executor's start per batch. The job
 // updates never meet on a row either: done changes running jobs, prom
@@ -385,7 +376,7 @@ SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, jo
 UNION ALL
 SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec
 UNION ALL
-SELECT 'j', '', '', '', 0, metadata, '{}'::text[], id FROM done
+SELECT 'j', '', '', '', 0, NULL::jsonb, '{}'::text[], id FROM done
 UNION ALL
 SELECT 'p', '', queue, '', 0, NULL::jsonb, '{}'::text[], id FROM prom`
 
