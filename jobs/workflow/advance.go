@@ -212,6 +212,11 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 			case rowFinished:
 				recorded[key{d.wf, d.name}] = true
 				a.delta(d.wf).move(from, d.state)
+				if attempts != nil && d.state == TaskCompleted {
+					// completeReleaseSQL records a success only with its job
+					// completed.
+					completed = append(completed, d.jobID)
+				}
 			case rowDependent:
 				d.released = attempts != nil
 				deps = append(deps, d)
@@ -268,8 +273,8 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 const (
 	rowFinished  = "f" // a task whose outcome was recorded
 	rowDependent = "d" // a dependent the statement updated
-	rowCompleted = "j" // a job the statement completed (job_id)
-	rowPromoted  = "p" // a job the statement released (job_id; its queue as the name)
+	rowCompleted = "j" // a job the statement completed without recording its task (job_id)
+	rowPromoted  = "p" // a queue of jobs the statement released (as the name)
 )
 
 // outcomesDoc is the JSON parameter of finishTasksSQL and finishReleaseSQL:
@@ -356,8 +361,11 @@ const tellDependentsSQL = `deps AS (
 // the failures (the caller finalized their jobs), tells the dependents
 // (tellDependentsSQL) and releases the jobs of those that became active
 // (riverjob.PromoteUpdate, Promote's statement). Beside finishReleaseSQL's
-// rows it returns the jobs it completed (rowCompleted) and the queues of
-// those it released (rowPromoted). Three statements in one: each cost a
+// rows it returns the jobs it completed whose tasks it did not record
+// (rowCompleted: the completions of tasks an operator cancelled while they
+// ran; a recorded success's job is its rowFinished row's) and the distinct
+// queues of the jobs it released (rowPromoted). Its rowFinished rows carry
+// only what the caller reads of them (workflow, name, state, job). Three statements in one: each cost a
 // round trip, its planning and its executor's start per batch. The job
 // updates never meet on a row either: done changes running jobs, prom
 // pending ones. The ids of the jobs to release come as an array
@@ -372,13 +380,13 @@ WITH done AS (
 ), ` + tellDependentsSQL + `, prom AS (
     ` + riverjob.PromoteUpdate("ARRAY(SELECT job_id FROM dec WHERE state = 'active')") + `
 )
-SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM fin
+SELECT 'f', workflow_id::text, name, state, 0, NULL::jsonb, NULL::text[], job_id FROM fin
 UNION ALL
 SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec
 UNION ALL
-SELECT 'j', '', '', '', 0, NULL::jsonb, '{}'::text[], id FROM done
+SELECT 'j', '', '', '', 0, NULL::jsonb, NULL::text[], id FROM done WHERE id NOT IN (SELECT job_id FROM fin)
 UNION ALL
-SELECT 'p', '', queue, '', 0, NULL::jsonb, '{}'::text[], id FROM prom`
+SELECT DISTINCT 'p', '', queue, '', 0, NULL::jsonb, NULL::text[], 0::bigint FROM prom`
 
 // resolve tells dependents that tasks finished, until nothing more
 // changes: a dependent whose last dependency finished becomes active (or

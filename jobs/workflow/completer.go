@@ -23,7 +23,7 @@ import (
 // 10,000-wide workflow then waited for a batch of 1,000 to commit: from
 // the last fan-out task's recorded completion to the fan-in task's start,
 // a median of 67 ms over three rounds (24 to 181 ms), against medians of
-// 20 and 30 ms in two runs with 200 (the first round of each 146 and 98 ms).
+// 20 and 30 ms in two runs with 200 (their slowest rounds 146 and 98 ms).
 const (
 	completerMaxBatch = 200
 	completerShards   = 4
