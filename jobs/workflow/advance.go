@@ -374,19 +374,19 @@ const tellDependentsSQL = `deps AS (
 // outcomes (outcomesDoc) of the successes whose jobs it completed and of
 // the failures (the caller finalized their jobs), tells the dependents
 // (tellDependentsSQL), releases the jobs of those that became active
-// (riverjob.PromoteUpdate, Promote's statement) and applies the moves of
-// the tasks it recorded and decided to their workflows' counts (countsSet;
-// the caller's advance leaves those moves out of its deltas). Beside
-// finishReleaseSQL's
-// rows it returns the jobs it completed whose tasks it did not record
-// (rowCompleted: the completions of tasks an operator cancelled while they
-// ran; a recorded success's job is its rowFinished row's) and the distinct
-// queues of the jobs it released (rowPromoted) and the workflows its count
-// update finished (rowWorkflowEnded). Its rowFinished rows carry
-// only what the caller reads of them (workflow, name, state, job). Three statements in one: each cost a
-// round trip, its planning and its executor's start per batch. The job
-// updates never meet on a row either: done changes running jobs, prom
-// pending ones. The ids of the jobs to release come as an array
+// (riverjob.PromoteUpdate, Promote's statement) and adds the moves of the
+// tasks it recorded and decided to their workflows' counts (countsSet; the
+// caller's advance leaves those moves out of its deltas). Beside
+// finishReleaseSQL's rows it returns the jobs it completed whose tasks it
+// did not record (rowCompleted: the completions of tasks an operator
+// cancelled while they ran; a recorded success's job is its rowFinished
+// row's), the distinct queues of the jobs it released (rowPromoted) and
+// the workflows its count update finished (rowWorkflowEnded). Its
+// rowFinished rows carry only what the caller reads of them (workflow,
+// name, state, job). Four statements in one: each cost a round trip, its
+// planning and its executor's start per batch, and the count update a
+// chain's hop. The job updates never meet on a row: done changes running
+// jobs, prom pending ones. The ids of the jobs to release come as an array
 // (ANY(ARRAY(...))), which the planner reaches through the primary key.
 var completeReleaseSQL = `
 WITH done AS (
