@@ -1,6 +1,7 @@
 # tributary — the commands the README gives.
 #   make run    find or start Postgres (and RabbitMQ), migrate, run a worker with demo jobs
-#   make test   gofmt + go vet + go test -race against real Postgres and RabbitMQ
+#   make test   gofmt + go vet + the API listing check + go test -race against real Postgres and RabbitMQ
+#   make api    rewrite the exported API listing in api/ (after a deliberate API change)
 #   make bench  benchmarks (figures go to docs/BENCHMARKS.md)
 #   make chaos  long fault-injection runs (docs/RELIABILITY.md)
 SHELL := /bin/bash
@@ -9,7 +10,7 @@ BIN := bin/tributary
 TEST_TIMEOUT ?= 9m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: build run test lint bench chaos clean
+.PHONY: build run test lint api bench chaos clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tributary
@@ -29,9 +30,13 @@ test: build
 	unformatted=$$(gofmt -l $$(git ls-files '*.go')) && \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \
+	GO=$(GO) scripts/check-api.sh && \
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
 	scripts/test-private-cluster.sh && \
 	scripts/test-run.sh
+
+api:
+	$(GO) run ./internal/apilist -o api
 
 bench: build
 	@eval "$$(scripts/services.sh env run)" && scripts/bench.sh
