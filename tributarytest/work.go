@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // Runner is what WorkUntilIdle starts and stops: a *tributary.App, or a
@@ -71,8 +72,8 @@ func WorkUntilIdle(ctx context.Context, tb testing.TB, db *DB, app Runner, opts 
 	if opts == nil {
 		opts = &WorkOpts{}
 	}
-	if s, ok := app.(interface{ Schema() string }); ok && s.Schema() != db.Schema {
-		tb.Fatalf("tributarytest: the app works schema %q, the test's schema is %q: set the app's Schema to db.Schema", s.Schema(), db.Schema)
+	if schema := schemaOfRunner(app); schema != "" && schema != db.Schema {
+		tb.Fatalf("tributarytest: the app works schema %q, the test's schema is %q: set the app's Schema to db.Schema", schema, db.Schema)
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Timeout, WorkTimeoutDefault))
@@ -120,6 +121,18 @@ func WorkUntilIdle(ctx context.Context, tb testing.TB, db *DB, app Runner, opts 
 		}
 		timer.Reset(poll)
 	}
+}
+
+// schemaOfRunner is the schema app works, when it says: a *tributary.App
+// through its runtime, a *queue.Runtime itself.
+func schemaOfRunner(app Runner) string {
+	switch app := app.(type) {
+	case interface{ Runtime() *queue.Runtime }:
+		return app.Runtime().Schema()
+	case interface{ Schema() string }:
+		return app.Schema()
+	}
+	return ""
 }
 
 func ctxEnd(ctx context.Context) string {
