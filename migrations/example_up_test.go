@@ -28,7 +28,9 @@ func ExampleMigrator_Up() {
 	}
 	defer pool.Close()
 	schema := "example_" + strings.ToLower(rand.Text()[:10])
-	defer func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE") }()
+	defer func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	}()
 
 	m, err := migrations.New(pool, migrations.Config{Schema: schema})
 	if err != nil {
