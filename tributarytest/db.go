@@ -92,11 +92,20 @@ func NewDB(tb testing.TB, opts *DBOpts) *DB {
 			queue.RedactURL(url), err)
 	}
 	tb.Cleanup(func() {
-		defer pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 			tb.Logf("tributarytest: dropping schema %s: %v", schema, err)
+		}
+		// Close waits for every connection to come back: one held by an
+		// app still running or a transaction left open would hang the
+		// test binary, so give up on it after a while and say why.
+		closed := make(chan struct{})
+		go func() { pool.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			tb.Errorf("tributarytest: the test's pool still has connections in use at the end of the test: stop the app (WorkUntilIdle does) and end every transaction")
 		}
 	})
 
