@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"go/constant"
 	"go/types"
 	"strings"
@@ -49,11 +50,41 @@ func (p printer) qualifier(other *types.Package) string {
 	return other.Name()
 }
 
-// typ prints a type, with any function type in it printed without
-// parameter names.
+// typ prints a type, with the function types in it printed without
+// parameter names (in composite types and interface literals too).
 func (p printer) typ(t types.Type) string {
-	if sig, ok := t.(*types.Signature); ok {
-		return "func" + p.signature(sig)
+	switch t := t.(type) {
+	case *types.Signature:
+		return "func" + p.signature(t)
+	case *types.Pointer:
+		return "*" + p.typ(t.Elem())
+	case *types.Slice:
+		return "[]" + p.typ(t.Elem())
+	case *types.Array:
+		return fmt.Sprintf("[%d]%s", t.Len(), p.typ(t.Elem()))
+	case *types.Map:
+		return "map[" + p.typ(t.Key()) + "]" + p.typ(t.Elem())
+	case *types.Chan:
+		switch t.Dir() {
+		case types.SendOnly:
+			return "chan<- " + p.typ(t.Elem())
+		case types.RecvOnly:
+			return "<-chan " + p.typ(t.Elem())
+		}
+		return "chan " + p.typ(t.Elem())
+	case *types.Interface:
+		if t.NumExplicitMethods() == 0 || t.IsImplicit() {
+			break
+		}
+		var parts []string
+		for i := range t.NumEmbeddeds() {
+			parts = append(parts, p.typ(t.EmbeddedType(i)))
+		}
+		for i := range t.NumExplicitMethods() {
+			m := t.ExplicitMethod(i)
+			parts = append(parts, m.Name()+p.signature(m.Type().(*types.Signature)))
+		}
+		return "interface{" + strings.Join(parts, "; ") + "}"
 	}
 	return types.TypeString(t, p.qualifier)
 }

@@ -53,6 +53,11 @@ type Alias = State
 
 func New[T any](limit int) *Store[T] { return nil }
 
+func Read(db interface {
+	Begin(ctx context.Context) (Sealed, error)
+}, fns []func(ctx context.Context) error, ch <-chan map[string]*[2]func(n int)) {
+}
+
 func hidden() {}
 `
 	fset := token.NewFileSet()
@@ -72,6 +77,7 @@ func hidden() {}
 		`const Name untyped string = "n"`,
 		`const Timeout time.Duration = 30s`,
 		`func New[T any](int) *Store[T]`,
+		`func Read(interface{Begin(context.Context) (Sealed, error)}, []func(context.Context) error, <-chan map[string]*[2]func(int))`,
 		`method (*Store[T]) Put(context.Context, ...T) (int, error)`,
 		`method (Store[T]) Len() int`,
 		`type Alias = State`,
