@@ -1,6 +1,8 @@
 # tributary — the commands the README gives.
 #   make run    find or start Postgres (and RabbitMQ), migrate, run a worker with demo jobs
-#   make test   gofmt + go vet + the API listing check + go test -race against real Postgres and RabbitMQ
+#   make test   gofmt + go vet + repocheck (file sizes and binaries, doc links,
+#               the import graph) + the API listing check + go test -race
+#               against real Postgres and RabbitMQ
 #   make api    rewrite the exported API listing in api/ (after a deliberate API change)
 #   make bench  benchmarks (figures go to docs/BENCHMARKS.md)
 #   make chaos  long fault-injection runs (docs/RELIABILITY.md)
@@ -30,6 +32,7 @@ test: build
 	unformatted=$$(gofmt -l $$(git ls-files '*.go')) && \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \
+	$(GO) run ./scripts/repocheck && \
 	GO=$(GO) scripts/check-api.sh && \
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
 	scripts/test-private-cluster.sh && \

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/bench"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/bench"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -97,7 +97,7 @@ shared VM, so one round's ratio is a draw from that spread.`,
 
 // benchPool opens a pool of size conns on the configured database.
 func benchPool(ctx context.Context, a *app, conns int) (*pgxpool.Pool, error) {
-	cfg := a.cfg.Config
+	cfg := queue.Config{DatabaseURL: a.cfg.DatabaseURL, Schema: a.cfg.Schema}
 	sep := "?"
 	if strings.Contains(cfg.DatabaseURL, "?") {
 		sep = "&"

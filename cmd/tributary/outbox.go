@@ -1,43 +1,17 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/jobs/events"
 )
-
-// installEvents runs the outbox forwarder, the in-database bus and the demo
-// consumer (subscribed to demo.*) in the worker; with --demo it also emits
-// a demo event every few seconds.
-func installEvents(ctx context.Context, env *workerEnv) error {
-	c, err := eventdemo.NewConsumer()
-	if err != nil {
-		return err
-	}
-	icfg := events.InstallConfig{Consumers: []*events.Consumer{c}}
-	icfg.Forwarder.Publishers = env.outboxPublishers
-	inst, err := events.Install(env.runtime, icfg)
-	if err != nil {
-		return err
-	}
-	env.collectors = append(env.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
-	if !env.demo {
-		return nil
-	}
-	p, err := eventdemo.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
-	if err != nil {
-		return err
-	}
-	return env.runtime.AddService(p)
-}
 
 func newOutboxCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
@@ -81,7 +55,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tRETRIES\tCREATED\tLAST ERROR")
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.EventType, outboxDash(r.AggregateID),
-					r.RetryCount, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), outboxDash(emitPreview(r.LastError, 60)))
+					r.RetryCount, r.CreatedAt.Local().Format(time.DateTime), outboxDash(emitPreview(r.LastError, 60)))
 			}
 			return tw.Flush()
 		},
