@@ -265,3 +265,7 @@ func TestWorkUntilIdleRefusesAnotherSchema(t *testing.T) {
 	tributarytest.WorkUntilIdle(context.Background(), rec, b.db, rt, nil)
 	require.Contains(t, rec.failure(t), fmt.Sprintf("the app works schema %q, the test's schema is %q", other.Schema, b.db.Schema))
 }
+
+func TestExampleSignUp(t *testing.T) {
+	testSignUp(t)
+}
