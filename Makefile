@@ -39,7 +39,7 @@ test: build
 	scripts/test-run.sh
 
 api:
-	$(GO) run ./internal/apilist -o api
+	$(GO) run ./scripts/apilist -o api
 
 bench: build
 	@eval "$$(scripts/services.sh env run)" && scripts/bench.sh

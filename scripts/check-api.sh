@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-(cd "$root" && ${GO:-go} run ./internal/apilist -o "$tmp/from-code")
+(cd "$root" && ${GO:-go} run ./scripts/apilist -o "$tmp/from-code")
 mkdir -p "$tmp/committed"
 cp "$root"/api/*.txt "$tmp/committed/" 2>/dev/null || true
 if ! (cd "$tmp" && diff -ruN committed from-code) >"$tmp/diff"; then

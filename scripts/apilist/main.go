@@ -2,8 +2,8 @@
 // into a directory, one file per package, so that a change to the API shows
 // in review as a change to a committed file.
 //
-//	go run ./internal/apilist          # rewrite api/ (what `make api` runs)
-//	go run ./internal/apilist -o DIR   # write elsewhere (what `make test` compares)
+//	go run ./scripts/apilist          # rewrite api/ (what `make api` runs)
+//	go run ./scripts/apilist -o DIR   # write elsewhere (what `make test` compares)
 //
 // A public package is one a user can import: not under an internal/
 // directory, not a main package, not under examples/, and with at least one
