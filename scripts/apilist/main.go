@@ -6,8 +6,8 @@
 //	go run ./scripts/apilist -o DIR   # write elsewhere (what `make test` compares)
 //
 // A public package is one a user can import: not under an internal/
-// directory, not a main package, not under examples/, and with at least one
-// non-test file. Each line of a listing names one feature (a constant, a
+// directory, not a main package, not under cmd/, examples/ or scripts/,
+// and with at least one non-test file. Each line of a listing names one feature (a constant, a
 // variable, a function, a type, a struct field, an interface method or a
 // method), in the shape of the Go project's own api/*.txt files: parameter
 // names are left out because renaming a parameter changes no caller. Lines
@@ -85,8 +85,12 @@ func public(pkg *packages.Package) bool {
 			return false
 		}
 	}
-	return rel != "examples" && !strings.HasPrefix(rel, "examples/") &&
-		rel != "cmd" && !strings.HasPrefix(rel, "cmd/")
+	for _, dir := range []string{"cmd", "examples", "scripts"} {
+		if rel == dir || strings.HasPrefix(rel, dir+"/") {
+			return false
+		}
+	}
+	return true
 }
 
 // relPath is the package's path inside the module, "." for the root.
