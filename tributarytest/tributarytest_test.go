@@ -244,15 +244,27 @@ func TestWorkUntilIdleReportsWhatIsLeft(t *testing.T) {
 		<-ctx.Done() // never finishes on its own
 		return errors.New("stopped")
 	}))
+	slow, err := events.NewConsumer(events.ConsumerConfig{Name: "slow"})
+	require.NoError(t, err)
+	events.On(slow, orderPlaced, func(ctx context.Context, m events.Message[orderPlacedV1]) error {
+		<-ctx.Done()
+		return errors.New("stopped")
+	})
+	_, err = events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{slow}})
+	require.NoError(t, err)
 	_, err = b.client.Enqueue(ctx, receiptArgs{OrderID: "o-9"}, nil)
+	require.NoError(t, err)
+	_, err = b.emitter.Emit(ctx, b.db.Pool, orderPlaced, orderPlacedV1{OrderID: "o-9"}, events.Meta{AggregateID: "o-9"})
 	require.NoError(t, err)
 
 	rec := &recordingTB{TB: t}
 	tributarytest.WorkUntilIdle(ctx, rec, b.db, rt, &tributarytest.WorkOpts{Timeout: 2 * time.Second})
 	msg := rec.failure(t)
 	require.Contains(t, msg, "the schema did not become idle before the deadline")
-	require.Contains(t, msg, `jobs not finished: 1 job(s):`)
+	require.Contains(t, msg, `jobs not finished: 2 job(s):`)
 	require.Contains(t, msg, `kind "test.receipt" queue "default" state running attempt 1/25`)
+	require.Contains(t, msg, `kind "tributary.event.dispatch" queue "default" state running`)
+	require.Contains(t, msg, `events not yet handled, by consumer: slow 1`)
 }
 
 func TestWorkUntilIdleRefusesAnotherSchema(t *testing.T) {

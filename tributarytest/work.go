@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -197,6 +198,22 @@ func (db *DB) leftover(ctx context.Context, what string) string {
 			if len(rows) > 0 {
 				parts = append(parts, fmt.Sprintf("outbox rows not forwarded (%s): %s", status, describeEvents(rows, true)))
 			}
+		}
+		// A consumer's events behind its lane's head wait outside River's
+		// table; count them by consumer, head jobs included.
+		pending, err := events.CountPendingDispatches(ctx, tx, db.Schema)
+		if err != nil {
+			return err
+		}
+		var consumers []string
+		for consumer, n := range pending {
+			if n > 0 {
+				consumers = append(consumers, fmt.Sprintf("%s %d", consumer, n))
+			}
+		}
+		if len(consumers) > 0 {
+			slices.Sort(consumers)
+			parts = append(parts, "events not yet handled, by consumer: "+strings.Join(consumers, ", "))
 		}
 		return nil
 	})
