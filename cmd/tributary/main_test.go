@@ -95,6 +95,22 @@ func baseEnv(db *pgtest.DB, overrides []string) []string {
 	return append(env, overrides...)
 }
 
+// benchPoolMax bounds each pool of a `tributary bench` process a test
+// starts (benchEnv). A benchmark holds several pools at once (its own, the
+// runtime's, the emitters'), by default 20 or 16 connections each, and under
+// load its emitters wait longer on each other's aggregate locks, each
+// holding a connection, so the pools grow to their bounds: two benchmarks
+// side by side held 50 of the server's 100 connections, which every
+// package's tests share, and an emit failed with "too many clients"
+// (SQLSTATE 53300).
+const benchPoolMax = 6
+
+// benchEnv is the environment of a `tributary bench` run: the test
+// database with benchPoolMax connections a pool.
+func benchEnv() []string {
+	return []string{"DATABASE_URL=" + pgtest.URLWithPoolMax(benchPoolMax)}
+}
+
 func randomSuffix() string {
 	return strconv.FormatInt(time.Now().UnixNano()%1_000_000_007, 36)
 }
