@@ -127,12 +127,12 @@ func (r *attemptRecorder) times(id string) []time.Time {
 	return append([]time.Time(nil), r.attempts[id]...)
 }
 
-// TestOutboundUnroutableFailsAlone is issue 11's defect 4: with the exchange
-// bound for test.note only, one test.order_placed and one test.note forwarded
-// in the same batch. The bus consumer gets both at once (the bus does not
-// wait for the broker), the bound queue gets test.note exactly once, and
-// only the unroutable row is retried, with growing gaps, until it is FAILED
-// with a reason that says it is unroutable.
+// TestOutboundUnroutableFailsAlone: an unroutable message fails alone. With
+// the exchange bound for test.note only, one test.order_placed and one
+// test.note forwarded in the same batch. The bus consumer gets both at once
+// (the bus does not wait for the broker), the bound queue gets test.note
+// exactly once, and only the unroutable row is retried, with growing gaps,
+// until it is FAILED with a reason that says it is unroutable.
 func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	t.Parallel()
 	conn := amqptest.Conn(t)

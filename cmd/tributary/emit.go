@@ -23,7 +23,8 @@ CLI knows (the demo events: ` + fmt.Sprint(demoevents.Registry().Names()) + `), 
 payload must fit its type exactly (no unknown fields, right value types) and
 pass its validation. Nothing is written when it does not. With --any-type
 any other event type may be emitted too (one your own services define), with
-any JSON payload: the consumers that subscribe to it decode and validate it.
+any JSON payload in which no object repeats a key: the consumers that
+subscribe to it decode and validate it.
 JSON "-" reads the payload from stdin. Prints the event id.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

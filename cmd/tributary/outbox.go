@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -81,7 +82,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tRETRIES\tCREATED\tLAST ERROR")
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.EventType, outboxDash(r.AggregateID),
-					r.RetryCount, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), outboxDash(emitPreview(r.LastError, 60)))
+					r.RetryCount, r.CreatedAt.Local().Format(time.DateTime), outboxDash(emitPreview(r.LastError, 60)))
 			}
 			return tw.Flush()
 		},

@@ -34,6 +34,9 @@ func TestCLIWorkflowsBadInput(t *testing.T) {
 		{"UnknownInputField", []string{"workflows", "start", "demo.fanout", `{"width":3,"wide":1}`}, `"wide"`},
 		{"ZeroLength", []string{"workflows", "start", "demo.chain", `{"length":0}`}, "invalid length 0"},
 		{"NULInInput", []string{"workflows", "start", "demo.chain", `{"length":1,"s":"\u0000"}`}, `\u0000`},
+		{"EmptyKey", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id", ""}, "--id must not be empty"},
+		{"EmptyKeyWithEquals", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id="}, "--id must not be empty"},
+		{"BlankKey", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id", "  "}, "--id must not be empty"},
 		{"UnknownSubcommand", []string{"workflows", "frobnicate"}, `"frobnicate"`},
 	}
 	for _, tc := range cases {

@@ -60,8 +60,8 @@ type AMQPOptions struct {
 	// round: the inbound bridge writing each batch of messages as one inbox
 	// batch (amqpinbox.Statements) into this schema, with the job side's
 	// prefetch, inserters and batch size, against the same bare loop; it is
-	// the side issue 15's goal is about. After the rounds, a runtime with the
-	// inbox installed handles the last round's backlog (the handled
+	// then the goal's side (ratio >= 0.80). After the rounds, a runtime with
+	// the inbox installed handles the last round's backlog (the handled
 	// measurement).
 	InboxSchema string
 	// InboxWorkers is the River workers of the handled measurement.
@@ -97,7 +97,7 @@ type AMQPResult struct {
 	InboundEventsRatios []float64 `json:"inbound_events_ratios,omitempty"`
 	InboundEventsCPU    amqpCPU   `json:"inbound_events_cpu_per_msg"`
 	// InboundInbox* are the same for the bridge writing inbox batches
-	// (AMQPOptions.InboxSchema): the side issue 15's goal is about; zero
+	// (AMQPOptions.InboxSchema), the goal's side when set; zero
 	// without it. InboxHandled is the rate at which a runtime with the inbox
 	// installed handled one round's backlog, and InboxHandledCPU its CPU.
 	InboundInbox       float64   `json:"inbound_inbox_msgs_per_sec,omitempty"`
@@ -386,11 +386,10 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 				continue
 			}
 			// Each queue is consumed right after it was filled, with no other
-			// queue full in the broker: filled all at once before, each
-			// consume found the broker at one of two costs (about 20 or 40
-			// µs a message), and the side that got the cheap one decided the
-			// round (per-round ratios 0.37 to 1.36 in one run;
-			// docs/BENCHMARKS.md, "The twelfth round").
+			// queue full in the broker: with every queue filled at once, each
+			// consume finds the broker at one of two costs (about 20 or 40
+			// µs a message), and the side that gets the cheap one decides the
+			// round (per-round ratios from 0.37 to 1.36 in one run).
 			consume := consumers[i]
 			steps = append(steps, func() error {
 				// Every consume starts with the database's pages written:
@@ -499,8 +498,8 @@ func RunAMQP(ctx context.Context, opts AMQPOptions, w io.Writer) (AMQPResult, er
 		// Where the CPU is what limits both sides, the ratio cannot
 		// exceed this. The broker's part is not a cost of the work: it
 		// spends about a core whatever the rate, so its CPU a message
-		// grows as the rate falls (docs/BENCHMARKS.md, "The nineteenth
-		// round"), and this reads the rates as much as it bounds them.
+		// grows as the rate falls, and this reads the rates as much as it
+		// bounds them.
 		fmt.Fprintf(w, "CPU a message, bare over tributary, River jobs: %.2f (a ceiling of the ratio only where the CPU limits both; the broker's CPU a message follows the rate)\n", b.total()/t.total())
 		if t := res.InboundInboxCPU; withInbox && t.Database > 0 {
 			fmt.Fprintf(w, "CPU a message, bare over tributary, inbox: %.2f\n", b.total()/t.total())
@@ -682,9 +681,9 @@ func bareConsume(ctx context.Context, conn *amqp.Connection, q string, n, prefet
 // side the goal's ratio is taken of): the two next to each other, so the
 // ratio is of two runs that follow each other, as the report says, then
 // the others; every other round the order is reversed, so that neither of
-// the pair always goes first. (Until 2026-12-06 the sides were rotated,
-// and the inbox side ran up to three consumes, one of 100,000 River jobs
-// among them, away from the bare loop it was divided by.)
+// the pair always goes first. Rotating the sides instead would put up to
+// three consumes, one of 100,000 River jobs among them, between the inbox
+// side and the bare loop it is divided by.
 func roundOrder(n, goal, round int) []int {
 	order := []int{0, goal}
 	for i := 1; i < n; i++ {

@@ -32,7 +32,7 @@ func TestRunAMQP(t *testing.T) {
 	require.Contains(t, out.String(), "inbound, one River job per message (JobInserter, beside the goal's side): tributary AMQP -> River job (prefetch 1000, 4 inserters of 250)")
 	require.Contains(t, out.String(), "without RabbitMQ")
 	// The goal's pair (bare loop, inbox) next to each other, the order
-	// reversed in the second round, each consume after a checkpoint.
+	// reversed in round 2, each consume after a checkpoint.
 	require.Regexp(t, `round 1: (?s:.*)\n  order bare, inbox, River jobs; CHECKPOINT before each consume took [\d.]+ms, [\d.]+ms, [\d.]+ms\n`, out.String())
 	require.Regexp(t, `round 2: (?s:.*)\n  order River jobs, inbox, bare; CHECKPOINT before each consume took [\d.]+ms, [\d.]+ms, [\d.]+ms\n`, out.String())
 	require.Regexp(t, `inbox handled: .* round 2's backlog of 1000 messages at \d+ msg/s`, out.String())
@@ -51,5 +51,5 @@ func TestRunAMQP(t *testing.T) {
 	}
 	require.Equal(t, 3000, count(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'bench.amqp'`), "two rounds of 1,000 jobs, and 1,000 without AMQP")
 	require.Equal(t, 1000, count(`SELECT coalesce(sum(count), 0) FROM /*schema*/tributary_inbox_batch`),
-		"the first round's inbox backlog is left; the last round's was handled")
+		"round 1's inbox backlog is left; round 2's was handled")
 }

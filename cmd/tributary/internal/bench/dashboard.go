@@ -98,8 +98,8 @@ func benchDashboard(ctx context.Context, pool *pgxpool.Pool, opts DashboardOptio
 	}
 	if reuse != "" {
 		// A schema kept by an earlier version lacks the tables added
-		// since, which the pages read (the consumers page failed on the
-		// lane events of migration 0016): bring it up first.
+		// since, which the pages read (the consumers page reads the lane
+		// events of migration 0016): bring it up first.
 		up, err := m.Up(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("error migrating schema %s to reuse: %w", schema, err)

@@ -51,8 +51,8 @@ func TestRunDashboard(t *testing.T) {
 
 // TestRunDashboardReusesAnOlderSchema: a schema kept by an earlier version
 // (here: its newest migration rolled back) is migrated up before the pages
-// are measured on it, so every page answers (the consumers page answered
-// 500 on a schema without migration 0016's lane events).
+// are measured on it, so every page answers (the consumers page reads
+// migration 0016's lane events, and answers 500 without them).
 func TestRunDashboardReusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)

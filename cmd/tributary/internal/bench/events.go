@@ -72,7 +72,7 @@ type EventsReport struct {
 	// and RiverRatios the throughput runs' events/s over its jobs/s: since
 	// tributary's runtime completes plain successes with a shorter statement
 	// than River's, its plain jobs run faster than River's, and the first
-	// ratio no longer reads as "against River".
+	// ratio does not read as "against River".
 	River       JobsResult `json:"river"`
 	RiverRatios []float64  `json:"river_ratios"`
 	// Rounds holds every round of the throughput part.
@@ -602,22 +602,19 @@ func latencyStages(ctx context.Context, pool *pgxpool.Pool, schema string, commi
 // hundred megabytes of WAL, so Postgres is usually in the middle of a
 // checkpoint it started for the WAL's size, writing and flushing the
 // tables' pages while the latency part's commits wait for their own
-// flushes: the p50 at 500 events/s read 13-14 ms right after five
-// throughput rounds and 8 ms alone (docs/BENCHMARKS.md, "The sixteenth
-// round"). A checkpoint now finishes that work at once, so the part
-// measures the rate it sets and not the one before it. A role that may not
-// checkpoint (pg_checkpoint, Postgres 15) gets a line saying so, and the
-// part runs anyway.
+// flushes: the p50 at 500 events/s reads 13-14 ms right after five
+// throughput rounds and 8 ms alone. A checkpoint first finishes that work
+// at once, so the part measures the rate it sets and not the one before
+// it. A role that may not checkpoint (pg_checkpoint, Postgres 15) gets a
+// line saying so, and the part runs anyway.
 //
 // The throughput part's runs each begin after one too (checkpointQuiet):
 // a round's runs write WAL at different rates (one dispatch job per event
-// the most), and a run that started while Postgres was checkpointing for
-// the WAL of the run before it paid for that run's pages as well as its
-// own (its first change of each page after the checkpoint's start writes
-// the whole page to the WAL). Until 2026-12-06 the chained events ran
-// right after the heaviest writer of a round, the one-job-per-event run,
-// and the baselines after the lighter chained one (docs/BENCHMARKS.md,
-// "The eighteenth round").
+// the most), and a run that starts while Postgres is checkpointing for the
+// WAL of the run before it pays for that run's pages as well as its own
+// (its first change of each page after the checkpoint's start writes the
+// whole page to the WAL), so a ratio would depend on which run follows the
+// heaviest writer.
 func checkpoint(ctx context.Context, pool *pgxpool.Pool, w io.Writer, what string) {
 	if took, ok := checkpointOrSay(ctx, pool, w, what); ok {
 		fmt.Fprintf(w, "checkpoint  %s: %s\n", what, ms(took))

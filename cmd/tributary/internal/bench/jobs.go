@@ -31,10 +31,11 @@ const (
 
 // EventsWorkersDefault is the workers of bench events' runtime: the
 // baselines' (riverBenchMaxWorkers), so both sides of a ratio run with the
-// same worker slots. It was 200 until 2026-12-06, a tenth of the
-// baselines'; a lane chain holds its worker slot while each of its steps
-// commits, and with 200 slots the chains of 1,000 lanes ran 9-14 % fewer
-// events a second (docs/BENCHMARKS.md, "The seventeenth round").
+// same worker slots. A lane chain holds its worker slot while each of its
+// steps commits (docs/decisions/0002-lane-chains.md), so with fewer slots
+// than the baselines (200, a tenth of theirs) the chains of 1,000 lanes run
+// 9-14 % fewer events a second and the ratio measures the slots, not the
+// dispatch.
 const EventsWorkersDefault = riverBenchMaxWorkers
 
 // JobsOptions configures RunJobs, BareRiver and Tributary.

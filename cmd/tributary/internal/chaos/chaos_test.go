@@ -684,13 +684,17 @@ func lostAndDup(committed map[string]bool, seen map[string]int) (lost, dup int) 
 	return lost, dup
 }
 
+// fireTimeLayout is the fire times' keys in fires: to_char's
+// 'YYYY-MM-DD"T"HH24:MI:SS' of the UTC time.
+const fireTimeLayout = time.DateOnly + "T" + time.TimeOnly
+
 // fireGaps counts the missing seconds between the first and the last fire
 // time, and the jobs beyond one per fire time (fires holds jobs per fire
 // time).
 func fireGaps(fires map[string]int) (gaps, dup int, last time.Time) {
 	var first time.Time
 	for k, n := range fires {
-		ts, err := time.Parse("2006-01-02T15:04:05", k)
+		ts, err := time.Parse(fireTimeLayout, k)
 		if err != nil {
 			continue
 		}
@@ -706,7 +710,7 @@ func fireGaps(fires map[string]int) (gaps, dup int, last time.Time) {
 		return 0, 0, last
 	}
 	for ts := first; !ts.After(last); ts = ts.Add(time.Second) {
-		if fires[ts.Format("2006-01-02T15:04:05")] == 0 {
+		if fires[ts.Format(fireTimeLayout)] == 0 {
 			gaps++
 		}
 	}

@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"time"
 
 	"github.com/riverqueue/river"
 
+	"github.com/tributary-run/tributary/internal/strictjson"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -113,7 +115,9 @@ func Kinds() []string {
 }
 
 // ValidateArgs checks raw JSON against a demo kind's args strictly: it must
-// be a JSON object, with no unknown fields and values of the right types.
+// be a JSON object, with no unknown fields, values of the right types, and
+// one reading (strictjson: no repeated key, no key that matches a field
+// only when case is ignored), the rule emit applies to event payloads.
 // known is false for a kind that is not a demo kind.
 func ValidateArgs(kind string, raw []byte) (known bool, err error) {
 	dst, ok := argsFor(kind)
@@ -127,6 +131,9 @@ func ValidateArgs(kind string, raw []byte) (known bool, err error) {
 	}
 	if dec.More() {
 		return true, fmt.Errorf("arguments for %s have trailing data after the JSON object", kind)
+	}
+	if err := strictjson.CheckNamesDecoded(raw, reflect.TypeOf(dst)); err != nil {
+		return true, fmt.Errorf("arguments for %s do not fit: %w", kind, err)
 	}
 	if s, ok := dst.(*SleepArgs); ok && s.MS < 0 {
 		return true, fmt.Errorf("demo.sleep ms %d must not be negative", s.MS)
