@@ -102,7 +102,7 @@ shared VM, so one round's ratio is a draw from that spread.`,
 // every other test running at once; a second pool_max_conns appended here
 // would win over it.
 func benchPool(ctx context.Context, a *app, conns int) (*pgxpool.Pool, error) {
-	cfg := a.cfg.Config
+	cfg := queue.Config{DatabaseURL: a.cfg.DatabaseURL, Schema: a.cfg.Schema}
 	if strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		return queue.NewPool(ctx, cfg)
 	}
