@@ -131,6 +131,9 @@ func userStepName(name string) error {
 	if strings.HasPrefix(name, signalStepPrefix) {
 		return fmt.Errorf("step name %q starts with %q, which AwaitSignal's records use", name, signalStepPrefix)
 	}
+	if strings.HasPrefix(name, patchStepPrefix) {
+		return fmt.Errorf("step name %q starts with %q, which Patched's records use", name, patchStepPrefix)
+	}
 	return nil
 }
 
