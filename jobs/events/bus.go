@@ -104,7 +104,6 @@ type busConsumer struct {
 	source        string
 	skipOwnKinds  []string
 	dispatchBatch int
-	laneEvents    bool // its lanes' waiting events are lane events
 }
 
 func (c *busConsumer) wants(ev *outbox.Event) bool {
@@ -471,7 +470,7 @@ func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 
 func scanBusConsumer(r pgx.CollectableRow) (*busConsumer, error) {
 	var c busConsumer
-	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.laneEvents)
+	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch)
 	return &c, err
 }
 
@@ -536,11 +535,11 @@ func (r routing) batchParams() []river.InsertManyParams {
 	return params
 }
 
-// laneParams are the deliveries' jobs: an aggregate's get their lane's
-// reserved sequence numbers in emit order, and all but the lane's head wait
-// as pending. A consumer with lane events gets lane events instead of its
-// lanes' pending jobs; a lane's head (reserved[k].head at its number) goes
-// in as its available job, marked as the lane's turn, for both.
+// laneParams are the deliveries' jobs and lane events: an aggregate's get
+// their lane's reserved sequence numbers in emit order; a lane's head
+// (reserved[k].head at its number) goes in as its available job, marked as
+// the lane's turn, and the events behind it wait as lane events
+// (lane_events.go).
 func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, []laneEvent, error) {
 	params := make([]river.InsertManyParams, 0, len(r.deliveries))
 	var evs []laneEvent
@@ -559,7 +558,7 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 			}
 			lr.next++
 			reserved[d.lane] = lr
-			if d.c.laneEvents && opts.Pending {
+			if opts.Pending {
 				ev, err := newLaneEvent(args, d.c.queue, d.c.maxAttempts)
 				if err != nil {
 					return nil, nil, err
@@ -605,7 +604,7 @@ func eventSize(ev *outbox.Event) int {
 // busConsumersSQL reads the consumers that receive new events: those a
 // live worker ran within their inactive_after ($1 is now).
 const busConsumersSQL = `
-SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch, lane_events
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
 FROM /*schema*/tributary_event_consumer
 WHERE inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
 ORDER BY name`

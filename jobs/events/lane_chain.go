@@ -65,8 +65,7 @@ const chainWallFactor = 20
 // run for elapsed over handled events so far: the consumer's DispatchBatch,
 // fewer when the handlers' pace would run past DispatchBatchSplitAfter, and
 // 0 once it has (slow handlers: one job per event, any free worker takes
-// the next one). A consumer without LaneChain, or with DispatchBatch 1,
-// never chains.
+// the next one). A consumer with DispatchBatch 1 never chains.
 func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 	limit := c.cfg.DispatchBatch
 	if !c.chains() {

@@ -31,19 +31,14 @@ type laneBundle struct {
 	gate    chan struct{}
 }
 
-// setupLanes starts the consumer with the given ordering and retry delays.
+// setupLanes starts the consumer with the given ordering and retry delays,
+// and the rest of its configuration the default (its lanes chain).
 func setupLanes(t *testing.T, ordering events.Ordering, delays ...time.Duration) *laneBundle {
-	t.Helper()
-	return setupLanesChained(t, false, ordering, delays...)
-}
-
-// setupLanesChained is setupLanes with the consumer's LaneChain set to chain.
-func setupLanesChained(t *testing.T, chain bool, ordering events.Ordering, delays ...time.Duration) *laneBundle {
 	t.Helper()
 	if len(delays) == 0 {
 		delays = []time.Duration{10 * time.Millisecond}
 	}
-	return setupLanesWith(t, events.ConsumerConfig{Ordering: ordering, RetryDelays: delays, LaneChain: chain})
+	return setupLanesWith(t, events.ConsumerConfig{Ordering: ordering, RetryDelays: delays})
 }
 
 // setupLanesWith is setupLanes with the consumer's configuration cfg (its
