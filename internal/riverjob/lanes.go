@@ -374,9 +374,8 @@ type Claimed struct {
 // checks its lane before running it, so only the lane's head runs. A lane
 // idle at its head (head past last_seq: nothing reserved there) is not
 // looked up, and a place whose lane event was claimed is not looked up in
-// river_job. One statement: until 2026-12-02 the lane events' claim was a
-// statement of its own, and each looked the lane up, and every place up in
-// river_job (docs/BENCHMARKS.md, "Ordered events: one claim statement").
+// river_job. One statement, which looks each lane up once, rather than a
+// claim of the lane events of its own.
 func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed) {
 	n := len(claims)
 	if n == 0 {

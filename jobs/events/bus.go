@@ -190,8 +190,8 @@ func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
 // (genericPlanSQL), the consumers' read and, with aggregates,
 // insertReserveLate's savepoint and every consumer's lanes of the
 // aggregates read without a lock. Before, the consumers' read and the rest
-// were two round trips of their own, on the path of every ordered event
-// (docs/BENCHMARKS.md, "Ordered events: the latency path"). The publish
+// were two round trips of their own, on the path of every ordered event.
+// The publish
 // returns the notifications that wake River once the transaction
 // committed, which the forwarder sends with its own.
 //
@@ -202,9 +202,8 @@ func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
 // which reach their rows the same way whatever the tables' sizes. Planned
 // for their parameters on every call, the inserts, the reservation and the
 // promotion cost 0.34 ms of planning a forward round against 0.43 ms of
-// execution at a few events a round (docs/BENCHMARKS.md, "Ordered events:
-// fewer round trips and plans on the emit and forward path"), and the reads
-// 0.29 ms against 0.29 ms ("The sixteenth round"). A roll back to the
+// execution at a few events a round, and the reads 0.29 ms against
+// 0.29 ms (docs/decisions/0001-generic-plans.md). A roll back to the
 // savepoint keeps the setting. The settings hold for the rest of the
 // transaction: the forwarder puts the rest's back before a transactional
 // publisher of the user's (Forwarder.publishTx), and PublishOutboxTx puts
@@ -397,9 +396,8 @@ func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyPa
 // in every round of a quiet moment), the inserts and the reservation go
 // out in one round trip, the reservation last, so the lanes' row locks are
 // still taken after the inserts (insertReserveLate); a failed insert skips
-// the reservation. Until 2026-12-06 the reservation took a round trip of
-// its own after the inserts', on an ordered event's way from its commit to
-// its handler.
+// the reservation: a round trip of its own after the inserts' would be on
+// an ordered event's way from its commit to its handler.
 func (b *Bus) insertAndReserve(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent, counts map[laneKey]int64) (map[laneKey]laneRange, error) {
 	if len(params) >= busCopyFrom || len(evs) >= laneEventCopyFrom {
 		if err := b.insert(ctx, tx, params, evs); err != nil {
@@ -429,9 +427,7 @@ func (b *Bus) insertAndReserve(ctx context.Context, tx pgx.Tx, params []river.In
 // River's insert would write for them: their args encoded by hand once.
 // Inserted through River, every job's args went through encoding/json
 // again (reflection into the args' MarshalJSON, then a compaction of what
-// it wrote), most of the process's cost of a batched event
-// (docs/BENCHMARKS.md, "The bus's dispatch jobs written without River's
-// encoding").
+// it wrote), most of the process's cost of a batched event.
 func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 	jobs := make([]riverjob.NewJob, len(params))
 	checked := ""

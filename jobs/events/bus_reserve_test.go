@@ -149,7 +149,7 @@ func TestPublishLaneCaughtUp(t *testing.T) {
 // lanes of a forward round's aggregates runs with the generic plan the rest
 // of the bus's statements run with (made without sequential scans, hash or
 // merge joins), and a connection keeps that plan once made: here it is made
-// while the lanes' table is empty, as on a forwarder's first round, and run
+// while the lanes' table is empty, as on a forwarder's earliest rounds, and run
 // after 20,000 lanes were written (without statistics, and with them). It
 // must look up each (consumer, aggregate) in the lanes' primary key. Written
 // as a plain join, that plan probed the primary key with the aggregate

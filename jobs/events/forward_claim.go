@@ -76,8 +76,7 @@ const (
 // claim of size that did res (see ForwarderConfig.MaxClaimSize). Over
 // 1,000 aggregates a claim of 1,000 holds one or two events of each, and
 // claims growing to 4,000 forwarded and handled 6 to 10 % more ordered
-// events a second in bench events (docs/BENCHMARKS.md, "The eighteenth
-// round"); over 10 or 100 aggregates, whose claims already hold dozens of
+// events a second in bench events; over 10 or 100 aggregates, whose claims already hold dozens of
 // events of each, larger claims were not faster, and there they do not
 // grow.
 func (f *Forwarder) nextClaimSize(size int, res batchResult) int {
@@ -149,8 +148,7 @@ const (
 // ("$4 IS NULL OR o.id = ANY($4)"), so that a loop's claim can run with a
 // generic plan that fits it (claimTxOptions): a custom plan, made for
 // every call, cost more than the claim itself at a few events a round
-// (docs/BENCHMARKS.md, "Ordered events: fewer round trips and plans on the
-// emit and forward path").
+// (docs/decisions/0001-generic-plans.md).
 var claimScopeSQL = [claimScopeKinds]string{
 	claimAll:   "",
 	claimOnly:  "AND o.id = ANY($4::uuid[])",

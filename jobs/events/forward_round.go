@@ -178,8 +178,7 @@ func (f *Forwarder) countClaim(ok bool, n int) {
 // on the batch that marks the claimed rows SENT and returns the publish
 // that uses their results once the batch was sent. On a busy machine each
 // round trip of the claim's transaction costs about a millisecond of every
-// ordered event's latency (docs/BENCHMARKS.md, "Ordered events: the latency
-// path").
+// ordered event's latency.
 type txStarter interface {
 	queueStart(b *pgx.Batch, aggregates []string) startedPublish
 }

@@ -28,9 +28,8 @@ const claimSetupSQL = "SET LOCAL enable_bitmapscan = off"
 // rows in position order that stops after ClaimSize rows, is the plan
 // Postgres makes for it even on an empty outbox, and planned for its
 // parameters on every call (a custom plan) it cost 0.27 ms of planning
-// against 0.04 ms of execution at a few events a round (docs/BENCHMARKS.md,
-// "Ordered events: fewer round trips and plans on the emit and forward
-// path"). The claim of the rows of only (claimOnly) is planned for them:
+// against 0.04 ms of execution at a few events a round
+// (docs/decisions/0001-generic-plans.md). The claim of the rows of only (claimOnly) is planned for them:
 // its generic plan, made on an empty outbox, walks the PENDING index.
 // The claim's update (the SENT or CLAIMED mark) follows with the same
 // settings, everything after it after claimRestSQL.
@@ -61,16 +60,14 @@ var claimTxOptionsGeneric = pgx.TxOptions{BeginQuery: "BEGIN; " + claimSetupSQL 
 // (TestClaimUpdateGoesByPrimaryKey, TestClaimGuardFloorGoesByItsIndexes
 // explain the generic plan). Planned for its parameters on every call it
 // cost 0.75 ms of planning against 0.22 ms of execution a forward round at
-// 500 events/s, the largest statement cost of the latency path
-// (docs/BENCHMARKS.md, "The sixteenth round").
+// 500 events/s, the largest statement cost of the latency path.
 const claimRestSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('enable_seqscan', 'on', true)`
 
 // publishersPlanSQL is claimRestSQL for the transactional publishers that
 // run after a started one (the Bus, whose start sets generic plans without
 // sequential scans, hash joins or merge joins: genericPlanSQL): custom
-// plans, and the scans and joins as the session has them. Until 2026-12-06
-// a user's publisher beside the Bus inherited the Bus's settings
-// (TestTxPublishersBesideTheBusKeepThePlanSettings). A round trip, only
+// plans, and the scans and joins as the session has them, not the Bus's
+// settings (TestTxPublishersBesideTheBusKeepThePlanSettings). A round trip, only
 // where such a publisher runs after a started one.
 const publishersPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config(s.name, s.reset_val, true)
 FROM pg_settings s WHERE s.name IN ('enable_seqscan', 'enable_hashjoin', 'enable_mergejoin')`
@@ -132,8 +129,7 @@ ORDER BY position`
 // unfinished position of the whole outbox (floor): the unfinished rows'
 // index keeps an entry for every row sent since the table's last vacuum,
 // and a scan from the aggregate's start stepped over all of them, a batch's
-// guard growing with every batch forwarded before it (docs/BENCHMARKS.md,
-// "The fifteenth round"). No row below the floor is unfinished in the
+// guard growing with every batch forwarded before it. No row below the floor is unfinished in the
 // statement's snapshot, and an aggregate's rows commit in position order
 // (the emitter holds its advisory lock), so the floor leaves out nothing
 // the guard must see. The CLAIMED rows' lowest position is min(position + 0),
@@ -171,9 +167,8 @@ gap AS MATERIALIZED (
 // before it that must go first. The ids ($1) go as text and are cast here: sent as
 // uuid[], pgx tried the binary format first, failed on the first string,
 // and built its error message from the whole list (formatted with %#v)
-// before falling back to text, a millisecond for a claim of 1,000
-// (docs/BENCHMARKS.md, "The eleventh round"); the emitter's insert does the
-// same.
+// before falling back to text, a millisecond for a claim of 1,000; the
+// emitter's insert does the same.
 //
 // The status condition is written (o.status = 'PENDING') IS TRUE, which no
 // index can serve, so the rows are reached through the primary key, as
@@ -182,8 +177,7 @@ gap AS MATERIALIZED (
 // on an outbox without statistics Postgres chose to walk that index whole,
 // fetching every PENDING row to compare its id with the batch's: with the
 // backlog of bench events it passed over 20 rows for every row it marked,
-// 3.2 s of the statement's 7.0 s in a run (TestClaimUpdateGoesByPrimaryKey; docs/BENCHMARKS.md, "The twelfth
-// round").
+// 3.2 s of the statement's 7.0 s in a run (TestClaimUpdateGoesByPrimaryKey).
 const claimGuardSQL = `
 WHERE o.id = ANY($1::text[]::uuid[]) AND (o.status = 'PENDING') IS TRUE
   AND (o.aggregate_id IS NULL OR NOT EXISTS (

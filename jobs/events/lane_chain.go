@@ -50,8 +50,7 @@ import (
 // job cancels the one handler that runs). Lane events have no job to
 // cancel: a chain claims as many of them as chainClaim allows, in one
 // range of their table, so a lane's claim costs a statement's share per
-// run of events rather than per event (docs/BENCHMARKS.md, "The eleventh
-// round"). A chain that ends early gives back the ones it did not run
+// run of events rather than per event. A chain that ends early gives back the ones it did not run
 // (endChain); those of a process that died are taken back with its head
 // by the repair sweep (lanes.takeBack).
 const chainAhead = 1
