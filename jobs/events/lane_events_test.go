@@ -89,18 +89,9 @@ func TestLaneJobsOfTheOldPath(t *testing.T) {
 	for _, migrate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrate=%v", migrate), func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			b := setupLanes(t, events.OrderingBlock)
 			ids := b.chainBacklog(t, "U", "a", "b")
-			// The old path's rows: the waiting events as pending dispatch
-			// jobs, their event packed.
-			_, err := b.db.Pool.Exec(ctx, b.db.Q(`WITH ev AS (
-    DELETE FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = 'U' RETURNING queue, max_attempts, args
-)
-INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
-SELECT 'pending', 0, max_attempts, now(), now(), 1, jsonb_set(args::jsonb, '{event}', to_jsonb((args::jsonb -> 'event')::text)),
-       'tributary.event.dispatch', '{}', queue, '{}' FROM ev`))
-			require.NoError(t, err)
+			b.asPendingJobs(t, "U") // the old path's rows
 			b.waitJob(t, ids[1], "pending")
 			b.waitJob(t, ids[2], "pending")
 			if migrate {
