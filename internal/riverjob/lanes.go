@@ -524,8 +524,8 @@ const packedEvArgs = `(CASE WHEN jsonb_typeof(ev.args::jsonb -> 'event') = 'obje
         ELSE ev.args::jsonb END)`
 
 // LaneEventTable is the events package's table of lane events (migration
-// 0016): a lane's events behind its head, for a consumer whose lanes chain,
-// kept out of river_job until their turn. Named here because the
+// 0016): a lane's events behind its head, kept out of river_job until their
+// turn. Named here because the
 // statements below move a lane event into river_job.
 const LaneEventTable = "tributary_event_lane_event"
 

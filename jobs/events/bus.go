@@ -301,9 +301,9 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // reservation normally finds last_seq unchanged.
 // A lane that was idle (its head at the next number) stays so until a
 // reservation moves last_seq, so its first delivery goes in as the head's
-// available job, as under the lock. A busy lane's jobs go in as pending (or
-// lane events); under the lock, those whose lane's head moved to their
-// sequence number meanwhile (the lane's chain caught up) are promoted.
+// available job, as under the lock. A busy lane's events go in as lane
+// events; under the lock, those whose lane's head moved to their sequence
+// number meanwhile (the lane's chain caught up) are promoted.
 // When a lane's last_seq moved between the read and the reservation
 // (another publisher, the idle lanes' clean-up), or an idle lane's head
 // did, everything is rolled back to the savepoint: the caller reserves first

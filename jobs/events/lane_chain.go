@@ -45,8 +45,8 @@ import (
 // lane's handlers never see an event again after its successor.
 
 // chainAhead is how many of a lane's pending dispatches a chain claims at
-// a time: one, so that, as without chains, a lane has at most one running
-// job, the one whose handler runs (an operator who cancels a running lane
+// a time (an older version's, or one put back): one, so that a lane has at
+// most one running job, the one whose handler runs (an operator who cancels a running lane
 // job cancels the one handler that runs). Lane events have no job to
 // cancel: a chain claims as many of them as chainClaim allows, in one
 // range of their table, so a lane's claim costs a statement's share per
