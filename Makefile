@@ -1,6 +1,7 @@
 # tributary — the commands the README gives.
 #   make run    find or start Postgres (and RabbitMQ), migrate, run a worker with demo jobs
-#   make test   gofmt + go vet + go test -race against real Postgres and RabbitMQ
+#   make test   gofmt + go vet + repocheck (file sizes and binaries, doc links,
+#               the import graph) + go test -race against real Postgres and RabbitMQ
 #   make bench  benchmarks (figures go to docs/BENCHMARKS.md)
 #   make chaos  long fault-injection runs (docs/RELIABILITY.md)
 SHELL := /bin/bash
@@ -29,6 +30,7 @@ test: build
 	unformatted=$$(gofmt -l $$(git ls-files '*.go')) && \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \
+	$(GO) run ./scripts/repocheck && \
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
 	scripts/test-private-cluster.sh && \
 	scripts/test-run.sh

@@ -266,8 +266,8 @@ func (c *BatchConsumer) consume(run *queue.Run, sess *consumerSession) bool {
 	//
 	// The pause is measured from the last arrival, noted per delivery
 	// (time.Now is cheap); the timer is re-armed only when it fires early.
-	// Resetting it on every delivery took the runtime's timer lock twice a
-	// message, on the consuming goroutine.
+	// Resetting it on every delivery would take the runtime's timer lock
+	// twice a message, on the consuming goroutine.
 	gather := func() {
 		last := time.Now()
 		idle.Reset(c.bc.IdleWait)

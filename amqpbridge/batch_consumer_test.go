@@ -322,7 +322,7 @@ func TestBatchConsumer(t *testing.T) {
 	})
 }
 
-// TestBatchShutdownSIGTERM runs a real worker process (internal/batchdemo),
+// TestBatchShutdownSIGTERM runs a real worker process (internal/testproc/batchworker),
 // lets it buffer a partial batch, sends SIGTERM, and checks the batch was
 // handed off and acked before the connection closed: nothing is left in the
 // queue, and a restarted process never sees those messages again.
@@ -336,8 +336,8 @@ func TestBatchShutdownSIGTERM(t *testing.T) {
 	cleanupTopology(t, b.conn, Config{}.Topology(b.queue))
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "batchdemo")
-	build := exec.Command("go", "build", "-o", bin, "./internal/batchdemo")
+	bin := filepath.Join(dir, "batchworker")
+	build := exec.Command("go", "build", "-o", bin, "./internal/testproc/batchworker")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 	outFile := filepath.Join(dir, "handed-off.txt")

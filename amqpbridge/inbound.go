@@ -42,7 +42,7 @@ const (
 	// InsertStatements: a batch's transaction is one round trip, so two at
 	// once keep the broker's window moving, with batches twice as large
 	// as four would have, and fewer goroutines and connections competing
-	// for the CPU (docs/BENCHMARKS.md, "The thirteenth round").
+	// for the CPU (`tributary bench amqp`, its inbox side).
 	InboundStatementsConcurrencyDefault = 2
 )
 
@@ -192,7 +192,7 @@ type JobEnqueuer interface {
 // insert would fail every time, and roll back the rest of its batch with it.
 // The body is checked once, by the enqueue (queue.CheckArgs, which reports
 // it as a *queue.ArgsError), not again here: on this path the JSON checks
-// were the largest cost of the process after the broker's frames.
+// are the largest cost of the process after the broker's frames.
 func JobInserter(client JobEnqueuer, kind string, opts *queue.EnqueueOpts) InsertBatchFunc {
 	return func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error {
 		items := make([]queue.EnqueueItem, len(batch))

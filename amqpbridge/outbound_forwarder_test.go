@@ -10,7 +10,6 @@ import (
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/amqptest"
-	"github.com/tributary-run/tributary/internal/eventdemo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/outbox"
@@ -22,6 +21,17 @@ type orderPlaced struct {
 }
 
 var orderPlacedEvent = events.Define[orderPlaced]("order.placed", nil)
+
+type note struct {
+	Text string `json:"text"`
+}
+
+// noteEvent and orderForwardedEvent are the two event types of
+// TestOutboundUnroutableFailsAlone: the exchange is bound for the first only.
+var (
+	noteEvent           = events.Define[note]("test.note", nil)
+	orderForwardedEvent = events.Define[orderPlaced]("test.order_placed", &events.EventOpts{EventKind: events.EventKindIntegration})
+)
 
 // TestOutboundBehindTheForwarder runs the whole outbound path: an event
 // emitted into the outbox is forwarded by the events forwarder to the
@@ -117,12 +127,12 @@ func (r *attemptRecorder) times(id string) []time.Time {
 	return append([]time.Time(nil), r.attempts[id]...)
 }
 
-// TestOutboundUnroutableFailsAlone is issue 11's defect 4: with the exchange
-// bound for demo.note only, one demo.order_placed and one demo.note forwarded
-// in the same batch. The bus consumer gets both at once (the bus does not
-// wait for the broker), the bound queue gets demo.note exactly once, and
-// only the unroutable row is retried, with growing gaps, until it is FAILED
-// with a reason that says it is unroutable.
+// TestOutboundUnroutableFailsAlone: an unroutable message fails alone. With
+// the exchange bound for test.note only, one test.order_placed and one
+// test.note forwarded in the same batch. The bus consumer gets both at once
+// (the bus does not wait for the broker), the bound queue gets test.note
+// exactly once, and only the unroutable row is retried, with growing gaps,
+// until it is FAILED with a reason that says it is unroutable.
 func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	t.Parallel()
 	conn := amqptest.Conn(t)
@@ -140,7 +150,7 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	require.NoError(t, ch.ExchangeDeclare(exchange, "topic", true, false, false, false, nil))
 	_, err := ch.QueueDeclare(qname, true, false, false, false, nil)
 	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(qname, "demo.note", exchange, false, nil))
+	require.NoError(t, ch.QueueBind(qname, "test.note", exchange, false, nil))
 
 	cfg := amqpbridge.Config{URL: amqptest.URL(), ConnectionName: amqptest.UniqueName("tributary-test"), Logger: pgtest.Logger(t)}
 	pub, err := amqpbridge.NewPublisher(cfg)
@@ -150,11 +160,13 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	rec := &attemptRecorder{Publisher: out, attempts: map[string][]time.Time{}}
 
 	// Both events in one transaction, before the forwarder starts: one batch.
-	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: eventdemo.Registry()})
+	reg, err := events.NewRegistry(noteEvent, orderForwardedEvent)
+	require.NoError(t, err)
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg})
 	require.NoError(t, err)
 	ids, err := em.EmitMany(ctx, db.Pool, []events.Emission{
-		{Def: eventdemo.OrderPlacedEvent, Payload: eventdemo.OrderPlaced{OrderID: "o-1", Amount: 5}, Meta: events.Meta{AggregateID: "o-1"}},
-		{Def: eventdemo.NoteEvent, Payload: eventdemo.Note{Text: "hello"}},
+		{Def: orderForwardedEvent, Payload: orderPlaced{ID: 1}, Meta: events.Meta{AggregateID: "o-1"}},
+		{Def: noteEvent, Payload: note{Text: "hello"}},
 	})
 	require.NoError(t, err)
 	orderID, noteID := ids[0], ids[1]
@@ -163,13 +175,13 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	handled := map[string]int{}
 	consumer, err := events.NewConsumer(events.ConsumerConfig{Name: "bus-side"})
 	require.NoError(t, err)
-	events.On(consumer, eventdemo.OrderPlacedEvent, func(ctx context.Context, m events.Message[eventdemo.OrderPlaced]) error {
+	events.On(consumer, orderForwardedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
 		mu.Lock()
 		defer mu.Unlock()
 		handled[m.ID]++
 		return nil
 	})
-	events.On(consumer, eventdemo.NoteEvent, func(ctx context.Context, m events.Message[eventdemo.Note]) error {
+	events.On(consumer, noteEvent, func(ctx context.Context, m events.Message[note]) error {
 		mu.Lock()
 		defer mu.Unlock()
 		handled[m.ID]++
@@ -201,14 +213,14 @@ func TestOutboundUnroutableFailsAlone(t *testing.T) {
 	_, retries, lastError := status(orderID)
 	require.Equal(t, maxRetries, retries)
 	require.Contains(t, lastError, "unroutable")
-	require.Contains(t, lastError, "demo.order_placed")
+	require.Contains(t, lastError, "test.order_placed")
 	s, retries, _ := status(noteID)
 	require.Equal(t, "SENT", s)
 	require.Zero(t, retries, "the routable event was not charged for its batch-mate")
 
 	d := amqptest.Get(t, ch, qname, 10*time.Second)
 	require.Equal(t, noteID, d.MessageId)
-	require.Zero(t, amqptest.Depth(t, ch, qname), "demo.note reached the bound queue exactly once")
+	require.Zero(t, amqptest.Depth(t, ch, qname), "test.note reached the bound queue exactly once")
 	require.Len(t, rec.times(noteID), 1, "a confirmed row is not published to its destination again")
 
 	gaps := rec.times(orderID)

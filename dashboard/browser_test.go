@@ -19,7 +19,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
@@ -104,7 +103,7 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, err)
 	gate := newGateWorker()
 	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
-		demo.Register(rt)
+		registerTestJobs(rt)
 		queue.AddWorker(rt, gate)
 		require.NoError(t, coord.Register(rt))
 		var err error
@@ -119,13 +118,13 @@ func TestBrowser(t *testing.T) {
 	// retry gives it a second attempt, which succeeds.
 	var noop int64
 	for range 5 {
-		res, err := rt.Enqueue(ctx, demo.NoopArgs{}, nil)
+		res, err := rt.Enqueue(ctx, noopArgs{}, nil)
 		require.NoError(t, err)
 		noop = res.Job.ID
 	}
-	_, err = rt.Enqueue(ctx, demo.SleepArgs{MS: 10}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour), Queue: "reports"})
+	_, err = rt.Enqueue(ctx, sleepArgs{MS: 10}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour), Queue: "reports"})
 	require.NoError(t, err)
-	res, err := rt.Enqueue(ctx, demo.FailArgs{Times: 1}, &queue.EnqueueOpts{MaxAttempts: 1})
+	res, err := rt.Enqueue(ctx, failArgs{Times: 1}, &queue.EnqueueOpts{MaxAttempts: 1})
 	require.NoError(t, err)
 	failed := res.Job.ID
 	// Rows for the other pages' screenshots.
@@ -136,9 +135,9 @@ func TestBrowser(t *testing.T) {
 	// A workflow whose middle task gives up: prepare -> charge -> ship.
 	wfc := workflow.NewClient(rt.Client)
 	wf := workflow.New("order", &workflow.Opts{ID: "order-42"})
-	wf.Add("prepare", demo.NoopArgs{}, nil)
+	wf.Add("prepare", noopArgs{}, nil)
 	wf.Add("charge", gateArgs{}, &workflow.TaskOpts{Deps: []string{"prepare"}})
-	wf.Add("ship", demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"charge"}})
+	wf.Add("ship", noopArgs{}, &workflow.TaskOpts{Deps: []string{"charge"}})
 	wfRes, err := wfc.Insert(ctx, wf)
 	require.NoError(t, err)
 	db.WaitForJobState(t, noop, rivertype.JobStateCompleted, 10*time.Second)

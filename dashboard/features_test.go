@@ -35,7 +35,7 @@ func insertSchedule(t *testing.T, db *pgtest.DB, name string) {
 	_, err := db.Pool.Exec(context.Background(), db.Q(`INSERT INTO /*schema*/tributary_schedule
 		(name, spec, timezone, kind, args, insert_opts, catch_up, catch_up_max, overlap, next_run_at,
 		 fired_count, skipped_count, paused, declared_at, created_at, updated_at)
-		VALUES ($1, '0 3 * * *', 'UTC', 'demo.noop', '{}', '{}', 'skip', 1, 'allow', now() + interval '1 hour',
+		VALUES ($1, '0 3 * * *', 'UTC', 'test.noop', '{}', '{}', 'skip', 1, 'allow', now() + interval '1 hour',
 		 0, 0, false, now(), now(), now())`), name)
 	require.NoError(t, err)
 }

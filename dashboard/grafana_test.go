@@ -17,7 +17,6 @@ import (
 
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/amqptest"
-	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
@@ -120,7 +119,7 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 	var svc *Service
 	var stager *batch.Stager
 	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
-		demo.Register(rt)
+		registerTestJobs(rt)
 		billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
 		require.NoError(t, err)
 		inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{billing}})
@@ -138,9 +137,9 @@ func TestGrafanaDashboardQueriesExistingMetrics(t *testing.T) {
 		require.NoError(t, err)
 	})
 	ctx := context.Background()
-	job, err := rt.Enqueue(ctx, demo.NoopArgs{}, nil)
+	job, err := rt.Enqueue(ctx, noopArgs{}, nil)
 	require.NoError(t, err)
-	failing, err := rt.Enqueue(ctx, demo.FailArgs{Times: -1}, &queue.EnqueueOpts{MaxAttempts: 1})
+	failing, err := rt.Enqueue(ctx, failArgs{Times: -1}, &queue.EnqueueOpts{MaxAttempts: 1})
 	require.NoError(t, err)
 	require.NoError(t, stager.Stage(ctx, "access_logs", []byte(`{"path":"/"}`)))
 	require.NoError(t, stager.Stage(ctx, "audit", []byte(`{"who":"me"}`)))

@@ -13,9 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -38,7 +36,7 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 	db := pgtest.New(t)
 	var svc *Service
 	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
-		demo.Register(rt)
+		registerTestJobs(rt)
 		var err error
 		_, svc, err = InstallWorker(rt, Config{Addr: "127.0.0.1:0", Logger: pgtest.Logger(t), MetricsCountsMaxAge: 50 * time.Millisecond})
 		require.NoError(t, err)
@@ -52,7 +50,7 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 		return res.body
 	}
 	before := scrape()
-	_, ok := metricValue(t, before, `tributary_jobs_worked_total{kind="demo.noop",outcome="completed",queue="default"}`)
+	_, ok := metricValue(t, before, `tributary_jobs_worked_total{kind="test.noop",outcome="completed",queue="default"}`)
 	require.False(t, ok, "nothing worked yet")
 	v, ok := metricValue(t, before, `tributary_outbox_rows{status="PENDING"}`)
 	require.True(t, ok)
@@ -62,21 +60,21 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 
 	var last int64
 	for range 3 {
-		res, err := rt.Enqueue(ctx, demo.NoopArgs{}, nil)
+		res, err := rt.Enqueue(ctx, noopArgs{}, nil)
 		require.NoError(t, err)
 		last = res.Job.ID
 	}
 	var failIDs []int64
 	for range 2 {
-		res, err := rt.Enqueue(ctx, demo.FailArgs{Times: -1}, &queue.EnqueueOpts{MaxAttempts: 1})
+		res, err := rt.Enqueue(ctx, failArgs{Times: -1}, &queue.EnqueueOpts{MaxAttempts: 1})
 		require.NoError(t, err)
 		failIDs = append(failIDs, res.Job.ID)
 	}
-	_, err := rt.Enqueue(ctx, demo.SleepArgs{MS: 1}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	_, err := rt.Enqueue(ctx, sleepArgs{MS: 1}, &queue.EnqueueOpts{ScheduledAt: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	// A queue nobody works: its depth only grows.
 	for range 2 {
-		_, err := rt.Enqueue(ctx, demo.NoopArgs{}, &queue.EnqueueOpts{Queue: "idle"})
+		_, err := rt.Enqueue(ctx, noopArgs{}, &queue.EnqueueOpts{Queue: "idle"})
 		require.NoError(t, err)
 	}
 	// An outbox row waiting to be forwarded for 30 seconds.
@@ -92,8 +90,8 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 	var body string
 	pgtest.WaitFor(t, 10*time.Second, "job counters to reach their values", func() (bool, error) {
 		body = scrape()
-		worked, _ := metricValue(t, body, `tributary_jobs_worked_total{kind="demo.noop",outcome="completed",queue="default"}`)
-		failed, _ := metricValue(t, body, `tributary_jobs_failed_total{kind="demo.fail",queue="default"}`)
+		worked, _ := metricValue(t, body, `tributary_jobs_worked_total{kind="test.noop",outcome="completed",queue="default"}`)
+		failed, _ := metricValue(t, body, `tributary_jobs_failed_total{kind="test.fail",queue="default"}`)
 		// The counts come from a read shared by the scrapes, redone in the
 		// background once older than MetricsCountsMaxAge.
 		completed, _ := metricValue(t, body, `tributary_jobs{state="completed"}`)
@@ -101,9 +99,9 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 		return worked == 3 && failed == 2 && completed == 3 && discarded == 2, nil
 	})
 	for series, want := range map[string]float64{
-		`tributary_jobs_worked_total{kind="demo.fail",outcome="failed",queue="default"}`: 2,
-		`tributary_job_duration_seconds_count{kind="demo.noop",queue="default"}`:         3,
-		`tributary_job_duration_seconds_count{kind="demo.fail",queue="default"}`:         2,
+		`tributary_jobs_worked_total{kind="test.fail",outcome="failed",queue="default"}`: 2,
+		`tributary_job_duration_seconds_count{kind="test.noop",queue="default"}`:         3,
+		`tributary_job_duration_seconds_count{kind="test.fail",queue="default"}`:         2,
 		`tributary_queue_jobs{queue="idle",state="available"}`:                           2,
 		`tributary_queue_jobs{queue="default",state="scheduled"}`:                        1,
 		`tributary_jobs{state="completed"}`:                                              3,
@@ -128,12 +126,12 @@ func TestMetricsChangeWhenWorkHappens(t *testing.T) {
 func TestWorkflowMetrics(t *testing.T) {
 	t.Parallel()
 	b := setupWorkflows(t, Config{MetricsCountsMaxAge: 50 * time.Millisecond})
-	id := b.start(t, workflowdemo.FanoutName, `{"width":4,"fail":1}`, nil)
+	id := b.start(t, fanoutName, `{"width":4,"fail":1}`, nil)
 	b.waitStatus(t, id, workflow.StatusFailed)
 	// A running one whose tasks wait: its job sits on a queue nobody works.
 	wf := workflow.New("idle", nil)
-	wf.Add("a", demo.NoopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
-	wf.Add("b", demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"a"}, InsertOpts: idleOpts()})
+	wf.Add("a", noopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
+	wf.Add("b", noopArgs{}, &workflow.TaskOpts{Deps: []string{"a"}, InsertOpts: idleOpts()})
 	_, err := b.wfc.Insert(context.Background(), wf)
 	require.NoError(t, err)
 
@@ -182,7 +180,7 @@ func TestMetricsCountsShared(t *testing.T) {
 	require.True(t, ok)
 
 	_, err := bundle.db.Pool.Exec(context.Background(), bundle.db.Q(`INSERT INTO /*schema*/river_job (args, kind, max_attempts, queue, state)
-		VALUES ('{}', 'demo.noop', 1, 'idle', 'available')`))
+		VALUES ('{}', 'test.noop', 1, 'idle', 'available')`))
 	require.NoError(t, err)
 	ov, err := srv.Overview(context.Background())
 	require.NoError(t, err)

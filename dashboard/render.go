@@ -219,7 +219,7 @@ func formatTime(t any) string {
 		if v.IsZero() {
 			return "—"
 		}
-		return v.UTC().Format("2006-01-02 15:04:05.000Z")
+		return v.UTC().Format(time.DateTime + ".000Z")
 	case *time.Time:
 		if v == nil {
 			return "—"

@@ -9,10 +9,10 @@ import (
 
 func TestThroughputCache(t *testing.T) {
 	t.Parallel()
-	at := func(hm string) time.Time {
-		tm, err := time.Parse("2006-01-02 15:04:05", "2026-11-29 "+hm)
+	at := func(hms string) time.Time {
+		tm, err := time.Parse(time.TimeOnly, hms)
 		require.NoError(t, err)
-		return tm.UTC()
+		return time.Date(2026, 11, 29, tm.Hour(), tm.Minute(), tm.Second(), 0, time.UTC)
 	}
 	point := func(m string, completed int64) *ThroughputPoint {
 		return &ThroughputPoint{Minute: at(m), Completed: completed}

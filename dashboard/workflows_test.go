@@ -13,9 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -29,7 +27,7 @@ type workflowBundle struct {
 	base  string
 }
 
-// setupWorkflows starts a runtime with the workflow coordinator, the demo
+// setupWorkflows starts a runtime with the workflow coordinator, the test
 // workflows' workers and the dashboard (with the coordinator's collector).
 func setupWorkflows(t *testing.T, cfg Config) *workflowBundle {
 	t.Helper()
@@ -40,14 +38,14 @@ func setupWorkflows(t *testing.T, cfg Config) *workflowBundle {
 	cfg.Addr, cfg.Logger = "127.0.0.1:0", pgtest.Logger(t)
 	cfg.Collectors = append(cfg.Collectors, NewWorkflowCollector(coord))
 	rt := pgtest.StartRuntime(t, db, queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware()}}, func(rt *queue.Runtime) {
-		demo.Register(rt)
-		workflowdemo.Register(rt)
+		registerTestJobs(rt)
+		registerTestWorkflows(rt)
 		require.NoError(t, coord.Register(rt))
 		var err error
 		_, svc, err = InstallWorker(rt, cfg)
 		require.NoError(t, err)
 	})
-	reg, err := workflowdemo.NewRegistry()
+	reg, err := newTestWorkflowRegistry()
 	require.NoError(t, err)
 	return &workflowBundle{db: db, rt: rt, wfc: workflow.NewClient(rt.Client), reg: reg, coord: coord, base: "http://" + svc.Addr()}
 }
@@ -73,8 +71,8 @@ func (b *workflowBundle) waitStatus(t *testing.T, id string, status workflow.Sta
 func TestWorkflowPagesAndAPI(t *testing.T) {
 	t.Parallel()
 	b := setupWorkflows(t, Config{Token: testToken})
-	failed := b.start(t, workflowdemo.FanoutName, `{"width":3,"fail":1}`, &workflow.Opts{ID: "fan-1"})
-	completed := b.start(t, workflowdemo.ChainName, `{"length":3}`, nil)
+	failed := b.start(t, fanoutName, `{"width":3,"fail":1}`, &workflow.Opts{ID: "fan-1"})
+	completed := b.start(t, chainName, `{"length":3}`, nil)
 	b.waitStatus(t, failed, workflow.StatusFailed)
 	b.waitStatus(t, completed, workflow.StatusCompleted)
 
@@ -97,7 +95,7 @@ func TestWorkflowPagesAndAPI(t *testing.T) {
 		require.Equal(t, failed, page.Workflows[0].ID)
 		require.Equal(t, workflow.Counts{Completed: 4, Failed: 1}, page.Workflows[0].Counts)
 
-		res = get(t, b.base, "/api/workflows?name=demo.chain")
+		res = get(t, b.base, "/api/workflows?name=test.chain")
 		res.json(t, &page)
 		require.Len(t, page.Workflows, 1)
 		require.Equal(t, completed, page.Workflows[0].ID)
@@ -164,7 +162,7 @@ func TestWorkflowPagesAndAPI(t *testing.T) {
 		}
 		require.Equal(t, map[string]string{"split": "completed", "part-1": "completed", "part-2": "completed", "part-3": "failed", "sum": "completed"}, got)
 		require.Len(t, regexp.MustCompile(`class="wf-edge`).FindAllString(html.body, -1), 6, "split to three parts, three parts to sum")
-		require.Contains(t, html.body, "demo.fanout part fails on purpose")
+		require.Contains(t, html.body, "test.fanout part fails on purpose")
 		require.Contains(t, html.body, `{&#34;sum&#34;: 3,`, "the fan-in's output")
 	})
 
@@ -261,7 +259,7 @@ func TestLayoutGraph(t *testing.T) {
 func TestWorkflowPageShowsWhatATaskWaitsFor(t *testing.T) {
 	t.Parallel()
 	b := setupWorkflows(t, Config{Token: testToken})
-	id := b.start(t, "demo.approval", `{"timeout":"1h"}`, nil)
+	id := b.start(t, approvalName, `{"timeout":"1h"}`, nil)
 	pgtest.WaitFor(t, 30*time.Second, "the approval task to wait for its signal", func() (bool, error) {
 		d, err := b.wfc.Get(context.Background(), id)
 		if err != nil {
@@ -306,9 +304,9 @@ func TestWorkflowPageTaskTablePages(t *testing.T) {
 	b := setupWorkflows(t, Config{})
 	const width = 2*taskTablePage + 50
 	wf := workflow.New("wide", nil)
-	wf.Add("root", demo.NoopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
+	wf.Add("root", noopArgs{}, &workflow.TaskOpts{InsertOpts: idleOpts()})
 	for i := range width {
-		wf.Add(fmt.Sprintf("leaf-%03d", i), demo.NoopArgs{}, &workflow.TaskOpts{Deps: []string{"root"}, InsertOpts: idleOpts()})
+		wf.Add(fmt.Sprintf("leaf-%03d", i), noopArgs{}, &workflow.TaskOpts{Deps: []string{"root"}, InsertOpts: idleOpts()})
 	}
 	res, err := b.wfc.Insert(context.Background(), wf)
 	require.NoError(t, err)

@@ -20,14 +20,14 @@ import (
 // exactly the rows River's InsertManyFastTx writes, without River's per-job
 // work that this path does not need (insert parameters built per job, the
 // arguments marshalled again through encoding/json, which validates and
-// compacts a Marshaler's output, and the same checks a second time): a
-// third of the process's CPU per job when inserting alone, 8.2-8.4 against
-// 4.8-6.2 us (docs/BENCHMARKS.md, "AMQP bridge"). It is nil, and River inserts, where River's insert would do more
-// than write the rows: a River client with insert hooks, plugins or insert
-// middleware of its own, or a stubbed clock. Per batch, the items decide
-// (copyJobs): only RawArgs without unique options or tags, and only while
-// no OpenTelemetry provider is set (otelriver's insert middleware then adds
-// a span and the trace to each job's metadata).
+// compacts a Marshaler's output, and the same checks a second time; their
+// cost is measured in docs/decisions/0008-river-rows-by-copy.md). It is
+// nil, and River inserts, where River's insert would do more than write the
+// rows: a River client with insert hooks, plugins or insert middleware of
+// its own, or a stubbed clock. Per batch, the items decide (copyJobs): only
+// RawArgs without unique options or tags, and only while no OpenTelemetry
+// provider is set (otelriver's insert middleware then adds a span and the
+// trace to each job's metadata).
 type copyInsert struct {
 	schema      string
 	maxAttempts int

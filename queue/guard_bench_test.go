@@ -9,8 +9,8 @@ import (
 )
 
 // BenchmarkGuardJob is the runtime's guard around one job's Work, from
-// River's job context on, against the bare call (docs/BENCHMARKS.md,
-// "Jobs: the guard without a context of its own"):
+// River's job context on, against the bare call; the guard adds no context
+// of its own:
 // go test -run XXX -bench GuardJob ./queue/
 func BenchmarkGuardJob(b *testing.B) {
 	work := func(ctx context.Context) error { return nil }

@@ -531,7 +531,7 @@ WHERE id = $1`), lost.Job.ID, me)
 	require.NoError(t, err)
 
 	// Seen by a look, lost at the first look lostJobAfter (20 s) later:
-	// seconds, not the minute it used to be.
+	// within seconds, not a minute.
 	pgtest.WaitFor(t, 45*time.Second, "the lost job runs again and completes", func() (bool, error) {
 		return readJob(t, db, lost.Job.ID).State == "completed", nil
 	})

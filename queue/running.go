@@ -9,8 +9,7 @@ const runningShards = 32
 // runningSet is the ids of the jobs this process runs in River's Work, for
 // the lost-jobs check (lost_jobs.go). A job is added when its Work starts
 // and removed when it returns: two map operations under a lock of its own
-// shard, no allocation (docs/BENCHMARKS.md, "Jobs: the guard without a
-// context of its own").
+// shard, no allocation, and no context of its own (BenchmarkGuardJob).
 type runningSet struct {
 	shards [runningShards]runningShard
 }

@@ -17,10 +17,10 @@ var growJobStackIndex = 0
 // outgrow it, Go copies the whole stack to one twice the size, and the cost
 // of a copy is in walking the frames to adjust their pointers: deep inside
 // River's args decoding (encoding/json under the middleware chain) that
-// walk was about a sixth of the CPU per job of `bench jobs`
-// (docs/BENCHMARKS.md, "Jobs: one stack growth per job"). A function with a
-// large frame called here, where the stack is still shallow, makes Go grow
-// the stack to fit it in one copy of the few frames above.
+// walk is about a sixth of the CPU per job of `tributary bench jobs`
+// without this. A function with a large frame called here, where the stack
+// is still shallow, makes Go grow the stack to fit it in one copy of the
+// few frames above.
 //
 //go:noinline
 func growJobStack() byte {

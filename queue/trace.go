@@ -36,8 +36,8 @@ func newTracing(guard rivertype.WorkerMiddleware) tracing {
 // provider: its spans and instruments would then do nothing, but it still
 // built them (a span, the attribute set of three instruments sorted and
 // hashed, the job's metadata decoded for a link): most of the CPU per job
-// that tributary's runtime spent over a bare River client in `bench jobs`
-// (docs/BENCHMARKS.md). Its other methods (River's metric hook) are
+// that tributary's runtime would spend over a bare River client in
+// `tributary bench jobs`. Its other methods (River's metric hook) are
 // otelriver's own.
 //
 // Being the outermost layer of every job, Work also makes room on the job's
@@ -75,8 +75,8 @@ const otelGlobalPackage = "go.opentelemetry.io/otel/internal/global"
 
 // otelConfigured reports whether the process has set a global tracer or
 // meter provider. It is asked per job (two atomic loads), so a provider set
-// after the runtime was created counts from the next job on, as it did when
-// otelriver ran unconditionally (its tracer delegates to the provider set
+// after the runtime was created counts from the next job on, as it would
+// with otelriver always on (its tracer delegates to the provider set
 // later). TestOtelConfigured pins the otel internals this relies on.
 func otelConfigured() bool {
 	return !isOtelDefault(otel.GetTracerProvider()) || !isOtelDefault(otel.GetMeterProvider())

@@ -53,9 +53,9 @@ func newZonedSchedule(s *cron.SpecSchedule, loc *time.Location) *zonedSchedule {
 // zoneReach (26 h): true of every zone in the system's zone data from 1970
 // to 2100, checked when this was written. They do not use
 // time.Time.ZoneBounds: past the zone data's last transition it puts a
-// period's end a day early on the last day of a leap year (all of
-// 2040-12-31 in Europe/Berlin with Go 1.26), no later than the time asked
-// about, and walking periods by it never ends.
+// period's end a day early on the last day of a leap year (all of the
+// last day of 2040 in Europe/Berlin with Go 1.26), no later than the time
+// asked about, and walking periods by it never ends.
 
 // offset returns the zone's UTC offset in seconds at Unix time u.
 func (z *zonedSchedule) offset(u int64) int64 {

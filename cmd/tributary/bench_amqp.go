@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/internal/bench"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/bench"
 	"github.com/tributary-run/tributary/queue"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/bench"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/bench"
 )
 
 func newBenchJobsCmd(a *app) *cobra.Command {

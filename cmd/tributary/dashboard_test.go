@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
 	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
@@ -110,7 +110,7 @@ func TestCLIWorkerServesDashboard(t *testing.T) {
 	cmd, base := startDashboardProcess(t, db, nil, "worker", "--queues", "default=5", "--http", "127.0.0.1:0")
 
 	ctx := context.Background()
-	res, err := db.Client(t).Enqueue(ctx, demo.NoopArgs{}, nil)
+	res, err := db.Client(t).Enqueue(ctx, demojobs.NoopArgs{}, nil)
 	require.NoError(t, err)
 	pgtest.WaitFor(t, 30*time.Second, "the worker's metrics to count the job", func() (bool, error) {
 		_, body := dashboardGet(t, base+"/metrics")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 
@@ -19,11 +19,12 @@ func newEmitCmd(a *app) *cobra.Command {
 		Use:   "emit EVENT_TYPE JSON",
 		Short: "Write an event to the outbox; the forwarder delivers it to every subscribed consumer",
 		Long: `Write one event to the transactional outbox. The event type must be one the
-CLI knows (the demo events: ` + fmt.Sprint(eventdemo.Registry().Names()) + `), and the JSON
+CLI knows (the demo events: ` + fmt.Sprint(demoevents.Registry().Names()) + `), and the JSON
 payload must fit its type exactly (no unknown fields, right value types) and
 pass its validation. Nothing is written when it does not. With --any-type
 any other event type may be emitted too (one your own services define), with
-any JSON payload: the consumers that subscribe to it decode and validate it.
+any JSON payload in which no object repeats a key: the consumers that
+subscribe to it decode and validate it.
 JSON "-" reads the payload from stdin. Prints the event id.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -86,7 +87,7 @@ JSON "-" reads the payload from stdin. Prints the event id.`,
 // other valid type name, a registry of that type alone with a raw JSON
 // payload.
 func emitRegistry(eventType string, anyType bool) (*events.Registry, error) {
-	demoReg := eventdemo.Registry()
+	demoReg := demoevents.Registry()
 	if _, err := demoReg.Lookup(eventType); err == nil || !anyType {
 		return demoReg, nil // an unknown type is refused by ValidateJSON, naming it
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
@@ -73,11 +73,11 @@ func TestCLIEventsFlow(t *testing.T) {
 	strict, err := events.NewConsumer(events.ConsumerConfig{Name: "strict", RetryDelays: []time.Duration{10 * time.Millisecond}})
 	require.NoError(t, err)
 	handled := make(chan string, 10)
-	events.On(strict, eventdemo.OrderPlacedEvent, func(ctx context.Context, m events.Message[eventdemo.OrderPlaced]) error {
+	events.On(strict, demoevents.OrderPlacedEvent, func(ctx context.Context, m events.Message[demoevents.OrderPlaced]) error {
 		handled <- m.Payload.OrderID
 		return nil
 	})
-	demoConsumer, err := eventdemo.NewConsumer()
+	demoConsumer, err := demoevents.NewConsumer()
 	require.NoError(t, err)
 	pgtest.StartRuntime(t, db, queue.RuntimeConfig{}, func(rt *queue.Runtime) {
 		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{strict, demoConsumer},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -12,7 +13,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
+	"github.com/tributary-run/tributary/internal/strictjson"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -31,8 +33,10 @@ func newEnqueueCmd(a *app) *cobra.Command {
 		Use:   "enqueue KIND JSON",
 		Short: "Insert one job",
 		Long: `Insert one job of KIND with JSON arguments. KIND must be a kind the
-tributary worker knows (` + strings.Join(demo.Kinds(), ", ") + `) unless --any-kind is
-given, for jobs worked by your own service. JSON "-" reads the arguments
+tributary worker knows (` + strings.Join(demojobs.Kinds(), ", ") + `) unless --any-kind is
+given, for jobs worked by your own service. The arguments must have one
+reading: no object repeats a key, and a known kind's keys match its fields
+exactly (the rule emit applies to payloads). JSON "-" reads the arguments
 from stdin.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -55,12 +59,21 @@ from stdin.`,
 			if !json.Valid(raw) {
 				return usagef("arguments %q are not valid JSON", emitPreview(string(raw), 60))
 			}
-			known, err := demo.ValidateArgs(kind, raw)
+			known, err := demojobs.ValidateArgs(kind, raw)
 			if err != nil {
 				return usagef("%v", err)
 			}
 			if !known && !anyKind {
-				return usagef("unknown job kind %q: the worker knows %s (use --any-kind for kinds of your own service)", kind, strings.Join(demo.Kinds(), ", "))
+				return usagef("unknown job kind %q: the worker knows %s (use --any-kind for kinds of your own service)", kind, strings.Join(demojobs.Kinds(), ", "))
+			}
+			if !known {
+				// The arguments' type is your service's, unknown here: the
+				// part of the rule that needs no type applies, as to emit
+				// --any-type's payloads: no object repeats a key, so every
+				// decoder reads the same values.
+				if err := strictjson.CheckNames(raw, reflect.TypeFor[json.RawMessage]()); err != nil {
+					return usagef("arguments for %s: %v", kind, err)
+				}
 			}
 			// What River's table would refuse (a \u0000 in the JSON, an
 			// empty kind) is a usage error, found before connecting.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
@@ -90,10 +90,10 @@ func TestCLILaneHeadCancelAndDelete(t *testing.T) {
 
 	// Between its retries the failing head waits as retryable: the demo
 	// consumer retries after 1 s, 5 s and 15 s.
-	id := waitDispatch(t, db, eventdemo.ConsumerName, cancelHead, "retryable")
+	id := waitDispatch(t, db, demoevents.ConsumerName, cancelHead, "retryable")
 	res := cli(t, db, nil, "jobs", "cancel", strconv.FormatInt(id, 10))
 	require.Equal(t, exitOK, res.code, res.stderr)
-	id = waitDispatch(t, db, eventdemo.ConsumerName, deleteHead, "retryable")
+	id = waitDispatch(t, db, demoevents.ConsumerName, deleteHead, "retryable")
 	res = cli(t, db, nil, "jobs", "delete", strconv.FormatInt(id, 10))
 	require.Equal(t, exitOK, res.code, res.stderr)
 
@@ -102,12 +102,12 @@ func TestCLILaneHeadCancelAndDelete(t *testing.T) {
 	start := time.Now()
 	for _, ev := range []string{cancelNext, deleteNext} {
 		pgtest.WaitFor(t, 10*time.Second, "the event behind the given-up head to be handled", func() (bool, error) {
-			_, s := laneDispatch(t, db, eventdemo.ConsumerName, ev)
+			_, s := laneDispatch(t, db, demoevents.ConsumerName, ev)
 			return s == "completed", nil
 		})
 	}
 	t.Logf("events behind the cancelled and the deleted head handled %s after the actions", time.Since(start).Round(time.Millisecond))
-	_, s := laneDispatch(t, db, eventdemo.ConsumerName, cancelHead)
+	_, s := laneDispatch(t, db, demoevents.ConsumerName, cancelHead)
 	require.Equal(t, "cancelled", s, "the given-up event stays visible, replayable")
 	require.NotContains(t, logs.String(), "level=ERROR")
 }
@@ -131,7 +131,7 @@ func startLaneWorld(t *testing.T, ordering events.Ordering) *laneWorld {
 	w.failing.Store(true)
 	c, err := events.NewConsumer(events.ConsumerConfig{Name: laneConsumer, Ordering: ordering, RetryDelays: []time.Duration{10 * time.Millisecond}})
 	require.NoError(t, err)
-	events.On(c, eventdemo.NoteEvent, func(ctx context.Context, m events.Message[eventdemo.Note]) error {
+	events.On(c, demoevents.NoteEvent, func(ctx context.Context, m events.Message[demoevents.Note]) error {
 		if m.Payload.Fail && w.failing.Load() {
 			return errors.New("ledger unavailable")
 		}
@@ -147,7 +147,7 @@ func startLaneWorld(t *testing.T, ordering events.Ordering) *laneWorld {
 		w.mu.Unlock()
 		return nil
 	})
-	events.On(c, eventdemo.OrderPlacedEvent, func(ctx context.Context, m events.Message[eventdemo.OrderPlaced]) error {
+	events.On(c, demoevents.OrderPlacedEvent, func(ctx context.Context, m events.Message[demoevents.OrderPlaced]) error {
 		w.mu.Lock()
 		w.handled = append(w.handled, m.ID)
 		w.mu.Unlock()
@@ -341,7 +341,7 @@ func TestCLIConsumers(t *testing.T) {
 	// "billing.v1" was renamed away: no worker runs it any more.
 	old, err := events.NewConsumer(events.ConsumerConfig{Name: "billing.v1"})
 	require.NoError(t, err)
-	events.On(old, eventdemo.NoteEvent, func(ctx context.Context, m events.Message[eventdemo.Note]) error { return nil })
+	events.On(old, demoevents.NoteEvent, func(ctx context.Context, m events.Message[demoevents.Note]) error { return nil })
 	d, err := events.NewDispatcher(w.db.Pool, events.DispatcherConfig{Schema: w.db.Schema, Consumers: []*events.Consumer{old}, LaneRepairInterval: -1})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))

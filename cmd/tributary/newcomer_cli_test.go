@@ -52,6 +52,7 @@ func TestCLIEmitAnyType(t *testing.T) {
 		{"EmptyType", []string{"emit", "", `{}`, "--any-type"}, "EVENT_TYPE must not be empty"},
 		{"NotJSON", []string{"emit", "billing.x", `{"a":`, "--any-type"}, "not valid JSON"},
 		{"NULInPayload", []string{"emit", "billing.x", `{"a":"\u0000"}`, "--any-type"}, `\u0000`},
+		{"DuplicateKey", []string{"emit", "billing.x", `{"a":1,"a":2}`, "--any-type"}, `duplicate key "a"`},
 		{"KnownTypeStaysStrict", []string{"emit", "demo.note", `{"txt":"x"}`, "--any-type"}, "txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

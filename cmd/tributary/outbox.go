@@ -7,10 +7,11 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/eventdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 
@@ -18,7 +19,7 @@ import (
 // consumer (subscribed to demo.*) in the worker; with --demo it also emits
 // a demo event every few seconds.
 func installEvents(ctx context.Context, env *workerEnv) error {
-	c, err := eventdemo.NewConsumer()
+	c, err := demoevents.NewConsumer()
 	if err != nil {
 		return err
 	}
@@ -32,7 +33,7 @@ func installEvents(ctx context.Context, env *workerEnv) error {
 	if !env.demo {
 		return nil
 	}
-	p, err := eventdemo.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
+	p, err := demoevents.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
 	if err != nil {
 		return err
 	}
@@ -81,7 +82,7 @@ func newOutboxListCmd(a *app) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tSTATUS\tEVENT TYPE\tAGGREGATE\tRETRIES\tCREATED\tLAST ERROR")
 			for _, r := range rows {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Status, r.EventType, outboxDash(r.AggregateID),
-					r.RetryCount, r.CreatedAt.Local().Format("2006-01-02 15:04:05"), outboxDash(emitPreview(r.LastError, 60)))
+					r.RetryCount, r.CreatedAt.Local().Format(time.DateTime), outboxDash(emitPreview(r.LastError, 60)))
 			}
 			return tw.Flush()
 		},

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
@@ -21,7 +21,7 @@ import (
 // demoSchedule is the harmless schedule every worker declares, so `make run`
 // and `tributary schedules list` show a live schedule.
 func demoSchedule() scheduler.Schedule {
-	return scheduler.Schedule{Name: "demo.noop", Spec: "@every 1m", Args: demo.NoopArgs{}}
+	return scheduler.Schedule{Name: "demo.noop", Spec: "@every 1m", Args: demojobs.NoopArgs{}}
 }
 
 // cleanupTargets lists the tables the worker's clean-up schedules delete

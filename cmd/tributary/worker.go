@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/internal/demo"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/inbox"
 	"github.com/tributary-run/tributary/jobs/workflow"
@@ -59,9 +59,9 @@ type installer struct {
 func workerInstallers() []installer {
 	return []installer{
 		{name: "demo jobs", install: func(ctx context.Context, env *workerEnv) error {
-			demo.Register(env.runtime)
+			demojobs.Register(env.runtime)
 			if env.demo {
-				return env.runtime.AddService(demo.NewProducer(env.runtime.Client, 0))
+				return env.runtime.AddService(demojobs.NewProducer(env.runtime.Client, 0))
 			}
 			return nil
 		}},
@@ -199,7 +199,7 @@ func parseQueues(s string) (map[string]int, error) {
 // demo workflows' task workers (demo.fanout, demo.chain), so `tributary
 // workflows start` has a worker for them.
 func installWorkflows(ctx context.Context, env *workerEnv) error {
-	workflowdemo.Register(env.runtime)
+	demoworkflows.Register(env.runtime)
 	env.collectors = append(env.collectors, dashboard.NewWorkflowCollector(env.coordinator))
 	return env.coordinator.Register(env.runtime)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 )
@@ -78,7 +78,7 @@ func TestWorkerSIGKILLRunningJobRunsAgain(t *testing.T) {
 	ctx := context.Background()
 
 	doomed, _ := startWorker(t, db)
-	res, err := client.Enqueue(ctx, demo.SleepArgs{MS: 20_000}, nil)
+	res, err := client.Enqueue(ctx, demojobs.SleepArgs{MS: 20_000}, nil)
 	require.NoError(t, err)
 	var first attemptView
 	pgtest.WaitFor(t, 30*time.Second, "the job running on the first worker", func() (bool, error) {
@@ -180,7 +180,7 @@ func TestWorkerDatabaseLostExits(t *testing.T) {
 	proxy := pgtest.NewCutProxy(t, db.URL)
 
 	worker, logs := startWorker(t, db, "DATABASE_URL="+proxy.URL(), "TRIBUTARY_LIVENESS_TIMEOUT=3s")
-	res, err := client.Enqueue(context.Background(), demo.SleepArgs{MS: 60_000}, nil)
+	res, err := client.Enqueue(context.Background(), demojobs.SleepArgs{MS: 60_000}, nil)
 	require.NoError(t, err)
 	db.WaitForJobState(t, res.Job.ID, "running", 30*time.Second)
 	// River runs jobs before the services after it have started; a cut

@@ -11,7 +11,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tributary-run/tributary/internal/demo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -69,10 +69,10 @@ func TestWorkerShutdownAndRestart(t *testing.T) {
 	// cancelled, to run again after the restart.
 	var items []queue.EnqueueItem
 	for range 3 {
-		items = append(items, queue.EnqueueItem{Args: demo.SleepArgs{MS: 1200}})
+		items = append(items, queue.EnqueueItem{Args: demojobs.SleepArgs{MS: 1200}})
 	}
 	for range 4 {
-		items = append(items, queue.EnqueueItem{Args: demo.SleepArgs{MS: 4000}})
+		items = append(items, queue.EnqueueItem{Args: demojobs.SleepArgs{MS: 4000}})
 	}
 	_, err := client.EnqueueMany(ctx, items)
 	require.NoError(t, err)
@@ -107,7 +107,7 @@ func TestWorkerSecondSignalCancelsAtOnce(t *testing.T) {
 	client := db.Client(t)
 	ctx := context.Background()
 
-	res, err := client.Enqueue(ctx, demo.SleepArgs{MS: 60_000}, nil)
+	res, err := client.Enqueue(ctx, demojobs.SleepArgs{MS: 60_000}, nil)
 	require.NoError(t, err)
 	worker, logs := startWorker(t, db, "TRIBUTARY_SHUTDOWN_TIMEOUT=2m")
 	db.WaitForJobState(t, res.Job.ID, rivertype.JobStateRunning, 30*time.Second)

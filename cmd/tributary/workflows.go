@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/workflowdemo"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -314,7 +314,7 @@ func newWorkflowsRetryCmd(a *app) *cobra.Command {
 }
 
 // workflowRegistry is the registry of workflows the CLI can start by name.
-func workflowRegistry() (*workflow.Registry, error) { return workflowdemo.NewRegistry() }
+func workflowRegistry() (*workflow.Registry, error) { return demoworkflows.NewRegistry() }
 
 func newWorkflowsStartCmd(a *app) *cobra.Command {
 	var key string
@@ -325,7 +325,7 @@ func newWorkflowsStartCmd(a *app) *cobra.Command {
 		Long: `Start a workflow registered under NAME, built from the JSON input (give -
 to read it from stdin). The worker works its tasks. With --id KEY the start
 is idempotent: when a workflow with KEY exists, it is shown instead and
-nothing is inserted.
+nothing is inserted; an empty KEY is a usage error.
 
   tributary workflows start demo.fanout '{"width":5,"fail":1}'
   tributary workflows start demo.chain '{"length":20}' --id chain-1`,
@@ -334,6 +334,13 @@ nothing is inserted.
 			name := args[0]
 			if err := nonEmptyArg("NAME", name); err != nil {
 				return err
+			}
+			// An empty --id given on purpose is a usage error, as an empty
+			// NAME is: left out, the workflow starts without a key.
+			if cmd.Flags().Changed("id") {
+				if err := nonEmptyArg("--id", key); err != nil {
+					return err
+				}
 			}
 			raw := []byte(args[1])
 			if args[1] == "-" {

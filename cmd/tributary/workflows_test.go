@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/internal/pgtest"
-	"github.com/tributary-run/tributary/internal/workflowdemo"
 	"github.com/tributary-run/tributary/jobs/workflow"
 )
 
@@ -34,6 +34,9 @@ func TestCLIWorkflowsBadInput(t *testing.T) {
 		{"UnknownInputField", []string{"workflows", "start", "demo.fanout", `{"width":3,"wide":1}`}, `"wide"`},
 		{"ZeroLength", []string{"workflows", "start", "demo.chain", `{"length":0}`}, "invalid length 0"},
 		{"NULInInput", []string{"workflows", "start", "demo.chain", `{"length":1,"s":"\u0000"}`}, `\u0000`},
+		{"EmptyKey", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id", ""}, "--id must not be empty"},
+		{"EmptyKeyWithEquals", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id="}, "--id must not be empty"},
+		{"BlankKey", []string{"workflows", "start", "demo.chain", `{"length":2}`, "--id", "  "}, "--id must not be empty"},
 		{"UnknownSubcommand", []string{"workflows", "frobnicate"}, `"frobnicate"`},
 	}
 	for _, tc := range cases {
@@ -114,7 +117,7 @@ func TestCLIWorkflows(t *testing.T) {
 	fan := startJSON(nil, "demo.fanout", `{"width":5,"fail":1}`)
 	d := wait(fan.ID, workflow.StatusFailed)
 	require.Equal(t, workflow.Counts{Completed: 6, Failed: 1}, d.Counts)
-	var sum workflowdemo.SumOutput
+	var sum demoworkflows.SumOutput
 	require.NoError(t, json.Unmarshal(task(d, "sum").Output, &sum))
 	require.EqualValues(t, 10, sum.Sum, "1+2+3+4; part-5 failed")
 	require.Equal(t, []string{"part-5"}, sum.Missing)

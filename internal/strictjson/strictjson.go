@@ -27,7 +27,7 @@ import (
 // are checked inside them, as inside maps, interfaces and json.RawMessage.
 func CheckNames(raw []byte, t reflect.Type) error {
 	if !json.Valid(raw) {
-		// The decoder walk reports the syntax error as it always did.
+		// The decoder walk reports the syntax error, in json.Decoder's words.
 		return checkWithDecoder(raw, t)
 	}
 	return check(raw, t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,7 +54,8 @@ func ExampleOpenSink() {
 		panic(err)
 	}
 	defer sink.Close()
-	fmt.Println(sink.Write(ctx, "access_logs/dt=2026-12-01/hour=09/b1.jsonl.gz", strings.NewReader("{}\n")))
+	key := batch.ObjectKey("", "access_logs", time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC), "b1")
+	fmt.Println(sink.Write(ctx, key, strings.NewReader("{}\n")))
 
 	_, err = batch.OpenSink(ctx, "ftp://exports")
 	fmt.Println(err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -110,7 +111,7 @@ func TestFileSinkDurableBeforeWriteReturns(t *testing.T) {
 	t.Run("SyncFileRenameSyncDirectories", func(t *testing.T) {
 		t.Parallel()
 		s, ops, dir := setup(t)
-		key := "p/stream/dt=2026-01-02/hour=03/a.jsonl.gz"
+		key := ObjectKey("p", "stream", time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), "a")
 		require.NoError(t, s.Write(ctx, key, strings.NewReader("hello\n")))
 		steps := ops.snapshot()
 		t.Logf("steps: %q", steps)

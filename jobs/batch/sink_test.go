@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gocloud.dev/blob"
@@ -28,8 +29,9 @@ func runSinkContract(t *testing.T, newSink func(t *testing.T) sinkUnderTest) {
 	t.Run("WriteThenRead", func(t *testing.T) {
 		t.Parallel()
 		s := newSink(t)
-		require.NoError(t, s.sink.Write(ctx, "stream/dt=2026-01-02/hour=03/a.jsonl.gz", strings.NewReader("hello\n")))
-		got, ok := s.read("stream/dt=2026-01-02/hour=03/a.jsonl.gz")
+		key := ObjectKey("", "stream", time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), "a")
+		require.NoError(t, s.sink.Write(ctx, key, strings.NewReader("hello\n")))
+		got, ok := s.read(key)
 		require.True(t, ok)
 		require.Equal(t, "hello\n", string(got))
 	})

@@ -209,7 +209,7 @@ func TestReplicasSeparateProcesses(t *testing.T) {
 func buildReplicaWorker(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "replicaworker")
-	build := exec.Command("go", "build", "-o", bin, "./internal/replica/replicaworker")
+	build := exec.Command("go", "build", "-o", bin, "./internal/testproc/replicaworker")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the replica worker: %s", out)
 	return bin

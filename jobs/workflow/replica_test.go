@@ -80,8 +80,8 @@ func runReplicas(t *testing.T, n, kills int, timeout time.Duration) {
 	_, err := db.Pool.Exec(ctx, db.Q(wfreplica.CreateLogSQL))
 	require.NoError(t, err)
 
-	bin := filepath.Join(t.TempDir(), "wfworker")
-	out, err := exec.Command("go", "build", "-o", bin, "./internal/wfreplica/wfworker").CombinedOutput()
+	bin := filepath.Join(t.TempDir(), "replicaworker")
+	out, err := exec.Command("go", "build", "-o", bin, "./internal/testproc/replicaworker").CombinedOutput()
 	require.NoError(t, err, "building the worker: %s", out)
 	procs := make([]*replicaProc, 3)
 	for i := range procs {
