@@ -191,9 +191,8 @@ func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
 // insertReserveLate's savepoint and every consumer's lanes of the
 // aggregates read without a lock. Before, the consumers' read and the rest
 // were two round trips of their own, on the path of every ordered event.
-// The publish
-// returns the notifications that wake River once the transaction
-// committed, which the forwarder sends with its own.
+// The publish returns the notifications that wake River once the
+// transaction committed, which the forwarder sends with its own.
 //
 // Everything the bus sends in the transaction runs with the generic plan a
 // connection makes once, without sequential scans, hash joins or merge
