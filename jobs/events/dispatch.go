@@ -140,9 +140,6 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig) (*Dispatcher, error
 func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	d.processID = rt.ProcessID()
 	d.livenessTimeout = cmp.Or(rt.LivenessTimeout(), queue.LivenessTimeoutDefault)
-	// Lane chains run claimed jobs inside their head's Work: the runtime
-	// must not take them for lost.
-	rt.AddJobHolder(d.runsJob)
 	queue.AddWorker[dispatchArgs](rt, &dispatchWorker[dispatchArgs]{d: d, work: d.work})
 	queue.AddWorker[dispatchBatchArgs](rt, &dispatchWorker[dispatchBatchArgs]{d: d, work: d.workBatch})
 	return rt.AddService(d)

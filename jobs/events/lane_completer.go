@@ -43,9 +43,9 @@ type laneCompletion struct {
 	// claimed (for processID) and handled, to delete.
 	attempts []riverjob.Attempt
 	events   []riverjob.LaneSeq
-	// claim: take what waits at next, for processID, instead of promoting
-	// it: up to this many lane events from next on, or (where next is no
-	// lane event) chainAhead pending dispatches, made running.
+	// claim: take the lane events that wait at next, for processID,
+	// instead of promoting them: up to this many from next on (a pending
+	// dispatch job at next is promoted all the same).
 	claim     int
 	processID string
 	// keep: the lane's next events are claimed by the chain already:
@@ -303,7 +303,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 		switch {
 		case req.keep:
 		case req.claim > 0:
-			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: chainAhead, Events: req.claim})
+			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, Events: req.claim})
 			claimOf = append(claimOf, i)
 		default:
 			promote = append(promote, next)
@@ -333,9 +333,9 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
 	if len(claims) > 0 {
 		// One process: every chain of this dispatcher runs in it. A place
-		// holds a pending job or a lane event; one statement claims
-		// either.
-		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got)
+		// holds a pending job or a lane event; one statement claims the
+		// lane events and promotes the job.
+		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got, &queues)
 	}
 	// The jobs complete as River's JobCompleteTx completes them; River's
 	// completer later finds them finalized and leaves them alone.
