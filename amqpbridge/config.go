@@ -13,7 +13,7 @@ import (
 )
 
 // Defaults for Config. They match the Node service the bridge replaces (its
-// variables are read by the process configuration, internal/envconfig for
+// variables are read by the process configuration, tributary.ConfigFromEnv for
 // tributary's commands), so both can share queues.
 const (
 	URLDefault                = "amqp://guest:guest@127.0.0.1:5672/"

@@ -19,7 +19,7 @@ const (
 
 // Config says where tributary's tables are: the database and the schema.
 // The process's configuration as a whole, read from the environment, is
-// the composition root's (internal/envconfig for tributary's commands);
+// the composition root's (tributary.ConfigFromEnv);
 // each feature's settings are in the feature's own Config.
 type Config struct {
 	// DatabaseURL is the Postgres connection string.

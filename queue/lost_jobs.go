@@ -55,10 +55,17 @@ func (rt *Runtime) lostJobAfter() time.Duration {
 	return max(4*rt.live.interval, lostJobAfterMin)
 }
 
-// AddJobHolder registers holds, which reports whether this process runs
-// the job id outside River's Work (a lane chain runs the jobs it claims
-// inside its head job's Work). The runtime never takes a held job for lost.
-func (rt *Runtime) AddJobHolder(holds func(id int64) bool) {
+// jobHolder is a service that runs jobs outside River's Work (the events
+// dispatcher's lane chains run the jobs they claim inside their head job's
+// Work). AddService registers it; the runtime never takes a job HoldsJob
+// reports for lost.
+type jobHolder interface {
+	HoldsJob(id int64) bool
+}
+
+// addJobHolder registers holds, which reports whether this process runs the
+// job id outside River's Work.
+func (rt *Runtime) addJobHolder(holds func(id int64) bool) {
 	rt.jobsMu.Lock()
 	defer rt.jobsMu.Unlock()
 	rt.jobHolders = append(rt.jobHolders, holds)

@@ -67,6 +67,12 @@ type RuntimeConfig struct {
 	// Defaults to {"default": 100}.
 	Queues map[string]int
 
+	// Workers is the registry of the job kinds' workers. Workers and
+	// AddWorker add to it until Start.
+	//
+	// Defaults to a new, empty registry.
+	Workers *river.Workers
+
 	// ShutdownTimeout is how long running jobs get to finish once Stop is
 	// called. Jobs still running after it are cancelled; a job that returns
 	// because of that cancellation is snoozed, not failed, so it runs again
@@ -233,7 +239,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	cfg.FetchPollInterval = cmp.Or(cfg.FetchPollInterval, FetchPollIntervalDefault)
 	cfg.ID = cmp.Or(cfg.ID, defaultProcessID())
 
-	rt := &Runtime{cfg: cfg, workers: river.NewWorkers(), lossDone: make(chan struct{})}
+	rt := &Runtime{cfg: cfg, workers: cmp.Or(cfg.Workers, river.NewWorkers()), lossDone: make(chan struct{})}
 	rt.lostCtx, rt.loseCancel = context.WithCancelCause(context.Background())
 	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
 	for name, n := range cfg.Queues {
@@ -389,7 +395,9 @@ func AddWorker[T river.JobArgs](rt *Runtime, w river.Worker[T]) {
 }
 
 // AddService appends a service. Services start in the order they were
-// added, after the River client, and stop in reverse order before it.
+// added, after the River client, and stop in reverse order before it. A
+// service with a method HoldsJob(id int64) bool runs jobs outside River's
+// Work; the runtime never takes a job it holds for lost.
 func (rt *Runtime) AddService(svc Service) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -397,6 +405,9 @@ func (rt *Runtime) AddService(svc Service) error {
 		return fmt.Errorf("cannot add service %q: the runtime is already running", svc.Name())
 	}
 	rt.services = append(rt.services, svc)
+	if h, ok := svc.(jobHolder); ok {
+		rt.addJobHolder(h.HoldsJob)
+	}
 	return nil
 }
 

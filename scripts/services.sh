@@ -8,7 +8,8 @@
 # RabbitMQ: AMQP_URL if set; else 127.0.0.1:5672; else rabbitmq-server if
 # installed; else none (the AMQP bridge stays off; AMQP tests fail).
 #
-#   scripts/services.sh env run    exports DATABASE_URL (database postgres)
+#   scripts/services.sh env run    exports DATABASE_URL (database tributary, created if missing:
+#                                  never the postgres maintenance database)
 #   scripts/services.sh env test   exports TEST_DATABASE_URL (database test)
 #   scripts/services.sh stop-pg    stops the private cluster, if this script started one
 set -euo pipefail
@@ -66,7 +67,9 @@ start_private_pg() {
 ensure_db() { # url-without-db db
 	local base=$1 db=$2
 	if ! psql "$base/$db?sslmode=disable" -Atqc 'select 1' >/dev/null 2>&1; then
-		psql "$base/postgres?sslmode=disable" -Atqc "create database \"$db\"" >/dev/null 2>&1 || true
+		if psql "$base/postgres?sslmode=disable" -Atqc "create database \"$db\"" >/dev/null 2>&1; then
+			say "created database $db on ${base#*@}"
+		fi
 	fi
 }
 
@@ -82,6 +85,8 @@ pg_url() { # db
 	local base="postgres://postgres@127.0.0.1:$pg_port"
 	if command -v psql >/dev/null 2>&1; then
 		ensure_db "$base" "$db"
+	else
+		say "psql is not installed, so database $db is not created here: create it, or set DATABASE_URL"
 	fi
 	echo "$base/$db?sslmode=disable"
 }
@@ -105,7 +110,8 @@ env)
 	mode=${2:-run}
 	case "$mode" in
 	run)
-		url=$(pg_url postgres)
+		url=$(pg_url tributary)
+		[ -z "${DATABASE_URL:-}" ] && say "using database tributary on 127.0.0.1:$pg_port (set DATABASE_URL to use another)"
 		echo "export DATABASE_URL='$url'"
 		url=$(amqp_url)
 		[ -n "$url" ] && echo "export AMQP_URL='$url'"

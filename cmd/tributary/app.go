@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary"
+	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -47,7 +48,7 @@ type app struct {
 	// benchCPUProfile is `bench --cpuprofile`.
 	benchCPUProfile string
 
-	cfg    envconfig.Config
+	cfg    tributary.Config
 	logger *slog.Logger
 
 	// stopTracing flushes and stops the trace exporter startTracing
@@ -58,7 +59,7 @@ type app struct {
 // loadConfig reads the environment, applies the global flags over it and
 // validates the result. A bad value is a usage error naming it.
 func (a *app) loadConfig() error {
-	cfg, err := envconfig.FromEnvWith(map[string]string{
+	cfg, err := tributary.ConfigFromEnvWith(map[string]string{
 		"DATABASE_URL":     a.databaseURL,
 		"TRIBUTARY_SCHEMA": a.schema,
 		"AMQP_URL":         a.amqpURL,
@@ -75,7 +76,15 @@ func (a *app) loadConfig() error {
 
 // pool connects to the configured database.
 func (a *app) pool(ctx context.Context) (*pgxpool.Pool, error) {
-	return queue.NewPool(ctx, a.cfg.Config)
+	return tributary.NewPool(ctx, a.cfg)
+}
+
+// bridge returns the AMQP bridge's configuration with the CLI's logger: with
+// AMQP_URL unset it is the local default broker (the DLQ commands use that).
+func (a *app) bridge() amqpbridge.Config {
+	cfg := a.cfg.AMQP.Bridge
+	cfg.Logger = a.logger
+	return cfg
 }
 
 // client connects and returns an insert-only client with its pool; the

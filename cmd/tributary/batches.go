@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -54,7 +53,7 @@ func newBatchesListCmd(a *app) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return a.printJSON(map[string]any{"sink": a.cfg.BatchSinkURL, "streams": streams, "objects": objs})
+				return a.printJSON(map[string]any{"sink": a.cfg.Batch.SinkURL, "streams": streams, "objects": objs})
 			}
 			return printBatches(a, streams, objs)
 		},
@@ -97,30 +96,4 @@ func printBatches(a *app, streams []batch.StreamStatus, objs []batch.Object) err
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", o.ID, o.Stream, o.Status, o.Items, o.Bytes, o.CompressedBytes, written, o.Key)
 	}
 	return tw.Flush()
-}
-
-// installBatch registers the flush worker and the age timer, writing to
-// BATCH_SINK_URL with the S3_BATCH_* thresholds, and builds the process's
-// one stager (env.batchStager) with the same thresholds for the installers
-// after it that stage items.
-func installBatch(ctx context.Context, env *workerEnv) error {
-	cfg := env.app.cfg
-	sink, err := batch.OpenSink(ctx, cfg.BatchSinkURL)
-	if err != nil {
-		return usagef("invalid BATCH_SINK_URL: %v", err)
-	}
-	streams := cfg.Batch
-	fw, err := batch.Register(env.runtime,
-		batch.FlusherConfig{Streams: streams, Sink: sink, Logger: env.app.logger},
-		batch.AgeTimerConfig{Streams: streams, Interval: cfg.BatchTimerInterval, Logger: env.app.logger})
-	if err != nil {
-		return err
-	}
-	stager, err := batch.NewStager(env.runtime.Client, streams)
-	if err != nil {
-		return err
-	}
-	env.batchStager = stager
-	env.collectors = append(env.collectors, batch.NewCollector(stager, fw))
-	return nil
 }

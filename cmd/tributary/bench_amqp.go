@@ -78,7 +78,7 @@ round's inbox backlog, and the messages/s it handles are printed.`,
 				}
 				defer stopBus()
 				return bench.RunAMQP(ctx, bench.AMQPOptions{
-					URL: a.cfg.AMQP.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
+					URL: a.cfg.AMQP.Bridge.URL, Messages: n, Rounds: rounds, BodyBytes: bodyBytes,
 					DB: pool, Jobs: client, Bus: bus, Logger: quiet,
 					BridgePrefetch: prefetch, InboundConcurrency: concurrency, InboundBatchSize: batch,
 					InboxSchema: schema, InboxWorkers: inboxWorkers,

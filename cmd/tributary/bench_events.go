@@ -97,7 +97,7 @@ shared VM, so one round's ratio is a draw from that spread.`,
 
 // benchPool opens a pool of size conns on the configured database.
 func benchPool(ctx context.Context, a *app, conns int) (*pgxpool.Pool, error) {
-	cfg := a.cfg.Config
+	cfg := queue.Config{DatabaseURL: a.cfg.DatabaseURL, Schema: a.cfg.Schema}
 	sep := "?"
 	if strings.Contains(cfg.DatabaseURL, "?") {
 		sep = "&"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +10,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary/migrations"
+	"github.com/tributary-run/tributary/queue"
 )
 
 func newDashboardCmd(a *app) *cobra.Command {
@@ -33,16 +37,21 @@ with --http, which work the jobs; this process exports the database gauges.`,
 				return usagef("--addr needs an address such as 127.0.0.1:8080")
 			}
 			if addr == "" {
-				addr = a.cfg.HTTPAddr
+				addr = cmp.Or(a.cfg.Dashboard.Addr, dashboard.AddrDefault)
 			} else if reason := dashboard.CheckAddr(addr); reason != "" {
 				return usagef("invalid --addr %q: %s", addr, reason)
 			}
-			queues := a.cfg.DashboardAMQPQueues
+			queues := a.cfg.Dashboard.AMQPQueues
 			if cmd.Flags().Changed("amqp-queues") {
-				var err error
-				if queues, err = envconfig.ParseQueueNames(amqpQueues); err != nil {
-					return usagef("invalid --amqp-queues %q: %v", amqpQueues, err)
+				// The flag takes the variable's place, read by its one reader.
+				cfg, err := tributary.ConfigFromEnvWith(map[string]string{amqpQueuesVar: amqpQueues})
+				var ce *queue.ConfigError
+				if errors.As(err, &ce) && ce.Name == amqpQueuesVar {
+					return usagef("invalid --amqp-queues %q: %s", amqpQueues, ce.Reason)
+				} else if err != nil {
+					return err
 				}
+				queues = cfg.Dashboard.AMQPQueues
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -58,7 +67,7 @@ with --http, which work the jobs; this process exports the database gauges.`,
 			if err != nil {
 				return err
 			}
-			srv, err := dashboard.New(client, dashboard.Config{Addr: addr, Token: a.cfg.DashboardToken, Logger: a.logger, AMQP: amqpCfg})
+			srv, err := dashboard.New(client, dashboard.Config{Addr: addr, Token: a.cfg.Dashboard.Token, Logger: a.logger, AMQP: amqpCfg})
 			if err != nil {
 				return err
 			}
@@ -81,35 +90,32 @@ with --http, which work the jobs; this process exports the database gauges.`,
 	return cmd
 }
 
-// installDashboard serves the dashboard from a worker started with --http,
-// with counters of the jobs this process works.
-func installDashboard(ctx context.Context, env *workerEnv) error {
-	if env.httpAddr == "" {
-		return nil
-	}
-	amqpCfg, err := dashboardAMQP(env.app, env.app.cfg.DashboardAMQPQueues)
-	if err != nil {
-		return err
-	}
-	_, _, err = dashboard.InstallWorker(env.runtime, dashboard.Config{
-		Addr:       env.httpAddr,
-		Token:      env.app.cfg.DashboardToken,
-		Logger:     env.app.logger,
-		AMQP:       amqpCfg,
-		Collectors: env.collectors,
-	})
-	return err
-}
+// amqpQueuesVar is the variable --amqp-queues overrides.
+const amqpQueuesVar = "TRIBUTARY_DASHBOARD_AMQP_QUEUES"
 
 // dashboardAMQP enables the AMQP page for queues when AMQP_URL is set.
 func dashboardAMQP(a *app, queues []string) (*dashboard.AMQPConfig, error) {
-	if a.cfg.AMQP.URL == "" {
+	if a.cfg.AMQP.Bridge.URL == "" {
 		return nil, nil
 	}
-	cfg, err := a.cfg.Bridge(a.logger)
-	if err != nil {
-		return nil, err
-	}
+	cfg := a.bridge()
 	cfg.ConnectionName = "tributary-dashboard"
 	return &dashboard.AMQPConfig{Bridge: cfg, Queues: queues}, nil
+}
+
+// checkMigrated refuses to serve a schema that lacks migrations, with the
+// command that fixes it.
+func checkMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	m, err := migrations.New(pool, migrations.Config{Schema: schema})
+	if err != nil {
+		return err
+	}
+	current, err := m.Current(ctx)
+	if err != nil {
+		return err
+	}
+	if !current {
+		return fmt.Errorf("schema %q has pending migrations; run `tributary migrate up` first", schema)
+	}
+	return nil
 }

@@ -23,10 +23,7 @@ func newDLQCmd(a *app) *cobra.Command {
 // dlq returns the DLQ tools for the configured broker (AMQP_URL, else the
 // local default) and QUEUE_PREFIX.
 func (a *app) dlq() (*amqpbridge.DLQ, error) {
-	cfg, err := a.cfg.Bridge(a.logger)
-	if err != nil {
-		return nil, err
-	}
+	cfg := a.bridge()
 	cfg.ConnectionName = "tributary-cli"
 	return amqpbridge.NewDLQ(cfg)
 }

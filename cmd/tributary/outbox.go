@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,34 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/jobs/events"
 )
-
-// installEvents runs the outbox forwarder, the in-database bus and the demo
-// consumer (subscribed to demo.*) in the worker; with --demo it also emits
-// a demo event every few seconds.
-func installEvents(ctx context.Context, env *workerEnv) error {
-	c, err := demoevents.NewConsumer()
-	if err != nil {
-		return err
-	}
-	icfg := events.InstallConfig{Consumers: []*events.Consumer{c}}
-	icfg.Forwarder.Publishers = env.outboxPublishers
-	inst, err := events.Install(env.runtime, icfg)
-	if err != nil {
-		return err
-	}
-	env.collectors = append(env.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
-	if !env.demo {
-		return nil
-	}
-	p, err := demoevents.NewProducer(env.pool, env.app.cfg.Schema, 0, env.app.logger)
-	if err != nil {
-		return err
-	}
-	return env.runtime.AddService(p)
-}
 
 func newOutboxCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{

@@ -11,9 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
-	"github.com/tributary-run/tributary/jobs/batch"
-	"github.com/tributary-run/tributary/jobs/events"
-	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -22,45 +19,6 @@ import (
 // and `tributary schedules list` show a live schedule.
 func demoSchedule() scheduler.Schedule {
 	return scheduler.Schedule{Name: "demo.noop", Spec: "@every 1m", Args: demojobs.NoopArgs{}}
-}
-
-// cleanupTargets lists the tables the worker's clean-up schedules delete
-// from, each with its feature's default retention. A feature with a table
-// to clean adds its target here.
-func cleanupTargets() []queue.CleanupTarget {
-	return []queue.CleanupTarget{
-		events.OutboxSentCleanup(),
-		events.OutboxFailedCleanup(),
-		events.IdleLaneCleanup(),
-		batch.ObjectCleanup(),
-		workflow.Cleanup(),
-	}
-}
-
-// installScheduler registers the clean-up worker, starts the scheduler
-// service with the clean-up schedules of cleanupTargets and the demo
-// schedule, and exports their counters on /metrics.
-func installScheduler(ctx context.Context, env *workerEnv) error {
-	cfg := env.app.cfg.Cleanup
-	cfg.Targets = cleanupTargets()
-	rt := env.runtime
-	cleaner, err := scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Targets: cfg.Targets, Logger: env.app.logger})
-	if err != nil {
-		return err
-	}
-	cleanups, err := scheduler.CleanupSchedules(cfg)
-	if err != nil {
-		return err
-	}
-	s := scheduler.New(rt.Client, scheduler.Config{Logger: env.app.logger})
-	if err := s.Add(cleanups...); err != nil {
-		return err
-	}
-	if err := s.Add(demoSchedule()); err != nil {
-		return err
-	}
-	env.collectors = append(env.collectors, scheduler.NewCollector(s, cleaner))
-	return rt.AddService(s)
 }
 
 func newSchedulesCmd(a *app) *cobra.Command {

@@ -1,82 +1,20 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/tributary-run/tributary"
+	"github.com/tributary-run/tributary/cmd/tributary/internal/demoevents"
 	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
 	"github.com/tributary-run/tributary/cmd/tributary/internal/demoworkflows"
 	"github.com/tributary-run/tributary/dashboard"
-	"github.com/tributary-run/tributary/jobs/batch"
-	"github.com/tributary-run/tributary/jobs/inbox"
-	"github.com/tributary-run/tributary/jobs/workflow"
-	"github.com/tributary-run/tributary/migrations"
-	"github.com/tributary-run/tributary/outbox"
-	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/scheduler"
 )
-
-// workerEnv is what an installer gets to wire its feature into the worker
-// process.
-type workerEnv struct {
-	app      *app
-	pool     *pgxpool.Pool
-	runtime  *queue.Runtime
-	httpAddr string // empty: no HTTP server
-	demo     bool   // run the demo producers
-
-	// collectors are Prometheus collectors installers add for the
-	// dashboard's /metrics (served with --http); the dashboard installer
-	// runs last and registers them.
-	collectors []prometheus.Collector
-
-	// outboxPublishers are extra destinations for the outbox forwarder
-	// besides the in-database bus (the AMQP outbound bridge).
-	outboxPublishers []outbox.Publisher
-
-	// batchStager stages items for the batch flushes installBatch
-	// registers; one per process, shared by every installer that stages.
-	batchStager *batch.Stager
-
-	// coordinator advances workflows; its middleware is in the runtime's
-	// config, so it is built before the runtime.
-	coordinator *workflow.Coordinator
-}
-
-// installer registers workers and adds services to the worker's runtime.
-type installer struct {
-	name    string
-	install func(ctx context.Context, env *workerEnv) error
-}
-
-// workerInstallers lists, in start order, what the worker process runs
-// besides River. Each feature adds its installer here.
-func workerInstallers() []installer {
-	return []installer{
-		{name: "demo jobs", install: func(ctx context.Context, env *workerEnv) error {
-			demojobs.Register(env.runtime)
-			if env.demo {
-				return env.runtime.AddService(demojobs.NewProducer(env.runtime.Client, 0))
-			}
-			return nil
-		}},
-		{name: "workflows", install: installWorkflows},
-		{name: "scheduler", install: installScheduler},
-		{name: "batch flushes", install: installBatch},
-		// The inbox workers with no inbox: a job of an inbox on a queue this
-		// worker works waits (snoozed) for the inbox's own process instead of
-		// failing here as a job of an unknown kind.
-		{name: "inbox", install: func(ctx context.Context, env *workerEnv) error { return inbox.Install(env.runtime) }},
-		{name: "AMQP bridge", install: installAMQP},
-		{name: "events", install: installEvents},
-		{name: "dashboard", install: installDashboard}, // last: it registers env.collectors
-	}
-}
 
 func newWorkerCmd(a *app) *cobra.Command {
 	var queuesFlag, httpAddr string
@@ -115,39 +53,22 @@ cancels its jobs and exits 1, before the others may take them.`,
 				return err
 			}
 			defer pool.Close()
+			app, err := newWorkerApp(a, pool, queues, httpAddr)
+			if err != nil {
+				return err
+			}
 			if migrate {
-				m, err := migrations.New(pool, migrations.Config{Schema: a.cfg.Schema, Logger: a.logger})
-				if err != nil {
-					return err
-				}
-				if _, err := m.Up(ctx); err != nil {
+				if _, err := app.Migrate(ctx); err != nil {
 					return err
 				}
 			}
-			if err := checkMigrated(ctx, pool, a.cfg.Schema); err != nil {
-				return err
-			}
-			// The coordinator's middleware wraps every job (it records workflow
-			// task outcomes), so it exists before the runtime does.
-			coord, err := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: a.cfg.Schema, Logger: a.logger})
-			if err != nil {
-				return err
-			}
-			rcfg := a.cfg.Runtime
-			rcfg.Logger, rcfg.Queues = a.logger, queues
-			rcfg.Middleware = append(rcfg.Middleware, coord.Middleware())
-			rt, err := queue.NewRuntime(pool, rcfg)
-			if err != nil {
-				return usagef("%v", err)
-			}
-			env := &workerEnv{app: a, pool: pool, runtime: rt, httpAddr: httpAddr, demo: demoMode, coordinator: coord}
-			for _, inst := range workerInstallers() {
-				if err := inst.install(ctx, env); err != nil {
-					return fmt.Errorf("error setting up %s: %w", inst.name, err)
+			if demoMode {
+				if err := addDemoProducers(app); err != nil {
+					return err
 				}
 			}
 			a.logger.InfoContext(ctx, "worker starting", "database", a.cfg.DatabaseHost(), "schema", a.cfg.Schema, "pid", pidOf())
-			return rt.Run(ctx)
+			return app.Run(ctx)
 		},
 	}
 	cmd.Flags().StringVar(&queuesFlag, "queues", "default=100", "queues to work and their concurrency, as name=N,name=N")
@@ -155,23 +76,6 @@ cancels its jobs and exits 1, before the others may take them.`,
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before starting")
 	cmd.Flags().BoolVar(&demoMode, "demo", false, "also enqueue a steady mix of demo jobs (and events), as `make run` does")
 	return cmd
-}
-
-// checkMigrated refuses to start a worker on a schema that lacks migrations,
-// with the command that fixes it.
-func checkMigrated(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	m, err := migrations.New(pool, migrations.Config{Schema: schema})
-	if err != nil {
-		return err
-	}
-	current, err := m.Current(ctx)
-	if err != nil {
-		return err
-	}
-	if !current {
-		return fmt.Errorf("schema %q has pending migrations; run `tributary migrate up` first", schema)
-	}
-	return nil
 }
 
 // parseQueues parses "default=100,events=50".
@@ -195,11 +99,39 @@ func parseQueues(s string) (map[string]int, error) {
 	return out, nil
 }
 
-// installWorkflows adds the workflow coordinator's repair sweep and the
-// demo workflows' task workers (demo.fanout, demo.chain), so `tributary
-// workflows start` has a worker for them.
-func installWorkflows(ctx context.Context, env *workerEnv) error {
-	demoworkflows.Register(env.runtime)
-	env.collectors = append(env.collectors, dashboard.NewWorkflowCollector(env.coordinator))
-	return env.coordinator.Register(env.runtime)
+// newWorkerApp is the worker's App: what the environment configures, the
+// queues and the dashboard address of the flags, and the demo's job kinds,
+// workflows, event consumer and schedule, so `make run` and `tributary
+// workflows start` have work to show. Tracing is already on (startTracing).
+func newWorkerApp(a *app, pool *pgxpool.Pool, queues map[string]int, httpAddr string) (*tributary.App, error) {
+	consumer, err := demoevents.NewConsumer()
+	if err != nil {
+		return nil, err
+	}
+	cfg := a.cfg
+	cfg.Logger, cfg.Queues, cfg.Tracing = a.logger, queues, tributary.TracingConfig{}
+	cfg.Dashboard.Addr = httpAddr // the flag, not TRIBUTARY_HTTP_ADDR: a worker serves only with --http
+	cfg.Consumers = []*events.Consumer{consumer}
+	cfg.Schedules = []scheduler.Schedule{demoSchedule()}
+	app, err := tributary.New(pool, cfg)
+	if err != nil {
+		return nil, err
+	}
+	demojobs.Register(app.Runtime())
+	demoworkflows.Register(app.Runtime())
+	return app, nil
+}
+
+// addDemoProducers adds, for --demo, the services that enqueue a steady mix
+// of demo jobs and emit demo events. Added last, they stop first.
+func addDemoProducers(app *tributary.App) error {
+	rt := app.Runtime()
+	if err := rt.AddService(demojobs.NewProducer(rt.Client, 0)); err != nil {
+		return err
+	}
+	p, err := demoevents.NewProducer(app.Pool(), app.Config().Schema, 0, app.Logger())
+	if err != nil {
+		return err
+	}
+	return rt.AddService(p)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -42,16 +43,9 @@ var (
 // sourceService names this service in every event it emits.
 const sourceService = "orders"
 
-func newEmitter(schema string) (*events.Emitter, error) {
-	reg, err := events.NewRegistry(orderPlacedEvent, orderShippedEvent)
-	if err != nil {
-		return nil, err
-	}
-	return events.NewEmitter(events.EmitterConfig{Schema: schema, Registry: reg, SourceService: sourceService})
-}
-
 // newConsumers returns the billing and shipping consumers. Both keep the
-// default ordering (OrderingBlock): the events of one order (the aggregate)
+// default ordering (OrderingBlock) and dispatch on the "events" queue, with
+// slots of their own (tributary.Config.Queues): the events of one order (the aggregate)
 // reach each of them one at a time, in emit order, so neither sees
 // order.shipped before order.placed, however many workers run. Each records
 // what it handled in order_consumer_log, keyed by the event id so a
@@ -59,7 +53,7 @@ func newEmitter(schema string) (*events.Emitter, error) {
 func newConsumers(st store, db queue.DBTX) ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range []string{"billing", "shipping"} {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Ordering: events.OrderingBlock})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Queue: tributary.EventsQueue, Ordering: events.OrderingBlock})
 		if err != nil {
 			return nil, err
 		}

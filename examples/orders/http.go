@@ -67,21 +67,21 @@ func (s *Service) placeOrder(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	o := &Order{ID: uuid.NewString(), Customer: req.Customer, Cents: req.Cents, Status: StatusPlaced}
 	var resp PlaceOrderResponse
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.App.Pool(), func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, s.st.q(insertOrderSQL), o.ID, o.Customer, o.Cents).Scan(&o.CreatedAt); err != nil {
 			return fmt.Errorf("error writing order: %w", err)
 		}
 		o.UpdatedAt = o.CreatedAt
-		eventID, err := s.emitter.EmitTx(ctx, tx, orderPlacedEvent, OrderPlaced{OrderID: o.ID, Customer: o.Customer, Cents: o.Cents},
+		eventID, err := s.App.EmitTx(ctx, tx, orderPlacedEvent, OrderPlaced{OrderID: o.ID, Customer: o.Customer, Cents: o.Cents},
 			events.Meta{AggregateID: o.ID, CorrelationID: r.Header.Get("X-Request-Id"), Actor: o.Customer})
 		if err != nil {
 			return err
 		}
-		job, err := s.Runtime.EnqueueTx(ctx, tx, SendReceiptArgs{OrderID: o.ID}, &queue.EnqueueOpts{MaxAttempts: 5})
+		job, err := s.App.EnqueueTx(ctx, tx, SendReceiptArgs{OrderID: o.ID}, &queue.EnqueueOpts{MaxAttempts: 5})
 		if err != nil {
 			return err
 		}
-		wf, err := s.Workflows.InsertTx(ctx, tx, fulfilment(o))
+		wf, err := s.App.Workflows().InsertTx(ctx, tx, fulfilment(o))
 		if err != nil {
 			return err
 		}
@@ -89,7 +89,7 @@ func (s *Service) placeOrder(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		s.logger.ErrorContext(ctx, "placing order failed", "error", err)
+		s.App.Logger().ErrorContext(ctx, "placing order failed", "error", err)
 		writeError(w, http.StatusInternalServerError, errors.New("the order could not be placed"))
 		return
 	}
@@ -98,12 +98,12 @@ func (s *Service) placeOrder(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) getOrder(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	o, err := s.st.get(r.Context(), s.pool, id)
+	o, err := s.st.get(r.Context(), s.App.Pool(), id)
 	switch {
 	case errors.Is(err, errOrderNotFound):
 		writeError(w, http.StatusNotFound, fmt.Errorf("no order %q", id))
 	case err != nil:
-		s.logger.ErrorContext(r.Context(), "reading order failed", "order_id", id, "error", err)
+		s.App.Logger().ErrorContext(r.Context(), "reading order failed", "order_id", id, "error", err)
 		writeError(w, http.StatusInternalServerError, errors.New("the order could not be read"))
 	default:
 		writeJSON(w, http.StatusOK, o)
@@ -129,7 +129,7 @@ func (s *Service) accessLog(next http.Handler) http.Handler {
 		func() {
 			defer func() {
 				if v := recover(); v != nil {
-					s.logger.ErrorContext(r.Context(), "handler panicked", "path", r.URL.Path, "panic", fmt.Sprint(v))
+					s.App.Logger().ErrorContext(r.Context(), "handler panicked", "path", r.URL.Path, "panic", fmt.Sprint(v))
 					if !rec.wrote {
 						writeError(rec, http.StatusInternalServerError, errors.New("internal error"))
 					}
@@ -140,8 +140,8 @@ func (s *Service) accessLog(next http.Handler) http.Handler {
 		}()
 		line, _ := json.Marshal(AccessLogLine{Time: start.UTC(), Method: r.Method, Path: r.URL.Path,
 			Status: rec.status, DurationMS: float64(time.Since(start).Microseconds()) / 1000})
-		if err := s.stager.Stage(r.Context(), s.opts.AccessLogStream, line); err != nil {
-			s.logger.WarnContext(r.Context(), "staging access log line failed", "error", err)
+		if err := s.App.Stage(r.Context(), s.opts.AccessLogStream, line); err != nil {
+			s.App.Logger().WarnContext(r.Context(), "staging access log line failed", "error", err)
 		}
 	})
 }

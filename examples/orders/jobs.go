@@ -154,34 +154,32 @@ type WarehouseMessage struct {
 // together, and the message is acked only after that commits. A message
 // that can never apply (not JSON, an unknown status or order) is permanent:
 // it goes to the queue's .failed queue with the reason.
-func warehouseInsert(st store, em *events.Emitter) amqpbridge.InsertFunc {
-	return func(ctx context.Context, tx pgx.Tx, d *amqpbridge.Delivery) error {
-		var m WarehouseMessage
-		if err := json.Unmarshal(d.Body, &m); err != nil {
-			return amqpbridge.Permanent(fmt.Errorf("warehouse message %q is not JSON: %w", d.MessageID, err))
-		}
-		if m.Status != StatusShipped {
-			return amqpbridge.Permanent(fmt.Errorf("warehouse message %q: unknown status %q (want %q)", d.MessageID, m.Status, StatusShipped))
-		}
-		var exists bool
-		if err := tx.QueryRow(ctx, st.q(orderExistsSQL), m.OrderID).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			return amqpbridge.Permanent(fmt.Errorf("warehouse message %q: %w: %q", d.MessageID, errOrderNotFound, m.OrderID))
-		}
-		tag, err := tx.Exec(ctx, st.q(updateStatusSQL), m.OrderID, m.Status)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // already shipped: a redelivery
-		}
-		_, err = em.EmitTx(ctx, tx, orderShippedEvent, OrderShipped{OrderID: m.OrderID, Tracking: m.Tracking},
-			events.Meta{AggregateID: m.OrderID, CausationID: d.MessageID, Actor: "warehouse"})
-		if errors.Is(err, events.ErrUnknownEventType) {
-			return amqpbridge.Permanent(err)
-		}
+func (s *Service) warehouseInsert(ctx context.Context, tx pgx.Tx, d *amqpbridge.Delivery) error {
+	var m WarehouseMessage
+	if err := json.Unmarshal(d.Body, &m); err != nil {
+		return amqpbridge.Permanent(fmt.Errorf("warehouse message %q is not JSON: %w", d.MessageID, err))
+	}
+	if m.Status != StatusShipped {
+		return amqpbridge.Permanent(fmt.Errorf("warehouse message %q: unknown status %q (want %q)", d.MessageID, m.Status, StatusShipped))
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, s.st.q(orderExistsSQL), m.OrderID).Scan(&exists); err != nil {
 		return err
 	}
+	if !exists {
+		return amqpbridge.Permanent(fmt.Errorf("warehouse message %q: %w: %q", d.MessageID, errOrderNotFound, m.OrderID))
+	}
+	tag, err := tx.Exec(ctx, s.st.q(updateStatusSQL), m.OrderID, m.Status)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // already shipped: a redelivery
+	}
+	_, err = s.App.EmitTx(ctx, tx, orderShippedEvent, OrderShipped{OrderID: m.OrderID, Tracking: m.Tracking},
+		events.Meta{AggregateID: m.OrderID, CausationID: d.MessageID, Actor: "warehouse"})
+	if errors.Is(err, events.ErrUnknownEventType) {
+		return amqpbridge.Permanent(err)
+	}
+	return err
 }

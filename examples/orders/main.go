@@ -15,7 +15,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -38,17 +38,21 @@ func main() {
 // BATCH_SINK_URL, S3_BATCH_*, ...), plus the example's ORDERS_ADDR and
 // ORDERS_WAREHOUSE_QUEUE, and serves until SIGINT or SIGTERM.
 func run(ctx context.Context) error {
-	cfg, err := envconfig.FromEnv()
+	cfg, err := tributary.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
 	logger := cfg.NewLogger(os.Stderr)
-	pool, err := queue.NewPool(ctx, cfg.Config)
+	cfg.Logger = logger
+	pool, err := tributary.NewPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	svc, err := NewService(ctx, pool, cfg, Options{WarehouseQueue: os.Getenv("ORDERS_WAREHOUSE_QUEUE")}, logger)
+	if cfg.AMQP.Bridge.URL == "" {
+		logger.InfoContext(ctx, "AMQP_URL is not set: not reading the warehouse queue")
+	}
+	svc, err := NewService(ctx, pool, cfg, Options{WarehouseQueue: os.Getenv("ORDERS_WAREHOUSE_QUEUE")})
 	if err != nil {
 		return err
 	}
@@ -60,7 +64,7 @@ func run(ctx context.Context) error {
 	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	logger.InfoContext(ctx, "orders API listening", "addr", ln.Addr().String(), "schema", cfg.Schema)
-	runErr := svc.Runtime.Run(ctx) // until SIGINT/SIGTERM; running jobs get TRIBUTARY_SHUTDOWN_TIMEOUT
+	runErr := svc.App.Run(ctx) // until SIGINT/SIGTERM; running jobs get TRIBUTARY_SHUTDOWN_TIMEOUT
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return errors.Join(runErr, srv.Shutdown(shutdownCtx))

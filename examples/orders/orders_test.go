@@ -26,8 +26,8 @@ import (
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/s3blob" // s3:// URLs for blob.OpenBucket
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/internal/amqptest"
-	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/scheduler"
@@ -86,29 +86,28 @@ func setup(t *testing.T) *testBundle {
 		"S3_BATCH_MAX_AGE_MS":        "300",
 		"S3_BATCH_TIMER_INTERVAL_MS": "100",
 	}
-	cfg, err := envconfig.FromLookup(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
+	cfg, err := tributary.ConfigFromLookup(func(name string) (string, bool) { v, ok := env[name]; return v, ok })
 	require.NoError(t, err)
 	cfg.Runtime.FetchCooldown, cfg.Runtime.FetchPollInterval = 10*time.Millisecond, 100*time.Millisecond
 	cfg.Runtime.ShutdownTimeout = 5 * time.Second
-	cfg.AMQP.ConnectionName = prefix
+	cfg.AMQP.Bridge.ConnectionName = prefix
+	cfg.Logger = pgtest.Logger(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	svc, err := NewService(ctx, db.Pool, cfg, Options{}, pgtest.Logger(t))
+	svc, err := NewService(ctx, db.Pool, cfg, Options{})
 	require.NoError(t, err)
-	require.NoError(t, svc.Runtime.Start(ctx))
+	require.NoError(t, svc.App.Start(ctx))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		require.NoError(t, svc.Runtime.Stop(ctx))
+		require.NoError(t, svc.App.Stop(ctx))
 	})
 	api := httptest.NewServer(svc.Handler())
 	t.Cleanup(api.Close)
 
 	conn := amqptest.Conn(t)
-	bridge, err := cfg.Bridge(nil)
-	require.NoError(t, err)
-	wq := bridge.QueueName(WarehouseQueueDefault)
+	wq := cfg.AMQP.Bridge.QueueName(WarehouseQueueDefault)
 	amqptest.DeleteQueuesOnCleanup(t, conn, wq, wq+".failed")
 
 	bucket, err := blob.OpenBucket(ctx, fmt.Sprintf("s3://%s?endpoint=http://%s&region=us-east-1&use_path_style=true", testBucket, ln.Addr()))
@@ -148,7 +147,7 @@ func TestOrdersEndToEnd(t *testing.T) {
 	var wf *workflow.Details
 	pgtest.WaitFor(t, 30*time.Second, "the fulfilment workflow to complete", func() (bool, error) {
 		var err error
-		wf, err = b.svc.Workflows.Get(ctx, "order-"+orderID)
+		wf, err = b.svc.App.Workflows().Get(ctx, "order-"+orderID)
 		return err == nil && wf.Status == workflow.StatusCompleted, err
 	})
 	require.Equal(t, placed.WorkflowID, wf.ID)
@@ -213,7 +212,7 @@ func TestOrdersEndToEnd(t *testing.T) {
 
 	// The service's own clean-up is a registered cron schedule, beside
 	// tributary's.
-	infos, err := scheduler.List(ctx, b.svc.Runtime.Client)
+	infos, err := scheduler.List(ctx, b.svc.App.Runtime().Client)
 	require.NoError(t, err)
 	var names []string
 	for _, in := range infos {

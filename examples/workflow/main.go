@@ -7,15 +7,12 @@ import (
 	"context"
 	"errors"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/workflow"
-	"github.com/tributary-run/tributary/migrations"
-	"github.com/tributary-run/tributary/queue"
 )
 
 // Each task is an ordinary River job: args and a worker.
@@ -82,39 +79,27 @@ func (w *RefundWorker) Work(ctx context.Context, job *river.Job[RefundArgs]) err
 
 func main() {
 	ctx := context.Background()
-	cfg := queue.Config{DatabaseURL: os.Getenv("DATABASE_URL"), Schema: os.Getenv("TRIBUTARY_SCHEMA")}.WithDefaults()
-	pool, err := queue.NewPool(ctx, cfg)
+	cfg, err := tributary.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, ...
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool, err := tributary.NewPool(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	m, err := migrations.New(pool, migrations.Config{Schema: cfg.Schema})
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		log.Fatal(err)
-	}
 
-	// Worker process: the coordinator's middleware runs workflow tasks and
-	// releases each task in the transaction that completes its last
-	// dependency.
-	coord, err := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: cfg.Schema})
+	// Every App runs the workflow coordinator: its middleware runs workflow
+	// tasks and releases each task in the transaction that completes its
+	// last dependency.
+	app, err := tributary.New(pool, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
-	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
-		Schema:     cfg.Schema,
-		Queues:     map[string]int{"default": 50},
-		Middleware: []rivertype.Middleware{coord.Middleware()},
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	queue.AddWorker(rt, &ChargeWorker{})
-	queue.AddWorker(rt, &ShipWorker{})
-	queue.AddWorker(rt, &RefundWorker{})
-	if err := coord.Register(rt); err != nil { // the repair sweep
+	tributary.AddWorker(app, &ChargeWorker{})
+	tributary.AddWorker(app, &ShipWorker{})
+	tributary.AddWorker(app, &RefundWorker{})
+	if _, err := app.Migrate(ctx); err != nil {
 		log.Fatal(err)
 	}
 
@@ -130,12 +115,11 @@ func main() {
 	// A compensation: runs only if shipping failed, and is skipped otherwise.
 	wf.Add("refund", RefundArgs{OrderID: "42"}, &workflow.TaskOpts{RunIf: workflow.AnyFailed("ship")})
 
-	wfc := workflow.NewClient(rt.Client)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO orders (id) VALUES ($1) ON CONFLICT DO NOTHING", "42"); err != nil {
 			return err
 		}
-		res, err := wfc.InsertTx(ctx, tx, wf) // rolled back: no workflow, no task, no job
+		res, err := app.Workflows().InsertTx(ctx, tx, wf) // rolled back: no workflow, no task, no job
 		if err == nil {
 			log.Printf("workflow %s (existing: %v)", res.ID, res.Existing)
 		}
@@ -145,7 +129,7 @@ func main() {
 		log.Fatal(err)
 	}
 
-	if err := rt.Run(ctx); err != nil {
+	if err := app.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }

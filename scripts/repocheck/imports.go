@@ -20,12 +20,7 @@ var lowerLayers = []string{"queue", "migrations"}
 
 // allowedUpward lists packages under internal/ that still import a package
 // above them, each with the reason it may until it is gone.
-var allowedUpward = map[string]string{
-	// The environment reader fills every feature's config; it moves into
-	// the root package (tributary.ConfigFromEnv) with the front door, and
-	// this line goes with it.
-	"internal/envconfig": "moves into the root package",
-}
+var allowedUpward = map[string]string{}
 
 // checkImports reports every import, outside tests, of a package above
 // internal/ by a package under the top-level internal/.

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/internal/envconfig"
 )
 
 func main() {
@@ -32,7 +32,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := envconfig.FromEnv()
+	cfg, err := tributary.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func run() error {
 	defer out.Close()
 
 	c, err := amqpbridge.NewBatchConsumer(amqpbridge.Config{
-		URL:            cfg.AMQP.URL,
+		URL:            cfg.AMQP.Bridge.URL,
 		ConnectionName: os.Getenv("BATCHDEMO_CONNECTION_NAME"),
 		Logger:         logger,
 	}, amqpbridge.BatchConsumerConfig{

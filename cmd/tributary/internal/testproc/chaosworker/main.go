@@ -4,7 +4,7 @@
 // `tributary worker` builds its own, until SIGTERM.
 //
 // Environment: DATABASE_URL, TRIBUTARY_SCHEMA and the other tributary
-// settings (internal/envconfig); CHAOS_NAME names the process in the logs;
+// settings (tributary.ConfigFromEnv); CHAOS_NAME names the process in the logs;
 // CHAOS_SINK_DIR is the batch sink's directory; with AMQP_URL set the outbox
 // forwarder also publishes to the chaos exchange.
 package main
@@ -15,9 +15,9 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/cmd/tributary/internal/chaos"
-	"github.com/tributary-run/tributary/internal/envconfig"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/outbox"
@@ -34,19 +34,19 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	cfg, err := envconfig.FromEnv()
+	cfg, err := tributary.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("process", chaos.ProcessName())
-	pool, err := queue.NewPool(ctx, cfg.Config)
+	pool, err := tributary.NewPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
 	rcfg := cfg.Runtime
-	rcfg.Logger, rcfg.Queues = logger, map[string]int{"default": 20}
+	rcfg.Schema, rcfg.Logger, rcfg.Queues = cfg.Schema, logger, map[string]int{"default": 20}
 	rt, err := queue.NewRuntime(pool, rcfg)
 	if err != nil {
 		return err
@@ -67,18 +67,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	streams := cfg.Batch
+	streams := cfg.Batch.Streams
 	if _, err := batch.Register(rt, batch.FlusherConfig{Streams: streams, Sink: sink, Logger: logger},
-		batch.AgeTimerConfig{Streams: streams, Interval: cfg.BatchTimerInterval, Logger: logger}); err != nil {
+		batch.AgeTimerConfig{Streams: streams, Interval: cfg.Batch.TimerInterval, Logger: logger}); err != nil {
 		return err
 	}
 
 	var fcfg events.ForwarderConfig
-	if cfg.AMQP.URL != "" {
-		bcfg, err := cfg.Bridge(logger)
-		if err != nil {
-			return err
-		}
+	if cfg.AMQP.Bridge.URL != "" {
+		bcfg := cfg.AMQP.Bridge
+		bcfg.Logger = logger
 		bcfg.ConnectionName = "chaos-" + chaos.ProcessName()
 		pub, err := amqpbridge.NewPublisher(bcfg)
 		if err != nil {

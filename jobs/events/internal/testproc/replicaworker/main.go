@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/events/internal/replica"
 	"github.com/tributary-run/tributary/outbox"
@@ -34,12 +34,12 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	cfg, err := envconfig.FromEnv()
+	cfg, err := tributary.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pool, err := queue.NewPool(ctx, cfg.Config)
+	pool, err := tributary.NewPool(ctx, cfg)
 	if err != nil {
 		return err
 	}

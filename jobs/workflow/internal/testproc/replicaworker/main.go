@@ -14,7 +14,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tributary-run/tributary/internal/envconfig"
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/jobs/workflow/internal/wfreplica"
 	"github.com/tributary-run/tributary/queue"
@@ -29,11 +29,11 @@ func main() {
 
 func run() error {
 	ctx := context.Background()
-	env, err := envconfig.FromEnv()
+	env, err := tributary.ConfigFromEnv()
 	if err != nil {
 		return err
 	}
-	cfg := env.Config
+	cfg := queue.Config{DatabaseURL: env.DatabaseURL, Schema: env.Schema}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pool, err := queue.NewPool(ctx, cfg)
 	if err != nil {

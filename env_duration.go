@@ -1,4 +1,4 @@
-package envconfig
+package tributary
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package envconfig
+package tributary
 
 import (
 	"errors"
@@ -33,31 +33,30 @@ func lookupFrom(env map[string]string) func(string) (string, bool) {
 	}
 }
 
-func TestFromLookup(t *testing.T) {
+func TestConfigFromLookup(t *testing.T) {
 	t.Parallel()
 
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := FromLookup(lookupFrom(nil))
+		cfg, err := ConfigFromLookup(lookupFrom(nil))
 		require.NoError(t, err)
 		require.Equal(t, queue.DatabaseURLDefault, cfg.DatabaseURL)
+		require.Equal(t, queue.DatabaseURLDefault, cfg.DatabaseURL)
 		require.Equal(t, "public", cfg.Schema)
-		require.Equal(t, "public", cfg.Runtime.Schema)
-		require.Equal(t, queue.RuntimeConfig{Schema: "public"}, cfg.Runtime, "the runtime applies its own defaults")
-		require.Equal(t, amqpbridge.Config{}, cfg.AMQP, "the bridge applies its own defaults")
-		require.Equal(t, batch.Config{}, cfg.Batch, "the flushes apply their own defaults")
-		require.Equal(t, "127.0.0.1:8080", cfg.HTTPAddr)
-		require.Equal(t, batch.SinkURLDefault, cfg.BatchSinkURL)
+		require.Equal(t, queue.RuntimeConfig{}, cfg.Runtime, "the runtime applies its own defaults")
+		require.Equal(t, AMQPConfig{}, cfg.AMQP, "the bridge applies its own defaults")
+		require.Equal(t, batch.Config{}, cfg.Batch.Streams, "the flushes apply their own defaults")
+		require.Equal(t, DashboardConfig{}, cfg.Dashboard, "no dashboard unless TRIBUTARY_HTTP_ADDR says where")
+		require.Equal(t, batch.SinkURLDefault, cfg.Batch.SinkURL)
 		require.Equal(t, "info", cfg.LogLevel)
-		require.Empty(t, cfg.DashboardToken)
-		require.Empty(t, cfg.OutboxExchange)
-		require.Zero(t, cfg.AMQPBatchQueue)
-		require.Equal(t, scheduler.CleanupConfig{}, cfg.Cleanup)
+		require.Equal(t, "text", cfg.LogFormat)
+		require.Equal(t, CleanupConfig{}, cfg.Cleanup)
+		require.NoError(t, cfg.Validate())
 	})
 
 	t.Run("Values", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := FromLookup(lookupFrom(map[string]string{
+		cfg, err := ConfigFromLookup(lookupFrom(map[string]string{
 			"DATABASE_URL":                      "postgres://u:p@db:6543/app",
 			"TRIBUTARY_SCHEMA":                  "jobs",
 			"AMQP_URL":                          "amqp://guest:guest@127.0.0.1:5672/",
@@ -96,7 +95,7 @@ func TestFromLookup(t *testing.T) {
 		require.Equal(t, "jobs", cfg.Schema)
 		require.Equal(t, "db:6543", cfg.DatabaseHost())
 		require.Equal(t, queue.RuntimeConfig{
-			Schema: "jobs", ShutdownTimeout: 3 * time.Second, RescueStuckJobsAfter: 10 * time.Minute, LivenessTimeout: 5 * time.Second,
+			ShutdownTimeout: 3 * time.Second, RescueStuckJobsAfter: 10 * time.Minute, LivenessTimeout: 5 * time.Second,
 			CompletedJobRetention: 2 * time.Hour, CancelledJobRetention: 72 * time.Hour, DiscardedJobRetention: -1,
 			FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 250 * time.Millisecond,
 		}, cfg.Runtime)
@@ -105,23 +104,23 @@ func TestFromLookup(t *testing.T) {
 			MaxMessageRetries: amqpbridge.NoRetries, // an explicit 0 is kept
 			RetryBase:         100 * time.Millisecond, RetryMax: 800 * time.Millisecond,
 			BatchMaxEvents: 5, BatchMaxBytes: 1024, BatchMaxAge: time.Second, BatchTimerInterval: 250 * time.Millisecond,
-		}, cfg.AMQP)
-		require.Equal(t, batch.StreamConfig{MaxEvents: 5, MaxBytes: 1024, MaxAge: time.Second}, cfg.Batch.Defaults)
-		require.Equal(t, 250*time.Millisecond, cfg.BatchTimerInterval)
-		require.Equal(t, "mem://", cfg.BatchSinkURL)
-		require.Equal(t, scheduler.CleanupConfig{
+		}, cfg.AMQP.Bridge)
+		require.Equal(t, batch.StreamConfig{MaxEvents: 5, MaxBytes: 1024, MaxAge: time.Second}, cfg.Batch.Streams.Defaults)
+		require.Equal(t, 250*time.Millisecond, cfg.Batch.TimerInterval)
+		require.Equal(t, "mem://", cfg.Batch.SinkURL)
+		require.Equal(t, CleanupConfig{
 			Retentions: map[string]time.Duration{
 				events.OutboxSentCleanup().Name: 72 * time.Hour, events.OutboxFailedCleanup().Name: -1,
 				batch.ObjectCleanup().Name: 36 * time.Hour, events.IdleLaneCleanup().Name: -1,
 			},
 			Spec: "*/15 * * * *", BatchSize: 2000,
 		}, cfg.Cleanup)
-		require.Equal(t, []string{"orders", "emails"}, cfg.DashboardAMQPQueues)
-		require.Equal(t, "events", cfg.OutboxExchange)
-		require.Equal(t, BatchQueue{Queue: "access-logs", Stream: "access_logs"}, cfg.AMQPBatchQueue)
-		require.Equal(t, "127.0.0.1:9090", cfg.HTTPAddr)
-		require.Equal(t, "tok", cfg.DashboardToken)
+		require.Equal(t, DashboardConfig{Addr: "127.0.0.1:9090", Token: "tok", AMQPQueues: []string{"orders", "emails"}}, cfg.Dashboard)
+		require.Equal(t, "events", cfg.AMQP.OutboxExchange)
+		require.Equal(t, BatchQueue{Queue: "access-logs", Stream: "access_logs"}, cfg.AMQP.BatchQueue)
 		require.Equal(t, "debug", cfg.LogLevel)
+		require.Equal(t, "json", cfg.LogFormat)
+		require.NoError(t, cfg.Validate())
 	})
 
 	t.Run("InvalidValuesNameVariableAndValue", func(t *testing.T) {
@@ -162,7 +161,7 @@ func TestFromLookup(t *testing.T) {
 			{"TRIBUTARY_AMQP_BATCH_QUEUE", ":logs"},
 			{"TRIBUTARY_AMQP_BATCH_QUEUE", "logs:"},
 		} {
-			_, err := FromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
+			_, err := ConfigFromLookup(lookupFrom(map[string]string{tc.name: tc.value}))
 			var ce *queue.ConfigError
 			require.True(t, errors.As(err, &ce), "%s=%s: %v", tc.name, tc.value, err)
 			require.Equal(t, tc.name, ce.Name, "%s=%s: %v", tc.name, tc.value, err)
@@ -175,7 +174,7 @@ func TestFromLookup(t *testing.T) {
 
 	t.Run("RetryMaxBelowBase", func(t *testing.T) {
 		t.Parallel()
-		_, err := FromLookup(lookupFrom(map[string]string{"RETRY_BASE_MS": "5000", "RETRY_MAX_MS": "1000"}))
+		_, err := ConfigFromLookup(lookupFrom(map[string]string{"RETRY_BASE_MS": "5000", "RETRY_MAX_MS": "1000"}))
 		require.EqualError(t, err, `invalid RETRY_MAX_MS "1000": want at least the retry base (5s)`)
 	})
 
@@ -184,12 +183,11 @@ func TestFromLookup(t *testing.T) {
 		// 70,000 items per object are fine for the flushes; as the batch
 		// consumer's prefetch they are not.
 		env := map[string]string{"S3_BATCH_MAX_EVENTS": "70000"}
-		cfg, err := FromLookup(lookupFrom(env))
+		cfg, err := ConfigFromLookup(lookupFrom(env))
 		require.NoError(t, err)
-		_, err = cfg.Bridge(nil)
-		require.EqualError(t, err, `invalid S3_BATCH_MAX_EVENTS "70000": want 1..65535 (it is the batch consumer's prefetch)`)
+		require.NoError(t, cfg.Validate())
 		env["AMQP_URL"] = "amqp://127.0.0.1/"
-		_, err = FromLookup(lookupFrom(env))
+		_, err = ConfigFromLookup(lookupFrom(env))
 		require.EqualError(t, err, `invalid S3_BATCH_MAX_EVENTS "70000": want 1..65535 (it is the batch consumer's prefetch)`)
 	})
 
@@ -200,7 +198,7 @@ func TestFromLookup(t *testing.T) {
 			"AMQP_URL":       "http://u:hunter2@h/",
 			"BATCH_SINK_URL": "ftp://u:hunter2@h/",
 		} {
-			_, err := FromLookup(lookupFrom(map[string]string{name: value}))
+			_, err := ConfigFromLookup(lookupFrom(map[string]string{name: value}))
 			require.ErrorContains(t, err, name)
 			require.NotContains(t, err.Error(), "hunter2")
 		}
@@ -237,15 +235,21 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-// TestREADMEConfigurationTables checks the README's configuration tables
-// against the code: every variable read here has a row and every row is
-// read here, and each default the README states is the default of the
-// feature that owns it.
+// TestREADMEConfigurationTables checks the documented table of environment
+// variables (docs/configuration.md's, or README.md's configuration tables
+// where that page does not exist yet) against the code: every variable read
+// here has a row and every row is read here, and each default it states is
+// the default of the feature that owns it.
 func TestREADMEConfigurationTables(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, sections := "docs/configuration.md", []string{"## Environment variables\n"}
+	text, err := os.ReadFile(doc)
+	if errors.Is(err, fs.ErrNotExist) {
+		doc, sections = "README.md", []string{"## Configuration\n", "### Clean-up\n"}
+		text, err = os.ReadFile(doc)
+	}
 	require.NoError(t, err)
-	rows := readmeRows(t, string(readme))
+	rows := readmeRows(t, string(text), sections)
 
 	var read []string
 	for _, v := range variables() {
@@ -257,7 +261,7 @@ func TestREADMEConfigurationTables(t *testing.T) {
 	}
 	slices.Sort(read)
 	slices.Sort(documented)
-	require.Equal(t, read, documented, "the variables read here and the README's rows")
+	require.Equal(t, read, documented, "the variables read here and %s's rows", doc)
 
 	days := func(d time.Duration) string { return fmt.Sprintf("`%dd`", d/(24*time.Hour)) }
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
@@ -283,7 +287,7 @@ func TestREADMEConfigurationTables(t *testing.T) {
 		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "`" + strconv.Itoa(scheduler.CleanupBatchSizeDefault) + "`",
 	}
 	for name, want := range defaults {
-		require.Contains(t, rows[name], want, "README's default for %s", name)
+		require.Contains(t, rows[name], want, "%s's default for %s", doc, name)
 	}
 
 	// One variable, two features: the flushes' and the batch consumer's
@@ -295,17 +299,17 @@ func TestREADMEConfigurationTables(t *testing.T) {
 	require.Equal(t, batch.TimerIntervalDefault, amqpbridge.BatchTimerIntervalDefault)
 }
 
-// readmeRows returns the default column of every row of the README's
-// configuration tables (the "Configuration" section's and the clean-up
-// one), by variable. A row naming several variables ("`A` / `_B`", the
-// second a suffix of the first) counts for each.
-func readmeRows(t *testing.T, readme string) map[string]string {
+// readmeRows returns the default column (the second) of every row of the
+// tables in the sections of the document, by variable. A row naming several
+// variables ("`A` / `_B`", the second a suffix of the first) counts for
+// each.
+func readmeRows(t *testing.T, readme string, sections []string) map[string]string {
 	t.Helper()
 	rows := map[string]string{}
 	varRE := regexp.MustCompile("`([A-Z0-9_]+)`")
-	for _, section := range []string{"## Configuration\n", "### Clean-up\n"} {
+	for _, section := range sections {
 		i := strings.Index(readme, section)
-		require.GreaterOrEqual(t, i, 0, "README has no %q section", strings.TrimSpace(section))
+		require.GreaterOrEqual(t, i, 0, "no %q section", strings.TrimSpace(section))
 		body := readme[i+len(section):]
 		if j := strings.Index(body, "\n#"); j >= 0 {
 			body = body[:j]
@@ -331,24 +335,24 @@ func readmeRows(t *testing.T, readme string) map[string]string {
 	return rows
 }
 
-// TestOnlyEnvconfigReadsTributarysVariables fails for code outside this
+// TestOnlyConfigFromEnvReadsTributarysVariables fails for code outside this
 // package that reads one of the variables above from the environment, or
 // reads the environment in a way that cannot be checked (a computed name,
 // the whole environment). Test helpers and example programs are not
 // tributary's processes and may.
-func TestOnlyEnvconfigReadsTributarysVariables(t *testing.T) {
+func TestOnlyConfigFromEnvReadsTributarysVariables(t *testing.T) {
 	t.Parallel()
 	exempt := []string{
-		"internal/pgtest/",    // test harness: the tests' database
-		"internal/amqptest/",  // test harness: the tests' broker
-		"examples/",           // a user's own service, which reads its own settings
-		"internal/envconfig/", // the owner
+		"internal/pgtest/",   // test harness: the tests' database
+		"internal/amqptest/", // test harness: the tests' broker
+		"examples/",          // a user's own service, which reads its own settings
 	}
+	owner := map[string]bool{"env.go": true} // the root package's reader
 	ours := map[string]bool{}
 	for _, v := range variables() {
 		ours[v.name] = true
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(".")
 	require.NoError(t, err)
 	fset := token.NewFileSet()
 	var found []string
@@ -362,7 +366,7 @@ func TestOnlyEnvconfigReadsTributarysVariables(t *testing.T) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, path)
-		if slices.ContainsFunc(exempt, func(prefix string) bool { return strings.HasPrefix(filepath.ToSlash(rel), prefix) }) {
+		if owner[filepath.ToSlash(rel)] || slices.ContainsFunc(exempt, func(prefix string) bool { return strings.HasPrefix(filepath.ToSlash(rel), prefix) }) {
 			return nil
 		}
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
@@ -392,7 +396,7 @@ func TestOnlyEnvconfigReadsTributarysVariables(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	require.Empty(t, found, "read tributary's variables through internal/envconfig")
+	require.Empty(t, found, "read tributary's variables through tributary.ConfigFromEnv")
 }
 
 // readsEnv reports whether e is os.Getenv, os.LookupEnv, os.Environ or
@@ -406,14 +410,17 @@ func readsEnv(e ast.Expr) bool {
 	return ok && pkg.Name == "os" && slices.Contains([]string{"Getenv", "LookupEnv", "Environ", "ExpandEnv"}, sel.Sel.Name)
 }
 
-func TestCheckBridgeNeeded(t *testing.T) {
+// TestBridgeNeeded: a variable that only works with the bridge is no error
+// for a command that does not use it, and an error naming it for a process
+// that would (Validate, New).
+func TestBridgeNeeded(t *testing.T) {
 	t.Parallel()
-	for name, value := range map[string]string{"TRIBUTARY_OUTBOX_EXCHANGE": "events", "TRIBUTARY_AMQP_BATCH_QUEUE": "logs"} {
-		cfg, err := FromLookup(lookupFrom(map[string]string{name: value}))
+	for name, value := range map[string]string{"TRIBUTARY_OUTBOX_EXCHANGE": "events", "TRIBUTARY_AMQP_BATCH_QUEUE": "logs", "TRIBUTARY_DASHBOARD_AMQP_QUEUES": "orders"} {
+		cfg, err := ConfigFromLookup(lookupFrom(map[string]string{name: value}))
 		require.NoError(t, err, "other commands do not care")
-		require.EqualError(t, cfg.CheckBridgeNeeded(), fmt.Sprintf("invalid %s %q: needs AMQP_URL", name, value))
-		cfg, err = FromLookup(lookupFrom(map[string]string{name: value, "AMQP_URL": "amqp://127.0.0.1/"}))
+		require.EqualError(t, cfg.Validate(), fmt.Sprintf("invalid %s %q: needs AMQP_URL", name, value))
+		cfg, err = ConfigFromLookup(lookupFrom(map[string]string{name: value, "AMQP_URL": "amqp://127.0.0.1/"}))
 		require.NoError(t, err)
-		require.NoError(t, cfg.CheckBridgeNeeded())
+		require.NoError(t, cfg.Validate())
 	}
 }
