@@ -142,7 +142,7 @@ func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	d.livenessTimeout = cmp.Or(rt.LivenessTimeout(), queue.LivenessTimeoutDefault)
 	queue.AddWorker[dispatchArgs](rt, &dispatchWorker[dispatchArgs]{d: d, work: d.work})
 	queue.AddWorker[dispatchBatchArgs](rt, &dispatchWorker[dispatchBatchArgs]{d: d, work: d.workBatch})
-	return rt.AddService(laneHolder{d})
+	return rt.AddService(d)
 }
 
 // Stats returns the dispatcher's counters.
