@@ -127,8 +127,10 @@ type Config struct {
 	Events EventsConfig
 
 	// Workflows are the named workflows this process may start by name with
-	// JSON input (App.StartWorkflow). The workflow coordinator runs in every
-	// App whatever this says: it is what advances workflows.
+	// JSON input (App.StartWorkflow), and that schedules start
+	// (workflow.StartArgs as a schedule's Args: this process works those
+	// jobs). The workflow coordinator runs in every App whatever this says:
+	// it is what advances workflows.
 	//
 	// Defaults to none.
 	Workflows *workflow.Registry

@@ -123,9 +123,14 @@ func (a *App) install() error {
 	return nil
 }
 
-// installWorkflows adds the coordinator's repair sweep.
+// installWorkflows adds the coordinator's repair sweep and, with
+// Config.Workflows, the worker of workflow.StartArgs (schedules that start
+// workflows).
 func installWorkflows(in *installation) error {
 	in.collectors = append(in.collectors, dashboard.NewWorkflowCollector(in.app.coord))
+	if in.app.cfg.Workflows != nil {
+		workflow.AddStartWorker(in.app.rt, in.app.cfg.Workflows)
+	}
 	return in.app.coord.Register(in.app.rt)
 }
 

@@ -135,7 +135,7 @@ type WorkflowsPage struct {
 const workflowIndex = "tributary_workflow_status_idx"
 
 // workflowAttributeIndex is created by the migration of workflow
-// attributes (0023).
+// attributes (workflow_attribute).
 const workflowAttributeIndex = "tributary_workflow_attribute_kv_idx"
 
 const workflowsNotEnabled = "the workflow tables are not in this schema or not migrated (run `tributary migrate up`)"

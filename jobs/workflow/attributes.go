@@ -147,7 +147,7 @@ func decodeAttributes(raw []byte) (map[string]string, error) {
 // column is the workflow's id (so the attribute table's key and value do
 // not shadow w's columns). The planner reads the (key, value, workflow_id)
 // index backwards for the newest first and stops after the page, whatever
-// the value's frequency (migration 0023).
+// the value's frequency (migration workflow_attribute).
 func attributeJoins(schema string, attrs map[string]string, arg func(any) string) string {
 	var sb strings.Builder
 	for i, k := range slices.Sorted(maps.Keys(attrs)) {

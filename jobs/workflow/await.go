@@ -22,7 +22,7 @@ import (
 // last resort.
 const AwaitRecheckInterval = 5 * time.Second
 
-// awaitChannel is the channel of the NOTIFY that migration 0022's trigger
+// awaitChannel is the channel of the NOTIFY that the trigger of migration workflow_await
 // sends when an awaited workflow ends; its payload is "schema id".
 const awaitChannel = "tributary_workflow_end"
 
