@@ -256,6 +256,19 @@ type CleanupConfig struct {
 	//
 	// Defaults to "default".
 	Queue string
+
+	// ArchiveWorkflows writes each finished workflow the "workflows" target
+	// deletes (its row, tasks with outputs, step records, signals and
+	// attributes) as one JSON line into the batch stream
+	// workflow.ArchiveStream ("tributary.workflows"), in the transaction of
+	// the delete (workflow.ArchiveCleanup). The lines land in the object
+	// store through the batch flushes of a process with a sink (Batch.Sink
+	// or Batch.SinkURL, this one or another); `tributary workflows
+	// archived` lists the objects.
+	//
+	// Defaults to false: retention deletes finished workflows without a
+	// copy.
+	ArchiveWorkflows bool
 }
 
 // BatchConfig configures batch streams.

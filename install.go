@@ -142,6 +142,13 @@ func installScheduler(in *installation) error {
 	var cleaner *scheduler.Cleaner
 	if !cfg.Cleanup.Disabled {
 		ccfg := cfg.cleanupConfig()
+		if cfg.Cleanup.ArchiveWorkflows {
+			for i, t := range ccfg.Targets {
+				if t.Name == workflow.Cleanup().Name {
+					ccfg.Targets[i] = workflow.ArchiveCleanup(in.app.stager, workflow.ArchiveStream)
+				}
+			}
+		}
 		var err error
 		if cleaner, err = scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Targets: ccfg.Targets, Logger: cfg.Logger}); err != nil {
 			return err

@@ -34,6 +34,7 @@ func newWorkflowsCmd(a *app) *cobra.Command {
 		newWorkflowsSignalCmd(a),
 		newWorkflowsWaitCmd(a),
 		newWorkflowsForkCmd(a),
+		newWorkflowsArchivedCmd(a),
 	)
 	return cmd
 }
