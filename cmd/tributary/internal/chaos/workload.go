@@ -130,7 +130,7 @@ func (w *Workers) Register(rt *queue.Runtime) {
 func (w *Workers) Consumers() ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, LaneChain: name == "batched"})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Queue: "default", LaneChain: name == "batched"})
 		if err != nil {
 			return nil, err
 		}

@@ -51,7 +51,8 @@ func Consumers(pool *pgxpool.Pool, cfg Config) ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
 		c, err := events.NewConsumer(events.ConsumerConfig{
-			Name: name,
+			Name:  name,
+			Queue: "default",
 			// One consumer's lanes chain (lane events, runs in place), the
 			// other's run one River job per event.
 			LaneChain:   name == "beta",
