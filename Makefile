@@ -1,7 +1,9 @@
 # tributary — the commands the README gives.
 #   make run    find or start Postgres (and RabbitMQ), migrate, run a worker with demo jobs
 #   make test   gofmt + go vet + repocheck (file sizes and binaries, doc links,
-#               the import graph) + go test -race against real Postgres and RabbitMQ
+#               the import graph) + the API listing check + go test -race
+#               against real Postgres and RabbitMQ
+#   make api    rewrite the exported API listing in api/ (after a deliberate API change)
 #   make bench  benchmarks (figures go to docs/BENCHMARKS.md)
 #   make chaos  long fault-injection runs (docs/RELIABILITY.md)
 SHELL := /bin/bash
@@ -10,7 +12,7 @@ BIN := bin/tributary
 TEST_TIMEOUT ?= 9m
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: build run test lint bench chaos clean
+.PHONY: build run test lint api bench chaos clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tributary
@@ -31,9 +33,13 @@ test: build
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi && \
 	$(GO) vet ./... && \
 	$(GO) run ./scripts/repocheck && \
+	GO=$(GO) scripts/check-api.sh && \
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./... && \
 	scripts/test-private-cluster.sh && \
 	scripts/test-run.sh
+
+api:
+	$(GO) run ./scripts/apilist -o api
 
 bench: build
 	@eval "$$(scripts/services.sh env run)" && scripts/bench.sh

@@ -17,9 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 )
 
@@ -180,7 +180,6 @@ type Runtime struct {
 	lostCtx    context.Context
 	loseCancel context.CancelCauseFunc
 	inWork     runningSet // the jobs in River's Work (guardJob)
-	driver     *riverjob.Driver
 	jobsMu     sync.Mutex // guards jobHolders
 	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
 	// runs outside Work; lostSuspects are the jobs its last look found
@@ -278,8 +277,7 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	for name, q := range rcfg.Queues {
 		rt.queues[name] = q.MaxWorkers
 	}
-	rt.driver = riverjob.NewDriver(pool)
-	rc, err := river.NewClient(rt.driver, rcfg)
+	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
 	}
@@ -305,9 +303,6 @@ func (rt *Runtime) guardJob(ctx context.Context, job *rivertype.JobRow, doInner 
 	// started with, which the loss of liveness cancels with its cause.
 	rt.inWork.add(job.ID)
 	defer rt.inWork.remove(job.ID)
-	// River's completer takes the row from here for a plain success
-	// (riverjob.Driver).
-	rt.driver.NoteWorking(job)
 
 	err := doInner(ctx)
 	if rt.livenessLost() {

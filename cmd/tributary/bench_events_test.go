@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
 // TestCLIBenchEvents runs the events benchmark small: both consumers'
@@ -15,7 +13,7 @@ import (
 // event, and the latency parts with their percentiles.
 func TestCLIBenchEvents(t *testing.T) {
 	t.Parallel()
-	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	env := benchEnv()
 	res := cli(t, nil, env, "bench", "events", "-n", "2000", "--aggregates", "100", "--rate", "200", "--latency-for", "500ms", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	var out struct {
@@ -77,7 +75,7 @@ func TestCLIBenchEvents(t *testing.T) {
 // gives the medians of the per-round ratios.
 func TestCLIBenchEventsRounds(t *testing.T) {
 	t.Parallel()
-	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	env := benchEnv()
 	res := cli(t, nil, env, "bench", "events", "-n", "300", "--aggregates", "10", "--latency-for", "200ms", "--batched-only", "--rounds", "3")
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Contains(t, res.stdout, "(round 3/3)")

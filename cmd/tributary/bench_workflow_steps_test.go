@@ -5,13 +5,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
 func TestCLIBenchWorkflowSteps(t *testing.T) {
 	t.Parallel()
-	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	env := benchEnv()
 	res := cli(t, nil, env, "bench", "workflow-steps", "--waiting", "5", "--steps", "20", "--sleepers", "3", "--sleep", "1s", "--json")
 	require.Equal(t, exitOK, res.code, res.stderr)
 	var out struct {

@@ -5,13 +5,11 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/tributary-run/tributary/internal/pgtest"
 )
 
 func TestCLIBenchWorkflows(t *testing.T) {
 	t.Parallel()
-	env := []string{"DATABASE_URL=" + pgtest.DatabaseURL()}
+	env := benchEnv()
 	res := cli(t, nil, env, "bench", "workflows", "-n", "20", "--width", "50", "--length", "10", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	type side struct {

@@ -55,7 +55,7 @@ func cli(t *testing.T, db *pgtest.DB, env []string, args ...string) cliResult {
 // cliWithStdin is cli with stdin fed to the process (nil: none).
 func cliWithStdin(t *testing.T, db *pgtest.DB, env []string, stdin []byte, args ...string) cliResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), cliDeadline(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	pgtest.DieWithTest(cmd)
@@ -73,6 +73,19 @@ func cliWithStdin(t *testing.T, db *pgtest.DB, env []string, stdin []byte, args 
 		t.Fatalf("running tributary %v: %v", args, err)
 	}
 	return cliResult{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// cliDeadline is when a CLI run is killed: shortly before the test binary's
+// own deadline (go test -timeout), so that a run that hangs fails its test
+// with its output, while a run that is slow because the machine is loaded
+// (a benchmark sets up a fresh schema per part) is not failed by a fixed
+// bound. Without a test deadline, ten minutes.
+func cliDeadline(t *testing.T) time.Time {
+	d, ok := t.Deadline()
+	if !ok {
+		return time.Now().Add(10 * time.Minute)
+	}
+	return d.Add(-30 * time.Second)
 }
 
 // baseEnv is the process environment for a CLI run: the inherited one
@@ -93,6 +106,22 @@ func baseEnv(db *pgtest.DB, overrides []string) []string {
 		env = append(env, "DATABASE_URL="+db.URL, "TRIBUTARY_SCHEMA="+db.Schema)
 	}
 	return append(env, overrides...)
+}
+
+// benchPoolMax bounds each pool of a `tributary bench` process a test
+// starts (benchEnv). A benchmark holds several pools at once (its own, the
+// runtime's, the emitters'), by default 20 or 16 connections each, and under
+// load its emitters wait longer on each other's aggregate locks, each
+// holding a connection, so the pools grow to their bounds: two benchmarks
+// side by side held 50 of the server's 100 connections, which every
+// package's tests share, and an emit failed with "too many clients"
+// (SQLSTATE 53300).
+const benchPoolMax = 6
+
+// benchEnv is the environment of a `tributary bench` run: the test
+// database with benchPoolMax connections a pool.
+func benchEnv() []string {
+	return []string{"DATABASE_URL=" + pgtest.URLWithPoolMax(benchPoolMax)}
 }
 
 func randomSuffix() string {

@@ -136,7 +136,7 @@ FROM generate_series(1, 400) g`))
 
 func TestCLIBenchCleanup(t *testing.T) {
 	t.Parallel()
-	res := cli(t, nil, []string{"DATABASE_URL=" + pgtest.DatabaseURL()}, "bench", "cleanup", "-n", "3000", "--batch", "500", "--json")
+	res := cli(t, nil, benchEnv(), "bench", "cleanup", "-n", "3000", "--batch", "500", "--json")
 	require.Equal(t, 0, res.code, res.stderr)
 	var out struct {
 		Rows       int `json:"rows"`
@@ -148,7 +148,7 @@ func TestCLIBenchCleanup(t *testing.T) {
 	require.Equal(t, 300, out.Kept)
 	require.GreaterOrEqual(t, out.Statements, 7, "3000 rows in statements of at most 500, plus the one that finds none left")
 
-	res = cli(t, nil, []string{"DATABASE_URL=" + pgtest.DatabaseURL()}, "bench", "cleanup", "--batch", "0")
+	res = cli(t, nil, benchEnv(), "bench", "cleanup", "--batch", "0")
 	require.Equal(t, exitUsage, res.code, res.stderr)
 	require.Contains(t, res.stderr, "--batch 0")
 }

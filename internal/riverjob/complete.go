@@ -77,11 +77,10 @@ RETURNING j.id`
 // CompleteRunningUpdate is completeRunningSQL with the parameters a caller's
 // statement gives it (ids a bigint[], attempts an int[] in the same order,
 // now the finalized_at), for the body of a data-modifying CTE (the
-// workflow's completion): it returns the ids and the metadata of the jobs
-// it completed (the metadata for NoteCompleted).
+// workflow's completion): it returns the ids of the jobs it completed.
 func CompleteRunningUpdate(ids, attempts, now string) string {
 	return completeRunningBody(ids, attempts, now) + `
-RETURNING j.id, j.metadata`
+RETURNING j.id`
 }
 
 func completeRunningBody(ids, attempts, now string) string {

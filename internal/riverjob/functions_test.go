@@ -89,13 +89,13 @@ func TestFireJobID(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	job := f.insert(t, fixtureArgs{N: 1}, &river.InsertOpts{Metadata: []byte(`{"` + riverjob.ScheduleKey + `": "nightly", "` +
-		riverjob.FireAtKey + `": "2026-01-02T03:04:05Z"}`)})
+		riverjob.FireAtKey + `": "` + fixtureTime(2) + `"}`)})
 
-	id, found, err := riverjob.FireJobID(ctx, f.db.Pool, f.db.Schema, "nightly", "2026-01-02T03:04:05Z")
+	id, found, err := riverjob.FireJobID(ctx, f.db.Pool, f.db.Schema, "nightly", fixtureTime(2))
 	require.NoError(t, err)
 	require.True(t, found)
 	require.Equal(t, job.ID, id)
-	_, found, err = riverjob.FireJobID(ctx, f.db.Pool, f.db.Schema, "nightly", "2026-01-03T03:04:05Z")
+	_, found, err = riverjob.FireJobID(ctx, f.db.Pool, f.db.Schema, "nightly", fixtureTime(3))
 	require.NoError(t, err)
 	require.False(t, found)
 
@@ -146,7 +146,7 @@ func TestRescueRunning(t *testing.T) {
 
 	again := f.insert(t, fixtureArgs{N: 1}, &river.InsertOpts{Queue: "q1"})
 	last := f.insert(t, fixtureArgs{N: 2}, &river.InsertOpts{Queue: "q2", MaxAttempts: 1})
-	cancelled := f.insert(t, fixtureArgs{N: 3}, &river.InsertOpts{Queue: "q3", Metadata: []byte(`{"` + riverjob.CancelAttemptedKey + `": "2026-01-01T00:00:00Z"}`)})
+	cancelled := f.insert(t, fixtureArgs{N: 3}, &river.InsertOpts{Queue: "q3", Metadata: []byte(`{"` + riverjob.CancelAttemptedKey + `": "` + fixtureTime(1) + `"}`)})
 	unknown := f.insert(t, fixtureArgs{N: 4}, nil)
 	other := f.insert(t, fixtureArgs{N: 5}, nil)
 	waiting := f.insert(t, fixtureArgs{N: 6}, nil)
@@ -183,7 +183,7 @@ func TestRescueRunning(t *testing.T) {
 	require.Equal(t, 1, j.Attempt, "the attempt River counted stays counted")
 	require.Nil(t, j.FinalizedAt)
 	require.Len(t, j.Errors, 1)
-	require.Contains(t, j.Errors[0].Error, "process died: process dead-1 (host host-1, pid 42, last heartbeat 2026-01-02")
+	require.Contains(t, j.Errors[0].Error, "process died: process dead-1 (host host-1, pid 42, last heartbeat "+beat.Format(time.DateOnly))
 	require.Equal(t, 1, j.Errors[0].Attempt)
 	require.EqualValues(t, 1, metadata(t, j)["river:rescue_count"])
 	require.NotNil(t, f.job(t, last.ID).FinalizedAt)
@@ -561,4 +561,9 @@ VALUES ('c', 'f', 2, 'q', 5, '{}', NULL, NULL), ('c', 'f', 3, 'q', 5, '{}', NULL
 	require.Equal(t, []string{"f2", "f3", "g2"}, byP)
 	require.Equal(t, []int64{running.ID}, completed)
 	require.Equal(t, rivertype.JobStateCompleted, f.job(t, running.ID).State)
+}
+
+// fixtureTime is 03:04:05 UTC on the given day of January 2026, as RFC 3339.
+func fixtureTime(day int) string {
+	return time.Date(2026, 1, day, 3, 4, 5, 0, time.UTC).Format(time.RFC3339)
 }

@@ -76,7 +76,7 @@ const copyJobsSQL = `COPY /*schema*/river_job (args, created_at, kind, max_attem
 // (copyReader) into one reused buffer per COPY, rather than through pgx's
 // CopyFrom, which looks up an encode plan per value and grows a fresh
 // buffer for each 64 KiB it sends: about half the process's CPU of an
-// insert (docs/BENCHMARKS.md, "The ninth round").
+// insert (docs/decisions/0008-river-rows-by-copy.md).
 func CopyNewJobs(ctx context.Context, tx pgx.Tx, schema string, jobs []NewJob, now time.Time) (int64, error) {
 	if len(jobs) == 0 {
 		return 0, nil
@@ -106,7 +106,7 @@ const copyLaneEventsSQL = `COPY /*schema*/` + LaneEventTable + ` (consumer, aggr
 // COPY, encoded as CopyNewJobs encodes jobs: through pgx's CopyFrom (an
 // encode plan looked up per value), the encoding of the bus's lane events
 // was 0.45 s of a 16.2 s profile of `bench events` for 100,000 rows
-// (docs/BENCHMARKS.md, "The eleventh round").
+// (docs/decisions/0008-river-rows-by-copy.md).
 func CopyLaneEvents(ctx context.Context, tx pgx.Tx, schema string, evs []LaneEvent) (int64, error) {
 	if len(evs) == 0 {
 		return 0, nil
@@ -235,7 +235,7 @@ func appendInt64Field(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(v))
 }
 
-// pgEpochMicros is 2000-01-01 UTC, PostgreSQL's epoch, in microseconds
+// pgEpochMicros is midnight UTC of January 1, 2000, PostgreSQL's epoch, in microseconds
 // since 1970.
 const pgEpochMicros = 946_684_800_000_000
 

@@ -12,14 +12,22 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// promoteSQL releases pending jobs: a pending job's scheduled_at is its
-// insert time (or the caller's ScheduledAt), so a job whose time has come
-// becomes available at once, with scheduled_at = now so it queues behind
-// what was already waiting; one scheduled for later becomes scheduled and
-// River's scheduler makes it available then. The time is the database's:
-// River's fetch compares scheduled_at with the database's now(), so a
-// scheduled_at from a client clock a little ahead of it would hide the job
-// until the database caught up.
+// promoteSQL releases pending jobs: each becomes available at once, with
+// scheduled_at = now() so it queues behind what was already waiting, unless
+// it was inserted to run later (a ScheduledAt past its insert) and that
+// time is still ahead; then it becomes scheduled and River's scheduler
+// makes it available then. The time is the database's: River's fetch
+// compares scheduled_at with the database's now().
+//
+// A job inserted without a ScheduledAt carries River's insert time in
+// scheduled_at, from the inserting process's clock, and River writes its
+// created_at from the same reading (riverpgxv5's insert, and a test's
+// stubbed time alike), so scheduled_at = created_at. That time may be
+// later than now(), the start of the transaction that releases the job:
+// always for a job inserted in that transaction (a task Expand staged for
+// its completion), and for any job when the process's clock runs ahead of
+// the database's. Compared with now() alone it made such a job scheduled,
+// left to River's leader-only scheduler for up to its interval.
 //
 // It reaches the jobs through their primary key alone (byIDs).
 const promoteSQL = `
@@ -28,9 +36,13 @@ SET ` + promoteStateSet + `
 WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE
 RETURNING queue`
 
-// promoteStateSet is promoteSQL's SET list.
-const promoteStateSet = `state = CASE WHEN scheduled_at > now() THEN 'scheduled'::/*schema*/river_job_state ELSE 'available'::/*schema*/river_job_state END,
-    scheduled_at = greatest(scheduled_at, now())`
+// promoteStateSet is promoteSQL's SET list; promoteDeferred says whether
+// a job waits for its ScheduledAt.
+const (
+	promoteStateSet = `state = CASE WHEN ` + promoteDeferred + ` THEN 'scheduled'::/*schema*/river_job_state ELSE 'available'::/*schema*/river_job_state END,
+    scheduled_at = CASE WHEN ` + promoteDeferred + ` THEN scheduled_at ELSE now() END`
+	promoteDeferred = `scheduled_at > now() AND scheduled_at > created_at`
+)
 
 // PromoteUpdate is promoteSQL as the body of a data-modifying CTE of a
 // caller's statement (the workflow's completion): it releases the pending

@@ -87,6 +87,26 @@ func TestPromote(t *testing.T) {
 	queues, err = riverjob.Promote(ctx, b.db.Pool, b.db.Schema, nil)
 	require.NoError(t, err)
 	require.Empty(t, queues)
+
+	// Inserted and released in one transaction: River stamps scheduled_at
+	// with the process's clock, after the transaction's now(); the job is
+	// due all the same, and queues from now().
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var txStart time.Time
+	require.NoError(t, tx.QueryRow(ctx, "SELECT now()").Scan(&txStart))
+	res, err := b.client.River().InsertTx(ctx, tx, testArgs{N: 5}, &river.InsertOpts{Pending: true, Queue: "q4"})
+	require.NoError(t, err)
+	require.True(t, res.Job.ScheduledAt.After(txStart), "River's insert time is after the transaction's now()")
+	queues, err = riverjob.Promote(ctx, tx, b.db.Schema, []int64{res.Job.ID})
+	require.NoError(t, err)
+	require.Equal(t, []string{"q4"}, queues)
+	var state string
+	var scheduledAt time.Time
+	require.NoError(t, tx.QueryRow(ctx, b.db.Q(`SELECT state::text, scheduled_at FROM /*schema*/river_job WHERE id = $1`), res.Job.ID).Scan(&state, &scheduledAt))
+	require.Equal(t, "available", state, "a job inserted without a ScheduledAt is due when released")
+	require.True(t, scheduledAt.Equal(txStart), "it queues from the transaction's now()")
 }
 
 func TestCancelUnstarted(t *testing.T) {

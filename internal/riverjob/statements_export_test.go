@@ -39,7 +39,6 @@ func Statements() map[string]string {
 		"promoteSQL":           promoteSQL,
 		"cancelUnstartedSQL":   cancelUnstartedSQL,
 		"finalizeRunningSQL":   finalizeRunningSQL,
-		"completeFetchedSQL":   completeFetchedSQL,
 		"scanWorkflowTasksSQL": scanWorkflowTasksSQL,
 		"wakeSnoozedSQL":       wakeSnoozedSQL,
 		"wakeDueSQL":           wakeDueSQL,

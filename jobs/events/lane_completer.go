@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
@@ -60,10 +59,6 @@ type laneCompletion struct {
 
 	done    chan error
 	claimed []riverjob.Claimed // set before done when claim > 0
-	// job is the River job whose work ctx is, when River runs it (a lone
-	// dispatch, a chain's head): once its completion commits, River's
-	// completer is told (riverjob.NoteCompleted) and need not read it.
-	job *rivertype.JobRow
 }
 
 // completionOf is the completion of a lone lane dispatch job.
@@ -73,7 +68,7 @@ func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneComple
 		place:    riverjob.LaneSeq{Consumer: a.Consumer, AggregateID: a.AggregateID, Seq: a.Seq},
 		next:     a.Seq + 1,
 		attempts: []riverjob.Attempt{{ID: job.ID, Attempt: job.Attempt}},
-		done:     make(chan error, 1), job: job.JobRow}
+		done:     make(chan error, 1)}
 }
 
 // laneCompleter group-commits lane completions: each completion is a
@@ -376,13 +371,6 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 	}
 	for j, i := range claimOf {
 		batch[i].claimed = got[j]
-	}
-	// The jobs were completed as River's completer completes a success
-	// (state, finalized_at; metadata as it was).
-	for _, req := range batch {
-		if req.job != nil {
-			riverjob.NoteCompleted(req.ctx, req.job, now, nil)
-		}
 	}
 	return queues, nil
 }

@@ -221,25 +221,20 @@ func (r *runner) readBatch(ctx context.Context, a batchArgs) ([]Message, int, er
 // complete completes the job and deletes its row in one statement (the
 // path of a batch whose every message succeeded), guarded by the job
 // running at this attempt: an attempt whose job was handed on meanwhile (a
-// process that lost its liveness) records nothing. River's completer is
-// told (riverjob.NoteCompleted), so it does not read the row back.
+// process that lost its liveness) records nothing. River's completer, told
+// of the success afterwards, finds the job finalized and leaves it.
 func (r *runner) complete(ctx context.Context, job *river.Job[batchArgs]) error {
 	// The job's context without its cancellation: River finds its client
 	// there, and a shutdown must not keep the outcome from being recorded.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	now := time.Now().UTC()
-	var metadata []byte
-	err := r.pool.QueryRow(ctx, r.sql.completeBatch, []int64{job.ID}, []int32{int32(job.Attempt)}, now, job.Args.Batch).Scan(&metadata)
+	err := r.pool.QueryRow(ctx, r.sql.completeBatch, []int64{job.ID}, []int32{int32(job.Attempt)}, now, job.Args.Batch).Scan(new(int64))
 	if errors.Is(err, pgx.ErrNoRows) {
 		r.logger.WarnContext(ctx, "inbox batch job no longer running at this attempt: its outcome is dropped", "batch", job.Args.Batch, "job_id", job.ID, "attempt", job.Attempt)
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	riverjob.NoteCompleted(ctx, job.JobRow, now, metadata)
-	return nil
+	return err
 }
 
 // errStale is an attempt whose job is no longer running at it.
@@ -316,15 +311,15 @@ const readBatchSQL = `SELECT count, messages FROM /*schema*/tributary_inbox_batc
 
 // completeBatchSQL completes the job ($1 its id, $2 its attempt, $3 now;
 // riverjob.CompleteRunningUpdate) and deletes its row ($4) when it did,
-// and returns the job's metadata then; no row when the job was not running
-// at that attempt.
+// and returns the job's id; no row when the job was not running at that
+// attempt.
 var completeBatchSQL = `
 WITH done AS (
     ` + riverjob.CompleteRunningUpdate("$1", "$2", "$3") + `
 ), del AS (
     DELETE FROM /*schema*/tributary_inbox_batch WHERE id = $4 AND EXISTS (SELECT 1 FROM done)
 )
-SELECT metadata FROM done`
+SELECT id FROM done`
 
 const deleteBatchSQL = `DELETE FROM /*schema*/tributary_inbox_batch WHERE id = $1`
 

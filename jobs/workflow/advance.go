@@ -87,10 +87,11 @@ type advance struct {
 	queues   []string // queues of jobs released already (completeReleaseSQL)
 	cancel   []int64  // pending jobs of tasks that were cancelled or skipped
 	finished map[string]Status
-	// completedMeta are the jobs completeReleaseSQL completed, with their
-	// metadata as it wrote them: after the commit, River's client is told
-	// (riverjob.NoteCompleted), so that its completer need not read them.
-	completedMeta map[int64][]byte
+	// ended and keys are the child workflows that finished and the
+	// concurrency keys of the workflows that finished, for flush: from
+	// completeReleaseSQL's count update and from flush's own.
+	ended []childEnd
+	keys  []string
 	// probeCounts: the transaction runs with completionTx's settings, so
 	// the count update may reach each workflow by a primary-key probe per
 	// row of its arrays (applyCountsProbeSQL).
@@ -200,12 +201,12 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 		for rows.Next() {
 			var kind string
 			var d decided
-			var raw []byte // a task's run_if; a completed job's metadata (rowCompleted)
+			var raw []byte // a task's run_if
 			if err := rows.Scan(&kind, &d.wf, &d.name, &d.state, &d.pendingDeps, &raw, &d.dependents, &d.jobID); err != nil {
 				rows.Close()
 				return fmt.Errorf("error recording task outcomes: %w", err)
 			}
-			if raw != nil && kind != rowCompleted {
+			if raw != nil {
 				d.runIf = new(Condition)
 				if err := json.Unmarshal(raw, d.runIf); err != nil {
 					rows.Close()
@@ -215,18 +216,24 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 			switch kind {
 			case rowFinished:
 				recorded[key{d.wf, d.name}] = true
-				a.delta(d.wf).move(from, d.state)
+				if attempts == nil {
+					a.delta(d.wf).move(from, d.state)
+				}
+				if attempts != nil && d.state == TaskCompleted {
+					// completeReleaseSQL records a success only with its job
+					// completed.
+					completed = append(completed, d.jobID)
+				}
 			case rowDependent:
 				d.released = attempts != nil
+				d.counted = attempts != nil
 				deps = append(deps, d)
 			case rowCompleted:
 				completed = append(completed, d.jobID)
-				if a.completedMeta == nil {
-					a.completedMeta = make(map[int64][]byte, len(attempts))
-				}
-				a.completedMeta[d.jobID] = raw
 			case rowPromoted:
 				a.queues = append(a.queues, d.name)
+			case rowWorkflowEnded:
+				a.workflowEnded(d.wf, Status(d.state), d.name, d.dependents[0])
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -276,8 +283,12 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 const (
 	rowFinished  = "f" // a task whose outcome was recorded
 	rowDependent = "d" // a dependent the statement updated
-	rowCompleted = "j" // a job the statement completed (job_id; its metadata in run_if's place)
-	rowPromoted  = "p" // a job the statement released (job_id; its queue as the name)
+	rowCompleted = "j" // a job the statement completed without recording its task (job_id)
+	rowPromoted  = "p" // a queue of jobs the statement released (as the name)
+	// rowWorkflowEnded is a workflow the statement's count update finished:
+	// its id, its status as the state, its parent's id (or "") as the
+	// name, its concurrency key (or "") as the one dependent.
+	rowWorkflowEnded = "w"
 )
 
 // outcomesDoc is the JSON parameter of finishTasksSQL and finishReleaseSQL:
@@ -362,14 +373,20 @@ const tellDependentsSQL = `deps AS (
 // riverjob.CompleteRunningUpdate, CompleteRunning's statement), records the
 // outcomes (outcomesDoc) of the successes whose jobs it completed and of
 // the failures (the caller finalized their jobs), tells the dependents
-// (tellDependentsSQL) and releases the jobs of those that became active
-// (riverjob.PromoteUpdate, Promote's statement). Beside finishReleaseSQL's
-// rows it returns the jobs it completed (rowCompleted, with their metadata
-// for riverjob.NoteCompleted) and the queues of
-// those it released (rowPromoted). Three statements in one: each cost a
-// round trip, its planning and its executor's start per batch. The job
-// updates never meet on a row either: done changes running jobs, prom
-// pending ones. The ids of the jobs to release come as an array
+// (tellDependentsSQL), releases the jobs of those that became active
+// (riverjob.PromoteUpdate, Promote's statement) and adds the moves of the
+// tasks it recorded and decided to their workflows' counts (countsSet; the
+// caller's advance leaves those moves out of its deltas). Beside
+// finishReleaseSQL's rows it returns the jobs it completed whose tasks it
+// did not record (rowCompleted: the completions of tasks an operator
+// cancelled while they ran; a recorded success's job is its rowFinished
+// row's), the distinct queues of the jobs it released (rowPromoted) and
+// the workflows its count update finished (rowWorkflowEnded). Its
+// rowFinished rows carry only what the caller reads of them (workflow,
+// name, state, job). Four statements in one: each cost a round trip, its
+// planning and its executor's start per batch, and the count update a
+// chain's hop. The job updates never meet on a row: done changes running
+// jobs, prom pending ones. The ids of the jobs to release come as an array
 // (ANY(ARRAY(...))), which the planner reaches through the primary key.
 var completeReleaseSQL = `
 WITH done AS (
@@ -380,14 +397,36 @@ WITH done AS (
     RETURNING t.workflow_id, t.name, t.state, t.pending_deps, t.run_if, t.dependents, t.job_id
 ), ` + tellDependentsSQL + `, prom AS (
     ` + riverjob.PromoteUpdate("ARRAY(SELECT job_id FROM dec WHERE state = 'active')") + `
+), moves AS (
+    SELECT workflow_id, 'active' AS st, -1 AS n FROM fin
+    UNION ALL SELECT workflow_id, state, 1 FROM fin
+    UNION ALL SELECT workflow_id, 'pending', -1 FROM dec WHERE state <> 'pending'
+    UNION ALL SELECT workflow_id, state, 1 FROM dec WHERE state <> 'pending'
+), cnt AS (
+    SELECT workflow_id AS id,
+           coalesce(sum(n) FILTER (WHERE st = 'pending'), 0)::integer AS dp,
+           coalesce(sum(n) FILTER (WHERE st = 'active'), 0)::integer AS da,
+           coalesce(sum(n) FILTER (WHERE st = 'completed'), 0)::integer AS dco,
+           coalesce(sum(n) FILTER (WHERE st = 'failed'), 0)::integer AS df,
+           coalesce(sum(n) FILTER (WHERE st = 'cancelled'), 0)::integer AS dc,
+           coalesce(sum(n) FILTER (WHERE st = 'skipped'), 0)::integer AS ds
+    FROM moves GROUP BY workflow_id
+), wfu AS (
+    UPDATE /*schema*/tributary_workflow w ` + countsSet("$2") + `
+    FROM cnt u
+    WHERE w.id = u.id
+    RETURNING w.id, w.status, w.finished_at, w.parent_workflow_id, w.concurrency_key
 )
-SELECT 'f', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM fin
+SELECT 'f', workflow_id::text, name, state, 0, NULL::jsonb, NULL::text[], job_id FROM fin
 UNION ALL
 SELECT 'd', workflow_id::text, name, state, pending_deps, run_if, dependents, job_id FROM dec
 UNION ALL
-SELECT 'j', '', '', '', 0, metadata, '{}'::text[], id FROM done
+SELECT 'j', '', '', '', 0, NULL::jsonb, NULL::text[], id FROM done WHERE id NOT IN (SELECT job_id FROM fin)
 UNION ALL
-SELECT 'p', '', queue, '', 0, NULL::jsonb, '{}'::text[], id FROM prom`
+SELECT DISTINCT 'p', '', queue, '', 0, NULL::jsonb, NULL::text[], 0::bigint FROM prom
+UNION ALL
+SELECT 'w', id::text, coalesce(parent_workflow_id::text, ''), status, 0, NULL::jsonb, ARRAY[coalesce(concurrency_key, '')], 0::bigint
+FROM wfu WHERE finished_at = $2`
 
 // resolve tells dependents that tasks finished, until nothing more
 // changes: a dependent whose last dependency finished becomes active (or
@@ -455,6 +494,7 @@ type decided struct {
 	dependents  []string
 	jobID       int64
 	released    bool // its job was released with its decision (completeReleaseSQL)
+	counted     bool // its move is in the workflow's counts already (completeReleaseSQL)
 }
 
 // decide runs the dependency update and returns the tasks it finished
@@ -491,7 +531,7 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 	}
 	var conds []cond
 	for _, d := range ds {
-		if r, ok := a.changed(d.wf, d.state, d.dependents, d.jobID, d.released); ok {
+		if r, ok := a.changed(d.wf, d.state, d.dependents, d.jobID, d.released, d.counted); ok {
 			next = append(next, r)
 		}
 		if d.state == TaskPending && d.pendingDeps == 0 && d.runIf != nil {
@@ -547,7 +587,7 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 			rows.Close()
 			return nil, err
 		}
-		if r, ok := a.changed(wf, state, dependents, jobID, false); ok {
+		if r, ok := a.changed(wf, state, dependents, jobID, false, false); ok {
 			next = append(next, r)
 		}
 	}
@@ -559,16 +599,21 @@ func (a *advance) settle(ctx context.Context, ds []decided) ([]resolution, error
 
 // changed accounts for a pending task that left pending (or not) and
 // returns its resolution when it finished. released: its job was
-// released already, if it became active (completeReleaseSQL).
-func (a *advance) changed(wf string, state TaskState, dependents []string, jobID int64, released bool) (resolution, bool) {
+// released already, if it became active; counted: its move is in its
+// workflow's counts already (both completeReleaseSQL).
+func (a *advance) changed(wf string, state TaskState, dependents []string, jobID int64, released, counted bool) (resolution, bool) {
 	switch state {
 	case TaskActive:
-		a.delta(wf).move(TaskPending, TaskActive)
+		if !counted {
+			a.delta(wf).move(TaskPending, TaskActive)
+		}
 		if !released {
 			a.promote = append(a.promote, jobID)
 		}
 	case TaskCancelled, TaskSkipped:
-		a.delta(wf).move(TaskPending, state)
+		if !counted {
+			a.delta(wf).move(TaskPending, state)
+		}
 		a.cancel = append(a.cancel, jobID)
 		if len(dependents) > 0 {
 			return resolution{workflowID: wf, dependents: dependents, satisfied: state == TaskSkipped}, true
@@ -642,9 +687,40 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 	if _, err := riverjob.CancelUnstarted(ctx, a.tx, a.schema, a.cancel, a.now); err != nil {
 		return nil, err
 	}
-	if len(a.deltas) == 0 {
+	if len(a.deltas) > 0 {
+		if err := a.applyCounts(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(a.ended) == 0 && len(a.keys) == 0 {
 		return queues, nil
 	}
+	q, err := notifyParents(ctx, a.tx, a.sql, a.schema, a.ended, a.now)
+	if err != nil {
+		return nil, err
+	}
+	admitted, err := releaseSlots(ctx, a.tx, a.sql, a.schema, a.keys, a.now)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(queues, q...), admitted...), nil
+}
+
+// workflowEnded notes a workflow that a count update finished, for flush:
+// its parent (if any) hears of it, and its concurrency slot (if any) is
+// freed.
+func (a *advance) workflowEnded(id string, st Status, parent, key string) {
+	a.finished[id] = st
+	if parent != "" {
+		a.ended = append(a.ended, childEnd{id: id, parent: parent, status: st})
+	}
+	if key != "" {
+		a.keys = append(a.keys, key)
+	}
+}
+
+// applyCounts applies the collected count changes (applyCountsSQL).
+func (a *advance) applyCounts(ctx context.Context) error {
 	n := len(a.deltas)
 	ids := make([]string, 0, n)
 	var dp, da, dco, df, dc, ds []int32
@@ -659,40 +735,24 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 	}
 	rows, err := a.tx.Query(ctx, counts, customPlan, ids, dp, da, dco, df, dc, ds, a.now)
 	if err != nil {
-		return nil, fmt.Errorf("error updating workflow counts: %w", err)
+		return fmt.Errorf("error updating workflow counts: %w", err)
 	}
-	var ended []childEnd
-	var keys []string
 	for rows.Next() {
 		var id, parent, key string
 		var st Status
 		var finished bool
 		if err := rows.Scan(&id, &st, &finished, &parent, &key); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("error updating workflow counts: %w", err)
+			return fmt.Errorf("error updating workflow counts: %w", err)
 		}
 		if finished {
-			a.finished[id] = st
-			if parent != "" {
-				ended = append(ended, childEnd{id: id, parent: parent, status: st})
-			}
-			if key != "" {
-				keys = append(keys, key)
-			}
+			a.workflowEnded(id, st, parent, key)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("error updating workflow counts: %w", err)
+		return fmt.Errorf("error updating workflow counts: %w", err)
 	}
-	q, err := notifyParents(ctx, a.tx, a.sql, a.schema, ended, a.now)
-	if err != nil {
-		return nil, err
-	}
-	admitted, err := releaseSlots(ctx, a.tx, a.sql, a.schema, keys, a.now)
-	if err != nil {
-		return nil, err
-	}
-	return append(append(queues, q...), admitted...), nil
+	return nil
 }
 
 // applyCountsSQL adds count changes and finishes a running workflow that has
@@ -701,9 +761,20 @@ func (a *advance) flush(ctx context.Context) ([]string, error) {
 // directly (w.id = ANY), which reaches them through the primary key: joined
 // to the arrays alone, a 4,000-workflow table without statistics was
 // scanned whole to update 26.
-const applyCountsSQL = `
+var applyCountsSQL = `
 UPDATE /*schema*/tributary_workflow w
-SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da,
+` + countsSet("$8") + `
+FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
+    AS u(id, dp, da, dco, df, dc, ds)
+` + applyCountsWhere + `
+RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false), coalesce(w.parent_workflow_id::text, ''),
+    coalesce(w.concurrency_key, '')`
+
+// countsSet is applyCountsSQL's SET list, with now the time: it adds the
+// changes of u (dp, da, dco, df, dc, ds) to workflow w and finishes w when
+// nothing is pending or active any more.
+func countsSet(now string) string {
+	return `SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da,
     tasks_completed = w.tasks_completed + u.dco, tasks_failed = w.tasks_failed + u.df,
     tasks_cancelled = w.tasks_cancelled + u.dc, tasks_skipped = w.tasks_skipped + u.ds,
     status = CASE
@@ -713,15 +784,11 @@ SET tasks_pending = w.tasks_pending + u.dp, tasks_active = w.tasks_active + u.da
         ELSE 'completed'
     END,
     finished_at = CASE
-        WHEN w.status = 'running' AND w.tasks_pending + u.dp = 0 AND w.tasks_active + u.da = 0 THEN $8
+        WHEN w.status = 'running' AND w.tasks_pending + u.dp = 0 AND w.tasks_active + u.da = 0 THEN ` + now + `
         ELSE w.finished_at
     END,
-    updated_at = $8
-FROM unnest($1::uuid[], $2::integer[], $3::integer[], $4::integer[], $5::integer[], $6::integer[], $7::integer[])
-    AS u(id, dp, da, dco, df, dc, ds)
-` + applyCountsWhere + `
-RETURNING w.id::text, w.status, coalesce(w.finished_at = $8, false), coalesce(w.parent_workflow_id::text, ''),
-    coalesce(w.concurrency_key, '')`
+    updated_at = ` + now
+}
 
 // applyCountsWhere is applyCountsSQL's join with its arrays, for
 // transactions with the planner's defaults (cancel, retry, repair, an

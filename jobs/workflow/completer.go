@@ -23,7 +23,7 @@ import (
 // 10,000-wide workflow then waited for a batch of 1,000 to commit: from
 // the last fan-out task's recorded completion to the fan-in task's start,
 // a median of 67 ms over three rounds (24 to 181 ms), against medians of
-// 20 and 30 ms in two runs with 200 (the first round of each 146 and 98 ms).
+// 20 and 30 ms in two runs with 200 (their slowest rounds 146 and 98 ms).
 const (
 	completerMaxBatch = 200
 	completerShards   = 4
@@ -127,7 +127,6 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 	var queues []string
 	var recorded []outcome
 	var finished map[string]Status
-	var completedMeta map[int64][]byte
 	stale := 0
 	now := time.Now().UTC()
 	err := pgx.BeginTxFunc(ctx, c.pool, completionTx, func(tx pgx.Tx) error {
@@ -208,19 +207,10 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			return err
 		}
 		finished = a.finished
-		completedMeta = a.completedMeta
 		return nil
 	})
 	if err != nil {
 		return err
-	}
-	// The jobs are completed and committed: River's completer, told of
-	// each success when the middleware returns, takes the row from its
-	// client's pilot rather than reading it again.
-	for _, req := range batch {
-		if meta, ok := completedMeta[req.job.ID]; ok {
-			riverjob.NoteCompleted(req.jobCtx, req.job, now, meta)
-		}
 	}
 	c.batches.Add(1)
 	c.stale.Add(int64(stale))

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -74,4 +76,62 @@ func TestExpandErrors(t *testing.T) {
 	require.Equal(t, workflow.TaskFailed, split.State)
 	require.Contains(t, split.Errors[len(split.Errors)-1].Error, `lists dependent "other", which is not a pending task`)
 	require.Len(t, d.Tasks, 2, "nothing was added")
+}
+
+// TestExpandReleasedAvailable: a task that Expand added becomes available
+// in the transaction that records the expanding task's completion, never
+// scheduled (which would leave it to River's leader-only scheduler), with
+// the tasks staged for the completion (tx nil) and inserted in a StepTx
+// before it. A trigger logs every state change of the schema's jobs with
+// its transaction, so the test sees the transition itself rather than a
+// state the scheduler may have moved on since.
+func TestExpandReleasedAvailable(t *testing.T) {
+	t.Parallel()
+	t.Run("WithCompletion", func(t *testing.T) { t.Parallel(); testExpandReleasedAvailable(t, false) })
+	t.Run("InStepTx", func(t *testing.T) { t.Parallel(); testExpandReleasedAvailable(t, true) })
+}
+
+func testExpandReleasedAvailable(t *testing.T, inTx bool) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, db.Q(createEffectSQL+`;
+CREATE TABLE /*schema*/wftest_job_state (id bigserial, job_id bigint NOT NULL, old_state text NOT NULL, new_state text NOT NULL, xid bigint NOT NULL);
+CREATE FUNCTION /*schema*/wftest_log_job_state() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO /*schema*/wftest_job_state (job_id, old_state, new_state, xid) VALUES (NEW.id, OLD.state, NEW.state, txid_current());
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wftest_log_job_state AFTER UPDATE ON /*schema*/river_job
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION /*schema*/wftest_log_job_state()`))
+	require.NoError(t, err)
+	b := setupDurable(t, db, queue.RuntimeConfig{})
+	const n = 3
+	wf := workflow.New("expand-available", nil)
+	wf.Add("split", durableArgs{Name: "split", NoTxStep: true, Expand: n, ExpandTx: inTx}, nil)
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	d := b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	require.Equal(t, workflow.Counts{Completed: n + 1}, d.Counts)
+
+	split := taskByName(t, d, "split")
+	var completedIn int64
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT xid FROM /*schema*/wftest_job_state WHERE job_id = $1 AND new_state = 'completed'`), split.JobID).Scan(&completedIn))
+	for i := range n {
+		x := taskByName(t, d, fmt.Sprintf("split-x%d", i))
+		rows, err := db.Pool.Query(ctx, db.Q(`SELECT old_state, new_state, xid FROM /*schema*/wftest_job_state WHERE job_id = $1 ORDER BY id`), x.JobID)
+		require.NoError(t, err)
+		type change struct {
+			from, to string
+			xid      int64
+		}
+		changes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (change, error) {
+			var c change
+			return c, r.Scan(&c.from, &c.to, &c.xid)
+		})
+		require.NoError(t, err)
+		require.NotEmpty(t, changes, "%s's job changed state", x.Name)
+		require.Equal(t, "pending", changes[0].from, "%s's job was pending first: %v", x.Name, changes)
+		require.Equal(t, "available", changes[0].to, "%s's job left pending for available, not scheduled: %v", x.Name, changes)
+		require.Equal(t, completedIn, changes[0].xid, "%s's job was released in the transaction that completed split's", x.Name)
+	}
 }

@@ -18,7 +18,7 @@ import (
 // started, completed) wrote four entries for the two metadata keys into
 // that index, against one for the empty metadata of a plain job, and the
 // index's clean-up was the largest single cost of the database's share of
-// a task's completion (docs/BENCHMARKS.md, "Workflows"). Tags also come
+// a task's completion. Tags also come
 // decoded with the job row, so the middleware reads a task's identity
 // without parsing JSON.
 //

@@ -51,7 +51,7 @@ func TestRepair(t *testing.T) {
 	require.NoError(t, err)
 	discarded := insert()
 	exec(`UPDATE /*schema*/river_job SET state = 'discarded', attempt = 1, finalized_at = now(),
-        errors = ARRAY['{"at":"2026-01-01T00:00:00Z","attempt":1,"error":"boom","trace":""}'::jsonb] WHERE id = $1`, discarded.Jobs["a"])
+        errors = ARRAY[jsonb_build_object('at', now(), 'attempt', 1, 'error', 'boom', 'trace', '')] WHERE id = $1`, discarded.Jobs["a"])
 	completed := insert() // by a worker process without the middleware
 	exec(`UPDATE /*schema*/river_job SET state = 'completed', attempt = 1, finalized_at = now() WHERE id = $1`, completed.Jobs["a"])
 	lostPromotion := insert()

@@ -20,8 +20,7 @@ const RetentionDefault = 30 * 24 * time.Hour
 // whatever their age. Each batch selects the oldest first (OrderBy):
 // without statistics (autovacuum off) Postgres read the whole table for
 // `finished_at < $1 LIMIT n` when few rows qualified, where the ordered
-// selection walks the partial index on finished_at and stops
-// (docs/BENCHMARKS.md, "Figures behind design choices").
+// selection walks the partial index on finished_at and stops.
 func Cleanup() queue.CleanupTarget {
 	return queue.CleanupTarget{Name: "workflows", Table: "tributary_workflow", Where: "finished_at < $1",
 		OrderBy: "finished_at", Retention: RetentionDefault}

@@ -209,10 +209,10 @@ func TestRiverMetadataKept(t *testing.T) {
 
 // TestTaskJobEventsAreTheirRows: River's completion event of a task's job
 // carries the job's row as committed (state, finalized_at, metadata,
-// River's merged output), whether River's completer took it from the
-// completion's note (riverjob.NoteCompleted) or read it: a task with a
-// metadata update to merge, a task whose name cannot be a tag (its identity
-// in the metadata), a fan-out whose completions share transactions.
+// River's merged output), though the completion transaction finalized the
+// job before River's completer saw it: a task with a metadata update to
+// merge, a task whose name cannot be a tag (its identity in the metadata),
+// a fan-out whose completions share transactions.
 func TestTaskJobEventsAreTheirRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

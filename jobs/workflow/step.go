@@ -157,8 +157,8 @@ func userStepName(name string) error {
 // within the WAL writer's delay (200 ms by default) can lose the newest
 // records, and then those steps run again, as a Step may anyway; any later
 // synchronous commit (the task's completion, a StepTx) flushes every record
-// before it. It takes a Step from a disk flush per call (about 4 ms on the
-// machine of docs/BENCHMARKS.md) to a few round trips.
+// before it. It takes a Step from a disk flush per call (milliseconds on
+// a common disk) to a few round trips.
 //
 //	charge, err := workflow.Step(ctx, "charge", func(ctx context.Context) (Charge, error) {
 //		return payments.Charge(ctx, order.ID, order.Amount) // keyed by order.ID
