@@ -206,7 +206,7 @@ func TestWorkUntilIdle(t *testing.T) {
 	require.NoError(t, err)
 	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{
 		Schema: b.db.Schema, Logger: tributarytest.Logger(t),
-		Queues:     map[string]int{river.QueueDefault: 4, "email": 2},
+		Queues:     map[string]int{river.QueueDefault: 4, "email": 2, events.QueueDefault: 2},
 		Middleware: []rivertype.Middleware{coord.Middleware()},
 	})
 	require.NoError(t, err)
