@@ -120,10 +120,17 @@ func (a *App) Start(ctx context.Context) error {
 	}
 	if err := a.rt.Start(ctx); err != nil {
 		a.flushTracing()
+		if errors.Is(err, queue.ErrAlreadyStarted) {
+			return fmt.Errorf("%s: %w", a.Name(), queue.ErrAlreadyStarted)
+		}
 		return err
 	}
 	return nil
 }
+
+// Name is "tributary app": an App is a queue.Service too, so a process
+// that runs it beside services of its own may start and stop it as one.
+func (a *App) Name() string { return "tributary app" }
 
 // Stop stops the services in reverse order, River last: no new jobs are
 // fetched, running jobs get Runtime.ShutdownTimeout to finish and the rest

@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
@@ -236,4 +237,16 @@ func TestAppStartNeedsMigrations(t *testing.T) {
 	err = app.Start(context.Background())
 	require.ErrorContains(t, err, "pending migrations")
 	require.ErrorContains(t, err, "Migrate")
+}
+
+// TestServiceContract: an App keeps the lifecycle every queue.Service
+// keeps (a second Start refused, Stop without Start, twice, concurrently,
+// under a cancelled context).
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "tributary.App", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t),
+			Runtime: queue.RuntimeConfig{ShutdownTimeout: time.Second}})
+	})
 }
