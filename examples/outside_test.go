@@ -26,20 +26,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/outsidemod"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 
 // module is the repository's module path, which an outside module replaces
 // with the checkout.
-const module = "github.com/tributary-run/tributary"
+const module = outsidemod.ModulePath
 
 // repoRoot returns the checkout's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	return root
+	return outsidemod.Root(t)
 }
 
 // exampleFiles returns the example's files a user copies: its Go files
@@ -141,20 +140,11 @@ func TestExamplesBuildOutsideTheRepository(t *testing.T) {
 		}
 	}
 
-	goCmd := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		// The environment's GOFLAGS (-buildvcs=false, say) stay; -mod=mod
-		// lets the new module's go.mod and go.sum take what the build needs
-		// from the module cache or proxy.
-		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go %s in the outside module:\n%s", strings.Join(args, " "), out)
-	}
+	// outsidemod.Go runs the go command as for the other outside modules
+	// (-mod=mod: go.mod and go.sum take what the build needs).
 	bin := filepath.Join(dir, "bin")
-	goCmd("build", "-o", bin+string(filepath.Separator), "./...")
-	goCmd("vet", "./...")
+	outsidemod.Go(t, dir, "build", "-o", bin+string(filepath.Separator), "./...")
+	outsidemod.Go(t, dir, "vet", "./...")
 
 	runQuickstart(t, filepath.Join(bin, "quickstart"))
 }
