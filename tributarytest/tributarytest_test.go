@@ -238,7 +238,8 @@ func TestWorkUntilIdleReportsWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{Schema: b.db.Schema, Logger: tributarytest.Logger(t), ShutdownTimeout: time.Second})
+	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{Schema: b.db.Schema, Logger: tributarytest.Logger(t), ShutdownTimeout: time.Second,
+		Queues: map[string]int{river.QueueDefault: 4, events.QueueDefault: 2}})
 	require.NoError(t, err)
 	queue.AddWorker(rt, river.WorkFunc(func(ctx context.Context, job *river.Job[receiptArgs]) error {
 		<-ctx.Done() // never finishes on its own
