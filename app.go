@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,6 +39,8 @@ type App struct {
 	// it.
 	ownsPool bool
 
+	// tracingMu guards stopTracing: Stop may run in several goroutines.
+	tracingMu   sync.Mutex
 	stopTracing func()
 }
 
@@ -119,10 +122,11 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	if err := a.rt.Start(ctx); err != nil {
-		a.flushTracing()
 		if errors.Is(err, queue.ErrAlreadyStarted) {
+			// The running start keeps its trace export.
 			return fmt.Errorf("%s: %w", a.Name(), queue.ErrAlreadyStarted)
 		}
+		a.flushTracing()
 		return err
 	}
 	return nil

@@ -264,7 +264,7 @@ func TestWorkUntilIdleReportsWhatIsLeft(t *testing.T) {
 	require.Contains(t, msg, "the schema did not become idle before the deadline")
 	require.Contains(t, msg, `jobs not finished: 2 job(s):`)
 	require.Contains(t, msg, `kind "test.receipt" queue "default" state running attempt 1/25`)
-	require.Contains(t, msg, `kind "tributary.event.dispatch" queue "default" state running`)
+	require.Contains(t, msg, `kind "tributary.event.dispatch" queue "events" state running`)
 	require.Contains(t, msg, `events not yet handled, by consumer: slow 1`)
 }
 
