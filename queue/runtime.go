@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -159,6 +160,8 @@ type Runtime struct {
 
 	cfg     RuntimeConfig
 	workers *river.Workers
+	// queues are the queues River works, as RiverConfigFunc left them.
+	queues map[string]int
 
 	mu       sync.Mutex
 	services []Service
@@ -270,6 +273,10 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
 	}
+	rt.queues = make(map[string]int, len(rcfg.Queues))
+	for name, q := range rcfg.Queues {
+		rt.queues[name] = q.MaxWorkers
+	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
 	if err != nil {
 		return nil, fmt.Errorf("error creating River client: %w", err)
@@ -379,6 +386,11 @@ func (rt *Runtime) ProcessID() string { return rt.cfg.ID }
 // LivenessTimeout returns the heartbeat age past which this runtime takes a
 // process for dead.
 func (rt *Runtime) LivenessTimeout() time.Duration { return rt.cfg.LivenessTimeout }
+
+// Queues returns the queues this runtime works, each with its maximum
+// concurrent jobs (a copy; RuntimeConfig.RiverConfigFunc's changes
+// included).
+func (rt *Runtime) Queues() map[string]int { return maps.Clone(rt.queues) }
 
 // Workers returns the worker registry, for river.AddWorker.
 func (rt *Runtime) Workers() *river.Workers { return rt.workers }
