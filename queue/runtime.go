@@ -180,14 +180,11 @@ type Runtime struct {
 	lostCtx    context.Context
 	loseCancel context.CancelCauseFunc
 	inWork     runningSet // the jobs in River's Work (guardJob)
-	jobsMu     sync.Mutex // guards jobHolders
-	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
-	// runs outside Work; lostSuspects are the jobs its last look found
-	// running under this id and not run here, with when each was first
-	// seen; lostCheckedAt is that look's time and lostBeatFailures the
-	// count of failed heartbeats then.
+	// lostSuspects are the jobs the lost-jobs check's (lost_jobs.go) last
+	// look found running under this id and not run here, with when each
+	// was first seen; lostCheckedAt is that look's time and
+	// lostBeatFailures the count of failed heartbeats then.
 	lostSuspects     map[int64]time.Time // touched by the sweep loop only
-	jobHolders       []func(id int64) bool
 	lostCheckedAt    time.Time
 	lostBeatFailures uint64
 	lossOnce         sync.Once
@@ -402,9 +399,7 @@ func AddWorker[T river.JobArgs](rt *Runtime, w river.Worker[T]) {
 }
 
 // AddService appends a service. Services start in the order they were
-// added, after the River client, and stop in reverse order before it. A
-// service with a method HoldsJob(id int64) bool runs jobs outside River's
-// Work; the runtime never takes a job it holds for lost.
+// added, after the River client, and stop in reverse order before it.
 func (rt *Runtime) AddService(svc Service) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -412,9 +407,6 @@ func (rt *Runtime) AddService(svc Service) error {
 		return fmt.Errorf("cannot add service %q: the runtime is already running", svc.Name())
 	}
 	rt.services = append(rt.services, svc)
-	if h, ok := svc.(jobHolder); ok {
-		rt.addJobHolder(h.HoldsJob)
-	}
 	return nil
 }
 
