@@ -28,7 +28,8 @@ const ArchiveStream = "tributary.workflows"
 //	{"workflow": {...}, "tasks": [...], "steps": [...], "signals": [...], "attributes": {...}}
 //
 // A workflow whose line is larger than the stream's MaxBytes cannot be
-// staged and fails its batch: raise the stream's MaxBytes.
+// staged and fails its batch: raise the stream's MaxBytes. See
+// docs/decisions/0042-archive-in-the-delete-transaction.md.
 func ArchiveCleanup(stager *batch.Stager, stream string) queue.CleanupTarget {
 	return archiveCleanup(stager, stream, nil)
 }

@@ -1,4 +1,5 @@
--- Await (jobs/workflow/await.go): a NOTIFY when an awaited workflow ends.
+-- Await (jobs/workflow/await.go): a NOTIFY when an awaited workflow ends
+-- (docs/decisions/0040-await-notify-in-the-ending-transaction.md).
 --
 -- A waiter sets awaited on the running row (an UPDATE, so it serialises
 -- with the transaction that ends the workflow: either that transaction sees
