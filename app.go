@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
@@ -30,8 +33,17 @@ type App struct {
 	coord     *workflow.Coordinator
 	workflows *workflow.Client
 	emitter   *events.Emitter
-	stager    *batch.Stager
+	// dispatcher runs the consumers; On adds to it before Start.
+	dispatcher *events.Dispatcher
+	stager     *batch.Stager
+	publisher  *amqpbridge.Publisher // nil with the AMQP bridge off
 
+	// ownsPool: Open made the pool, and Stop (or the end of Run) closes
+	// it.
+	ownsPool bool
+
+	// tracingMu guards stopTracing: Stop may run in several goroutines.
+	tracingMu   sync.Mutex
 	stopTracing func()
 }
 
@@ -42,7 +54,7 @@ type App struct {
 // database: Migrate, Start and Run do.
 func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 	if pool == nil {
-		return nil, errors.New("tributary.New: nil pool (see NewPool)")
+		return nil, errors.New("tributary.New: nil pool (see NewPool, or Open)")
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -55,6 +67,34 @@ func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 	return app, nil
 }
 
+// Open builds the App of a process that owns its database connection: it
+// connects to cfg.DatabaseURL (as NewPool), builds the App on that pool (as
+// New) and applies pending migrations (as Migrate), so Run can start at
+// once. The App closes the pool when Stop returns or Run ends; a process
+// that never starts it calls Stop to close it. To share a pool, or to
+// migrate separately (`tributary migrate up`, say, with other database
+// rights), use NewPool, New and Migrate instead.
+func Open(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := NewPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	app, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	app.ownsPool = true
+	if _, err := app.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return app, nil
+}
+
 // AddWorker registers a worker for its job kind, as river.AddWorker does
 // (and panics as it does, on a second worker for one kind). Add every
 // worker before Start. A river.WorkFunc is a worker:
@@ -62,6 +102,52 @@ func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 //	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[SendEmailArgs]) error { ... }))
 func AddWorker[T river.JobArgs](app *App, w river.Worker[T]) {
 	queue.AddWorker(app.rt, w)
+}
+
+// On subscribes fn to def in the App's consumer named consumer, as
+// AddWorker registers a worker: the consumer of that name in
+// Config.Consumers gets the handler, or, when there is none, On adds one
+// with events.ConsumerConfig's defaults (ordered by aggregate, on the
+// "events" queue). Emit accepts def from then on. Subscribe every handler
+// before Start, from the goroutine that built the App:
+//
+//	tributary.On(app, "billing", OrderPlaced, func(ctx context.Context, m events.Message[Order]) error { ... })
+//
+// On panics, as AddWorker and events.On do, for an invalid consumer name,
+// after Start, and when the new consumer's queue is not one of
+// Config.Queues (put it there, or pass an events.Consumer configured as
+// needed in Config.Consumers).
+func On[T any](app *App, consumer string, def events.Event[T], fn events.HandlerFunc[T]) {
+	if err := app.on(consumer, events.Handle(def, fn)); err != nil {
+		panic(fmt.Errorf("tributary.On: %w", err))
+	}
+}
+
+func (a *App) on(name string, sub events.Subscription) error {
+	i := slices.IndexFunc(a.cfg.Consumers, func(c *events.Consumer) bool { return c.Name() == name })
+	if i >= 0 {
+		if err := a.cfg.Consumers[i].Subscribe(sub); err != nil {
+			return err
+		}
+		return a.newEmitter()
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: name})
+	if err != nil {
+		return err
+	}
+	if q := c.Config().Queue; a.cfg.Queues[q] == 0 {
+		return &queue.ConfigError{Name: "Queues", Value: queuesString(a.cfg.Queues),
+			Reason: fmt.Sprintf("consumer %s dispatches on queue %q, which this process does not work: add it", name, q)}
+	}
+	if err := c.Subscribe(sub); err != nil {
+		return err
+	}
+	if err := a.dispatcher.AddConsumer(c); err != nil {
+		return err
+	}
+	// Clipped: the caller's Config.Consumers array is never written.
+	a.cfg.Consumers = append(slices.Clip(a.cfg.Consumers), c)
+	return a.newEmitter()
 }
 
 // Migrate applies River's and tributary's pending migrations to the
@@ -85,16 +171,25 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	if err := a.rt.Start(ctx); err != nil {
+		if errors.Is(err, queue.ErrAlreadyStarted) {
+			// The running start keeps its trace export.
+			return fmt.Errorf("%s: %w", a.Name(), queue.ErrAlreadyStarted)
+		}
 		a.flushTracing()
 		return err
 	}
 	return nil
 }
 
+// Name is "tributary app": an App is a queue.Service too, so a process
+// that runs it beside services of its own may start and stop it as one.
+func (a *App) Name() string { return "tributary app" }
+
 // Stop stops the services in reverse order, River last: no new jobs are
 // fetched, running jobs get Runtime.ShutdownTimeout to finish and the rest
 // are cancelled to run again later. ctx bounds the whole stop.
 func (a *App) Stop(ctx context.Context) error {
+	defer a.closePool()
 	defer a.flushTracing()
 	return a.rt.Stop(ctx)
 }
@@ -105,6 +200,7 @@ func (a *App) Stop(ctx context.Context) error {
 // queue.ErrLivenessLost when the process could no longer show it is alive
 // (its jobs are then run by others).
 func (a *App) Run(ctx context.Context) error {
+	defer a.closePool()
 	if err := checkMigrated(ctx, a.pool, a.cfg.Schema); err != nil {
 		return err
 	}
@@ -113,6 +209,14 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	defer a.flushTracing()
 	return a.rt.Run(ctx)
+}
+
+// closePool closes the pool Open made; a pool given to New is the
+// caller's.
+func (a *App) closePool() {
+	if a.ownsPool {
+		a.pool.Close()
+	}
 }
 
 // HardStop cancels the running jobs of a stop now instead of after the
@@ -132,6 +236,12 @@ func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
 // Logger returns the App's logger.
 func (a *App) Logger() *slog.Logger { return a.cfg.Logger }
+
+// AMQPPublisher returns the App's RabbitMQ publisher, for code of the
+// application's own that publishes to the broker (it connects on first
+// use, and the App stops it). It is nil when the AMQP bridge is off
+// (Config.AMQP.Bridge.URL empty).
+func (a *App) AMQPPublisher() *amqpbridge.Publisher { return a.publisher }
 
 // Runtime returns the worker runtime, for what the App does not wrap: adding
 // a queue.Service, or its queue.Client's methods.
@@ -164,8 +274,9 @@ func (a *App) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []queue.Enqueu
 }
 
 // Emit writes one event into the outbox in a transaction of its own and
-// returns its id. def must be one of Config.Events.Types (else the error is
-// events.ErrUnknownEventType); meta.AggregateID
+// returns its id. def must be an event type one of the App's consumers
+// subscribes to (Config.Consumers, On) or one of Config.Events.Types (else
+// the error is events.ErrUnknownEventType); meta.AggregateID
 // orders the event among the others of its aggregate for every consumer.
 func (a *App) Emit(ctx context.Context, def events.Definition, payload any, meta events.Meta) (string, error) {
 	return a.emitter.Emit(ctx, a.pool, def, payload, meta)

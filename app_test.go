@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
@@ -71,17 +72,27 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	}
 }
 
-// TestQueuesDefault: plain jobs on "default", and each consumer on a queue
-// of its own gets slots of its own.
+// TestQueuesDefault: plain jobs on "default", consumers on "events" unless
+// they name a queue, and a queue a consumer names gets slots of its own.
 func TestQueuesDefault(t *testing.T) {
 	t.Parallel()
 	noop := func(ctx context.Context, m events.Message[pingArgs]) error { return nil }
-	app, err := tributary.New(pgtest.Pool(t), tributary.Config{Consumers: []*events.Consumer{
-		newConsumer(t, "on-events", tributary.EventsQueue, noop),
-		newConsumer(t, "on-default", "", noop),
-	}})
+	app, err := tributary.New(pgtest.Pool(t), tributary.Config{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"default": tributary.QueueWorkersDefault, "events": tributary.ConsumerQueueWorkersDefault}, app.Config().Queues)
+
+	app, err = tributary.New(pgtest.Pool(t), tributary.Config{Consumers: []*events.Consumer{
+		newConsumer(t, "on-events", "", noop),
+		newConsumer(t, "on-default", "default", noop),
+		newConsumer(t, "on-own", "billing", noop),
+	}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{
+		"default": tributary.QueueWorkersDefault,
+		"events":  tributary.ConsumerQueueWorkersDefault,
+		"billing": tributary.ConsumerQueueWorkersDefault,
+	}, app.Config().Queues)
+	require.Equal(t, app.Config().Queues, app.Runtime().Queues(), "the runtime works them")
 }
 
 // TestAppWithoutStart: a process that only enqueues, emits, starts
@@ -137,24 +148,26 @@ func TestAppWithoutStart(t *testing.T) {
 
 	_, err = app.Emit(ctx, events.Define[pingArgs]("test.undeclared", nil), pingArgs{}, events.Meta{})
 	require.ErrorIs(t, err, events.ErrUnknownEventType, "Emit takes the types of Config.Events.Types")
+	require.Nil(t, app.AMQPPublisher(), "no publisher with the bridge off")
 }
 
-// TestAppRun: one App works a job kind, runs an ordered consumer, advances
-// a two-task workflow and fires a cron schedule, and stops cleanly.
+// TestAppRun: one App, from Open, works a job kind, runs an ordered
+// consumer (whose event type Emit takes without Events.Types), advances a
+// two-task workflow and fires a cron schedule, and stops cleanly.
 func TestAppRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
 	var handled atomic.Int64
-	consumer := newConsumer(t, "counter", tributary.EventsQueue, func(ctx context.Context, m events.Message[pingArgs]) error {
+	consumer := newConsumer(t, "counter", "", func(ctx context.Context, m events.Message[pingArgs]) error {
 		handled.Add(1)
 		return nil
 	})
-	app, err := tributary.New(db.Pool, tributary.Config{
-		Schema: db.Schema, Logger: pgtest.Logger(t),
+	app, err := tributary.Open(ctx, tributary.Config{
+		DatabaseURL: pgtest.DatabaseURL(), Schema: db.Schema, Logger: pgtest.Logger(t),
 		Runtime:   queue.RuntimeConfig{FetchPollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
 		Consumers: []*events.Consumer{consumer},
-		Events:    tributary.EventsConfig{Types: []events.Definition{pinged}, Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
+		Events:    tributary.EventsConfig{Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
 		Schedules: []scheduler.Schedule{{Name: "test.every-second", Spec: "@every 1s", Args: pingArgs{N: 100}}},
 	})
 	require.NoError(t, err)
@@ -195,6 +208,26 @@ func TestAppRun(t *testing.T) {
 	require.GreaterOrEqual(t, worked.Load(), int64(3), "two tasks and a fire")
 }
 
+// TestOpenMigratesAndOwnsThePool: Open migrates a new schema, and Stop
+// closes the pool it made, also for an App never started.
+func TestOpenMigratesAndOwnsThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := "open_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	app, err := tributary.Open(ctx, tributary.Config{DatabaseURL: pgtest.DatabaseURL(), Schema: schema, Logger: pgtest.Logger(t)})
+	require.NoError(t, err)
+	_, err = app.Enqueue(ctx, pingArgs{N: 1}, nil)
+	require.NoError(t, err, "migrated: River's tables are there")
+	require.NoError(t, app.Stop(ctx))
+	require.Error(t, app.Pool().Ping(ctx), "Stop closed the pool Open made")
+
+	_, err = tributary.Open(ctx, tributary.Config{DatabaseURL: pgtest.DatabaseURL(), Schema: schema, Queues: map[string]int{"default": 0}})
+	var ce *queue.ConfigError
+	require.ErrorAs(t, err, &ce, "Open validates before it connects")
+}
+
 // TestAppStartNeedsMigrations: Start on a schema without tributary's
 // tables says how to create them.
 func TestAppStartNeedsMigrations(t *testing.T) {
@@ -204,4 +237,83 @@ func TestAppStartNeedsMigrations(t *testing.T) {
 	err = app.Start(context.Background())
 	require.ErrorContains(t, err, "pending migrations")
 	require.ErrorContains(t, err, "Migrate")
+}
+
+// TestServiceContract: an App keeps the lifecycle every queue.Service
+// keeps (a second Start refused, Stop without Start, twice, concurrently,
+// under a cancelled context).
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "tributary.App", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t),
+			Runtime: queue.RuntimeConfig{ShutdownTimeout: time.Second}})
+	})
+}
+
+// TestOn: On adds a consumer with the default configuration, or a handler
+// to a consumer of Config.Consumers, after New; Emit accepts their event
+// types from then on, and the handlers run. On panics after Start, for an
+// invalid name, and for a new consumer on a queue the App does not work.
+func TestOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	shipped := events.Define[pingArgs]("test.shipped", nil)
+	var billed, audited atomic.Int64
+	audit := newConsumer(t, "audit", "", func(ctx context.Context, m events.Message[pingArgs]) error { return nil })
+	app, err := tributary.Open(ctx, tributary.Config{
+		DatabaseURL: pgtest.DatabaseURL(), Schema: db.Schema, Logger: pgtest.Logger(t),
+		Runtime:   queue.RuntimeConfig{FetchPollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		Consumers: []*events.Consumer{audit},
+		Events:    tributary.EventsConfig{Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
+	})
+	require.NoError(t, err)
+	_, err = app.Emit(ctx, shipped, pingArgs{N: 1}, events.Meta{AggregateID: "a-1"})
+	require.ErrorIs(t, err, events.ErrUnknownEventType, "no consumer subscribes to it yet")
+
+	tributary.On(app, "billing", shipped, func(ctx context.Context, m events.Message[pingArgs]) error {
+		billed.Add(1)
+		return nil
+	})
+	tributary.On(app, "audit", shipped, func(ctx context.Context, m events.Message[pingArgs]) error {
+		audited.Add(1)
+		return nil
+	})
+	require.Equal(t, []string{"audit", "billing"}, func() (names []string) {
+		for _, c := range app.Config().Consumers {
+			names = append(names, c.Name())
+		}
+		return names
+	}())
+	require.Equal(t, events.QueueDefault, app.Config().Consumers[1].Config().Queue)
+	require.PanicsWithError(t, `tributary.On: invalid consumer name "no spaces": use letters, digits and . _ : -`, func() {
+		tributary.On(app, "no spaces", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+	for i := range 2 {
+		_, err = app.Emit(ctx, shipped, pingArgs{N: i}, events.Meta{AggregateID: "a-1"})
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, app.Stop(ctx))
+	})
+	pgtest.WaitFor(t, 30*time.Second, "both consumers handle both events", func() (bool, error) {
+		return billed.Load() == 2 && audited.Load() == 2, nil
+	})
+	require.PanicsWithError(t, "tributary.On: consumer late: cannot add a consumer after the dispatcher started", func() {
+		tributary.On(app, "late", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+	require.PanicsWithError(t, "tributary.On: consumer audit: cannot subscribe after the dispatcher started", func() {
+		tributary.On(app, "audit", pinged, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+
+	jobsOnly, err := tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 1}})
+	require.NoError(t, err)
+	require.PanicsWithError(t, `tributary.On: invalid Queues "default=1": consumer billing dispatches on queue "events", which this process does not work: add it`, func() {
+		tributary.On(jobsOnly, "billing", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
 }

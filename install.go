@@ -100,15 +100,8 @@ func (a *App) install() error {
 		return runtimeError(err)
 	}
 	a.rt, a.coord, a.workflows = rt, coord, workflow.NewClient(rt.Client)
-	reg, err := events.NewRegistry(cfg.Events.Types...)
-	if err != nil {
-		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
-	}
-	a.emitter, err = events.NewEmitter(events.EmitterConfig{
-		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService, MaxPayloadBytes: cfg.Events.MaxPayloadBytes,
-	})
-	if err != nil {
-		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
+	if err := a.newEmitter(); err != nil {
+		return err
 	}
 	// One stager per process, shared by App.Stage and the AMQP batch queue.
 	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
@@ -119,6 +112,25 @@ func (a *App) install() error {
 		if err := inst.install(in); err != nil {
 			return fmt.Errorf("error setting up %s: %w", inst.name, err)
 		}
+	}
+	return nil
+}
+
+// newEmitter (re)builds the emitter behind App.Emit from the event types
+// of Config.Events.Types and of the consumers' subscriptions as they are
+// now: New calls it, and On again after each handler it adds.
+func (a *App) newEmitter() error {
+	cfg := a.cfg
+	reg, err := cfg.eventRegistry()
+	if err != nil {
+		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
+	}
+	a.emitter, err = events.NewEmitter(events.EmitterConfig{
+		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService,
+		MaxPayloadBytes: cfg.Events.MaxPayloadBytes, NoNotify: cfg.Events.NoNotify,
+	})
+	if err != nil {
+		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
 	}
 	return nil
 }
@@ -208,6 +220,7 @@ func installAMQP(in *installation) error {
 	if err := rt.AddService(pub); err != nil {
 		return err
 	}
+	in.app.publisher = pub
 	in.amqpCollector = amqpbridge.NewCollector()
 	in.amqpCollector.AddPublisher(pub)
 	in.collectors = append(in.collectors, in.amqpCollector)
@@ -269,6 +282,7 @@ func installEvents(in *installation) error {
 	if err != nil {
 		return err
 	}
+	in.app.dispatcher = inst.Dispatcher
 	in.collectors = append(in.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
 	return nil
 }

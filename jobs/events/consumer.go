@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/outbox"
 )
@@ -38,16 +36,23 @@ func RetryDelaysDefault() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
 }
 
+// QueueDefault is the queue of a consumer that names none: event dispatch
+// has a queue of its own.
+const QueueDefault = "events"
+
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
 	// Name identifies the consumer across processes and services. Every
 	// consumer gets its own copy of each event it subscribes to. Required.
 	Name string
 
-	// Queue is the River queue its dispatch jobs go to. Defaults to
-	// "default". It must be a name River accepts (at most 64 lower-case
-	// letters and digits, separated by single _ or -): NewConsumer refuses
-	// any other.
+	// Queue is the River queue its dispatch jobs go to, so a burst of
+	// events takes that queue's slots and not those of plain jobs. It must
+	// be a name River accepts (at most 64 lower-case letters and digits,
+	// separated by single _ or -): NewConsumer refuses any other. The
+	// runtime Install is given must work it (see InstallConfig.SkipQueueCheck).
+	//
+	// Defaults to QueueDefault ("events").
 	Queue string
 
 	// RetryDelays are the waits before each retry of a failing handler; when
@@ -83,29 +88,14 @@ type ConsumerConfig struct {
 	// an event whose handler is fast. An event that fails leaves the batch
 	// as a dispatch job of its own, retried on the consumer's delays as any
 	// other; a worker crash redelivers the events of the batch not yet
-	// recorded. Events with an aggregate travel one per job, through their
-	// lane; with LaneChain, the worker that handled a lane's head runs up to
-	// this many of the lane's next pending events in place. 1 turns both
-	// off: one job run per event.
+	// recorded. Events with an aggregate go through their lane: the worker
+	// that handled a lane's head runs up to this many of the lane's next
+	// events in place (a lane chain, see lane_chain.go), each recorded
+	// before the next starts, within DispatchBatchSplitAfter of handler
+	// time. 1 turns both off: one job run per event.
 	//
 	// Defaults to DispatchBatchDefault (100); at most DispatchBatchMax.
 	DispatchBatch int
-
-	// LaneChain lets the worker that handled a lane's head run the lane's
-	// next pending events in place, each recorded in a commit of its own
-	// before the next starts (a lane chain, see lane_chain.go), up to
-	// DispatchBatch events within DispatchBatchSplitAfter. It spares ordered
-	// events River's fetch per event. Off by default until it has the
-	// fault-run record of one job per event.
-	//
-	// A chained consumer's lanes also keep the events behind their head
-	// out of River: the bus writes them as lane events (a row of a light
-	// table each), which a chain runs in place without a River job; an
-	// event gets a dispatch job only when it waits for River (promoted), or
-	// fails (then in the state River would have left it). Every worker that
-	// runs the consumer must be of a version that knows lane events
-	// (migration 0016).
-	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
 	// one worker slot: once its handlers have run this long, the events not
@@ -245,7 +235,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("invalid consumer name %q: use letters, digits and . _ : -", cfg.Name)
 	}
 	if cfg.Queue == "" {
-		cfg.Queue = river.QueueDefault
+		cfg.Queue = QueueDefault
 	}
 	if !riverjob.ValidQueueName(cfg.Queue) {
 		return nil, fmt.Errorf("consumer %s: invalid queue %q: want at most 64 lower-case letters and digits, separated by single _ or -", cfg.Name, cfg.Queue)
@@ -339,6 +329,24 @@ func (c *Consumer) RegisteredEventTypes() []string {
 	return out
 }
 
+// Definitions returns the typed event types the consumer subscribes to
+// (Handle, On), in subscription order, once each; raw and pattern
+// subscriptions have none. An emitter that accepts them can emit every
+// event the consumer handles.
+func (c *Consumer) Definitions() []Definition {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []Definition
+	for _, s := range c.subs {
+		if s.def != nil && !seen[s.def.Name()] {
+			seen[s.def.Name()] = true
+			out = append(out, s.def)
+		}
+	}
+	return out
+}
+
 // handlersFor returns the subscriptions matching eventType in
 // registration order.
 func (c *Consumer) handlersFor(eventType string) []Subscription {
@@ -368,9 +376,9 @@ func (c *Consumer) retryDelay(attempt int) time.Duration {
 // maxAttempts is one first try plus one per retry delay.
 func (c *Consumer) maxAttempts() int { return len(c.cfg.RetryDelays) + 1 }
 
-// chains reports whether the consumer's lanes chain (LaneChain, with more
-// than one event per job), and so keep their waiting events as lane events.
-func (c *Consumer) chains() bool { return c.cfg.LaneChain && c.cfg.DispatchBatch > 1 }
+// chains reports whether the worker that handled a lane's head runs the
+// lane's next events in place: with more than one event per job.
+func (c *Consumer) chains() bool { return c.cfg.DispatchBatch > 1 }
 
 // ValidationError is a payload that does not decode into the handler's
 // type or fails its Validate. It is terminal: the dispatch is cancelled,
