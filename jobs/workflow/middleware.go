@@ -34,6 +34,11 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	c := m.c
 	if job.Attempt > 1 {
 		done, err := c.recordedSuccess(ctx, meta.Workflow, meta.Task, job.ID)
+		if err != nil && riverjob.ConnectionError(err) && ctx.Err() == nil {
+			// Not the task's failure: it runs again without spending an
+			// attempt.
+			return river.JobSnooze(riverjob.RecordRetryDelay(job.Metadata))
+		}
 		if err != nil {
 			return err
 		}
