@@ -57,6 +57,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"Schedules[0].Spec", "every hour", tributary.Config{Schedules: []scheduler.Schedule{{Name: "s", Spec: "every hour", Args: pingArgs{}}}}},
 		{"Schedules[1].Name", "s", tributary.Config{Schedules: []scheduler.Schedule{{Name: "s", Spec: "@every 1m", Args: pingArgs{}}, {Name: "s", Spec: "@every 1m", Args: pingArgs{}}}}},
 		{"Batch.SinkURL", "ftp://x", tributary.Config{Batch: tributary.BatchConfig{SinkURL: "ftp://x"}}},
+		{"Cleanup.ArchiveWorkflows", "true", tributary.Config{Cleanup: tributary.CleanupConfig{ArchiveWorkflows: true}}},
 		{"AMQP.OutboxExchange", "events", tributary.Config{AMQP: tributary.AMQPConfig{OutboxExchange: "events"}}},
 		{"AMQP.Bridge.RetryMax", "1s", tributary.Config{AMQP: tributary.AMQPConfig{Bridge: amqpbridge.Config{URL: "amqp://127.0.0.1/", RetryBase: 5 * time.Second, RetryMax: time.Second}}}},
 		{"Dashboard.Addr", "nope:nope:nope", tributary.Config{Dashboard: tributary.DashboardConfig{Addr: "nope:nope:nope"}}},
