@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -44,7 +45,8 @@ var archiveNamespace = uuid.MustParse("5b0f3c2e-8f41-4c8e-9a57-2d0e6b7c1a93")
 // failed record or delete) after the write rolls the transaction back, and
 // the next run, taking the oldest workflows first in (finished_at, id)
 // order, starts its batch at the same workflow and overwrites the same key:
-// no second object, whatever that run's batch size. See
+// no second object, whatever that run's batch size (unless that workflow
+// left meanwhile, re-opened by Retry or deleted by hand). See
 // docs/decisions/0042-archive-before-the-delete.md.
 func ArchiveCleanup(sink batch.Sink, stream string) queue.CleanupTarget {
 	return archiveCleanup(sink, stream, nil)
@@ -106,6 +108,9 @@ const deleteArchivedSQL = `DELETE FROM /*schema*/tributary_workflow WHERE id = A
 // batch is one clean-up batch: select and lock, write the object, then
 // record it and delete the workflows in tx.
 func (a *archiver) batch(ctx context.Context, tx pgx.Tx, schema string, cutoff time.Time, limit int) (int64, error) {
+	if a.sink == nil {
+		return 0, errors.New("the workflow archive needs a batch sink")
+	}
 	if err := batch.ValidateStream(a.stream); err != nil {
 		return 0, err
 	}
