@@ -110,8 +110,10 @@ type Config struct {
 	Runtime queue.RuntimeConfig
 
 	// Consumers are the event consumers this process runs (events.NewConsumer
-	// and events.On build them). Each consumer handles an event type's
-	// events with the same aggregate id one at a time, in emit order.
+	// and events.On build them; On, after New, adds handlers and consumers
+	// with the default configuration without them). Each consumer handles
+	// an event type's events with the same aggregate id one at a time, in
+	// emit order.
 	//
 	// Defaults to none: the process still forwards emitted events.
 	Consumers []*events.Consumer
@@ -124,8 +126,10 @@ type Config struct {
 	Events EventsConfig
 
 	// Workflows are the named workflows this process may start by name with
-	// JSON input (App.StartWorkflow). The workflow coordinator runs in every
-	// App whatever this says: it is what advances workflows.
+	// JSON input (App.StartWorkflow), and that schedules start
+	// (workflow.StartArgs as a schedule's Args: this process works those
+	// jobs). The workflow coordinator runs in every App whatever this says:
+	// it is what advances workflows.
 	//
 	// Defaults to none.
 	Workflows *workflow.Registry
@@ -261,6 +265,21 @@ type CleanupConfig struct {
 	//
 	// Defaults to "default".
 	Queue string
+
+	// ArchiveWorkflows writes the finished workflows the "workflows"
+	// target deletes (each one's row, tasks with outputs, step records,
+	// signals and attributes, one JSON line) into the batch sink before
+	// deleting them: one JSONL.gz object per clean-up batch under the
+	// stream workflow.ArchiveStream ("tributary.workflows"), recorded in
+	// the transaction of the delete (workflow.ArchiveCleanup). The process
+	// that runs the clean-up writes the object, so it needs Batch.Sink or
+	// Batch.SinkURL; give every process that runs clean-up jobs the same
+	// setting. `tributary workflows archived` lists the objects.
+	// TRIBUTARY_WORKFLOW_ARCHIVE sets it.
+	//
+	// Defaults to false: retention deletes finished workflows without a
+	// copy.
+	ArchiveWorkflows bool
 }
 
 // BatchConfig configures batch streams.
@@ -527,6 +546,10 @@ func (c Config) withDefaults() (Config, error) {
 		if err := batch.CheckSinkURL(c.Batch.SinkURL); err != nil {
 			return c, &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(c.Batch.SinkURL), Reason: err.Error()}
 		}
+	}
+	if c.Cleanup.ArchiveWorkflows && !c.Cleanup.Disabled && c.Batch.Sink == nil && c.Batch.SinkURL == "" {
+		return c, &queue.ConfigError{Name: "Cleanup.ArchiveWorkflows", Value: "true",
+			Reason: "needs Batch.Sink or Batch.SinkURL: the clean-up writes the archive objects itself"}
 	}
 	if c.Batch.TimerInterval < 0 {
 		return c, &queue.ConfigError{Name: "Batch.TimerInterval", Value: c.Batch.TimerInterval.String(), Reason: "must not be negative"}

@@ -35,6 +35,10 @@ type installation struct {
 
 	// ampqCollector counts the AMQP bridge's publisher and consumers.
 	amqpCollector *amqpbridge.Collector
+
+	// sink is Batch.Sink, or the sink Batch.SinkURL names, opened once for
+	// the flushes and the workflow archive; nil without either.
+	sink batch.Sink
 }
 
 // installer registers a feature's workers and adds its services to the
@@ -100,8 +104,30 @@ func (a *App) install() error {
 		return runtimeError(err)
 	}
 	a.rt, a.coord, a.workflows = rt, coord, workflow.NewClient(rt.Client)
-	// The consumers' event types are read now: subscribe every handler
-	// (events.On) before New.
+	if err := a.newEmitter(); err != nil {
+		return err
+	}
+	// One stager per process, shared by App.Stage and the AMQP batch queue.
+	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
+		return prefixed("Batch.Streams", err)
+	}
+	in := &installation{app: a}
+	if in.sink, err = cfg.openSink(); err != nil {
+		return err
+	}
+	for _, inst := range installers() {
+		if err := inst.install(in); err != nil {
+			return fmt.Errorf("error setting up %s: %w", inst.name, err)
+		}
+	}
+	return nil
+}
+
+// newEmitter (re)builds the emitter behind App.Emit from the event types
+// of Config.Events.Types and of the consumers' subscriptions as they are
+// now: New calls it, and On again after each handler it adds.
+func (a *App) newEmitter() error {
+	cfg := a.cfg
 	reg, err := cfg.eventRegistry()
 	if err != nil {
 		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
@@ -113,22 +139,17 @@ func (a *App) install() error {
 	if err != nil {
 		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
 	}
-	// One stager per process, shared by App.Stage and the AMQP batch queue.
-	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
-		return prefixed("Batch.Streams", err)
-	}
-	in := &installation{app: a}
-	for _, inst := range installers() {
-		if err := inst.install(in); err != nil {
-			return fmt.Errorf("error setting up %s: %w", inst.name, err)
-		}
-	}
 	return nil
 }
 
-// installWorkflows adds the coordinator's repair sweep.
+// installWorkflows adds the coordinator's repair sweep and, with
+// Config.Workflows, the worker of workflow.StartArgs (schedules that start
+// workflows).
 func installWorkflows(in *installation) error {
 	in.collectors = append(in.collectors, dashboard.NewWorkflowCollector(in.app.coord))
+	if in.app.cfg.Workflows != nil {
+		workflow.AddStartWorker(in.app.rt, in.app.cfg.Workflows)
+	}
 	return in.app.coord.Register(in.app.rt)
 }
 
@@ -140,6 +161,14 @@ func installScheduler(in *installation) error {
 	var cleaner *scheduler.Cleaner
 	if !cfg.Cleanup.Disabled {
 		ccfg := cfg.cleanupConfig()
+		if cfg.Cleanup.ArchiveWorkflows {
+			for i, t := range ccfg.Targets {
+				if t.Name == workflow.Cleanup().Name {
+					// Validate made sure of a sink.
+					ccfg.Targets[i] = workflow.ArchiveCleanup(in.sink, workflow.ArchiveStream)
+				}
+			}
+		}
 		var err error
 		if cleaner, err = scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Targets: ccfg.Targets, Logger: cfg.Logger}); err != nil {
 			return err
@@ -160,20 +189,26 @@ func installScheduler(in *installation) error {
 	return rt.AddService(s)
 }
 
+// openSink returns Batch.Sink, or opens the sink Batch.SinkURL names; nil
+// without either.
+func (c Config) openSink() (batch.Sink, error) {
+	if c.Batch.Sink != nil || c.Batch.SinkURL == "" {
+		return c.Batch.Sink, nil
+	}
+	// Opening a sink checks its URL and, for a directory, creates it; it
+	// does not connect anywhere.
+	s, err := batch.OpenSink(context.Background(), c.Batch.SinkURL)
+	if err != nil {
+		return nil, &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(c.Batch.SinkURL), Reason: err.Error()}
+	}
+	return s, nil
+}
+
 // installBatch registers the flush worker and the age timer when the
 // process has a sink.
 func installBatch(in *installation) error {
 	cfg := in.app.cfg.Batch
-	sink := cfg.Sink
-	if sink == nil && cfg.SinkURL != "" {
-		// Opening a sink checks its URL and, for a directory, creates it;
-		// it does not connect anywhere.
-		s, err := batch.OpenSink(context.Background(), cfg.SinkURL)
-		if err != nil {
-			return &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(cfg.SinkURL), Reason: err.Error()}
-		}
-		sink = s
-	}
+	sink := in.sink
 	if sink == nil {
 		in.collectors = append(in.collectors, batch.NewCollector(in.app.stager, nil))
 		return nil
@@ -273,6 +308,7 @@ func installEvents(in *installation) error {
 	if err != nil {
 		return err
 	}
+	in.app.dispatcher = inst.Dispatcher
 	in.collectors = append(in.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
 	return nil
 }
