@@ -379,7 +379,12 @@ SELECT gen_random_uuid(), 'note', 1, 'domain', 'agg-' || (i % 1000), '{}', '{}',
 			}
 		})
 		require.Equal(t, 10.0, marked, "analyzed: %v: the whole batch is marked\n%s", analyze, plan)
-		require.LessOrEqual(t, blocks, 100.0, "analyzed: %v: blocks the scans of a 10-row batch's update read\n%s", analyze, plan)
+		// Ten primary-key probes (three index levels and the heap row,
+		// more where a row has an older version) and the floor's and gaps'
+		// index reads come to about 100 blocks, a little more under a busy
+		// server's concurrent pruning; a walk of the 20,000 sent rows reads
+		// hundreds of heap pages.
+		require.LessOrEqual(t, blocks, 150.0, "analyzed: %v: blocks the scans of a 10-row batch's update read\n%s", analyze, plan)
 	}
 }
 

@@ -367,10 +367,6 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 	return queues, nil
 }
 
-// forceCustomPlanSQL makes the rest of the transaction plan every statement
-// for its parameters.
-const forceCustomPlanSQL = `SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`
-
 // genericPlanSQL makes the rest of the transaction run every statement
 // with its generic plan, one built with no sequential scans, hash joins or
 // merge joins: those are what a plan made on small or empty tables
