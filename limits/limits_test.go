@@ -1,0 +1,189 @@
+package limits_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
+	"github.com/tributary-run/tributary/limits"
+	"github.com/tributary-run/tributary/queue"
+)
+
+type keyedArgs struct {
+	Customer string `json:"customer"`
+	Fail     bool   `json:"fail,omitempty"`
+}
+
+func (keyedArgs) Kind() string { return "limits_test_keyed" }
+
+// gateWorker blocks every job until its gate opens and fails a job once
+// when its args say so (retried at once).
+type gateWorker struct {
+	river.WorkerDefaults[keyedArgs]
+	gate    chan struct{}
+	mu      sync.Mutex
+	started []int64
+}
+
+func (w *gateWorker) NextRetry(*river.Job[keyedArgs]) time.Time { return time.Now() }
+
+func (w *gateWorker) Work(ctx context.Context, job *river.Job[keyedArgs]) error {
+	w.mu.Lock()
+	w.started = append(w.started, job.ID)
+	w.mu.Unlock()
+	select {
+	case <-w.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if job.Args.Fail && job.Attempt == 1 {
+		return errors.New("first attempt fails")
+	}
+	return nil
+}
+
+type testBundle struct {
+	db     *pgtest.DB
+	rt     *queue.Runtime
+	worker *gateWorker
+}
+
+func setup(t *testing.T, lims ...limits.Limit) (*limits.Limiter, *testBundle) {
+	t.Helper()
+	db := pgtest.New(t)
+	lim, err := limits.New(limits.Config{Limits: lims, Schema: db.Schema, Logger: pgtest.Logger(t), PollInterval: 100 * time.Millisecond})
+	require.NoError(t, err)
+	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{
+		Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 10},
+		Middleware: []rivertype.Middleware{lim.Middleware()}, FetchPollInterval: 50 * time.Millisecond,
+		RiverConfigFunc: func(c *river.Config) { c.SkipUnknownJobCheck = true },
+	})
+	require.NoError(t, err)
+	w := &gateWorker{gate: make(chan struct{})}
+	queue.AddWorker(rt, w)
+	require.NoError(t, lim.Register(rt))
+	return lim, &testBundle{db: db, rt: rt, worker: w}
+}
+
+func states(t *testing.T, db *pgtest.DB) map[string]int {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), db.Q(`SELECT state::text, count(*)::int FROM /*schema*/river_job GROUP BY 1`))
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var s string
+		var n int
+		require.NoError(t, rows.Scan(&s, &n))
+		out[s] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// TestWaitingSpendsNoAttempt: jobs behind a busy key wait pending with no
+// attempt counted; each runs with its first attempt once admitted, and a
+// retry goes back through admission.
+func TestWaitingSpendsNoAttempt(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, limits.Limit{Name: "per-customer", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1})
+	ctx := context.Background()
+	require.NoError(t, b.rt.Start(ctx))
+	t.Cleanup(func() { _ = b.rt.Stop(context.Background()) })
+
+	for range 3 {
+		_, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1", Fail: true}, nil)
+		require.NoError(t, err)
+	}
+	pgtest.WaitFor(t, 30*time.Second, "one job of c-1 running", func() (bool, error) {
+		s := states(t, b.db)
+		return s["running"] == 1 && s["pending"] == 2, nil
+	})
+	var maxAttempt int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, b.db.Q(`SELECT coalesce(max(attempt), 0) FROM /*schema*/river_job WHERE state = 'pending'`)).Scan(&maxAttempt))
+	require.Zero(t, maxAttempt, "a waiting job has spent no attempt")
+
+	st, err := limits.List(ctx, b.db.Pool, b.db.Schema)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.Equal(t, 1, st[0].Used)
+	require.Equal(t, 2, st[0].Waiting)
+	require.NotNil(t, st[0].OldestWaitingJobID)
+
+	close(b.worker.gate)
+	pgtest.WaitFor(t, 60*time.Second, "every job completed", func() (bool, error) {
+		return states(t, b.db)["completed"] == 3, nil
+	})
+	// Each job failed its first attempt and completed its second: no
+	// attempt was spent while waiting.
+	var attempts []int
+	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT attempt FROM /*schema*/river_job ORDER BY id`))
+	require.NoError(t, err)
+	for rows.Next() {
+		var a int
+		require.NoError(t, rows.Scan(&a))
+		attempts = append(attempts, a)
+	}
+	require.Equal(t, []int{2, 2, 2}, attempts)
+}
+
+// TestDoor: a limited job that would become available other than by
+// admission (a retry coming due) goes to pending instead, and an override
+// of 0 keeps it there.
+func TestDoor(t *testing.T) {
+	t.Parallel()
+	lim, b := setup(t, limits.Limit{Name: "per-customer", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1})
+	ctx := context.Background()
+	res, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "pending", string(res.Job.State))
+	require.Equal(t, "per-customer", gjson(t, b, res.Job.ID, `metadata->>'tributary_limit'`))
+	require.Equal(t, "c-1", gjson(t, b, res.Job.ID, `metadata->>'tributary_limit_key'`))
+
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'retryable' WHERE id = $1`), res.Job.ID)
+	require.NoError(t, err)
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'available' WHERE id = $1`), res.Job.ID)
+	require.NoError(t, err)
+	require.Equal(t, "pending", gjson(t, b, res.Job.ID, `state::text`))
+
+	// Unlimited jobs pass as before.
+	res2, err := b.rt.Enqueue(ctx, queue.RawArgs{KindName: "limits_test_other", JSON: []byte(`{}`)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "available", string(res2.Job.State))
+
+	require.ErrorIs(t, limits.SetMax(ctx, b.db.Pool, b.db.Schema, "nope", 1), limits.ErrUnknownLimit)
+	adm := lim.NewAdmitter(b.rt.Client)
+	require.NoError(t, adm.Start(ctx)) // declares the limit
+	t.Cleanup(func() { _ = adm.Stop(context.Background()) })
+	require.NoError(t, limits.SetMax(ctx, b.db.Pool, b.db.Schema, "per-customer", 0))
+	n, err := adm.Pass(ctx, "per-customer")
+	require.NoError(t, err)
+	require.Zero(t, n, "a limit set to 0 admits nothing")
+	require.Equal(t, "pending", gjson(t, b, res.Job.ID, `state::text`))
+	require.NoError(t, limits.ResetMax(ctx, b.db.Pool, b.db.Schema, "per-customer"))
+	pgtest.WaitFor(t, 30*time.Second, "the job admitted after the reset", func() (bool, error) {
+		return gjson(t, b, res.Job.ID, `state::text`) == "available", nil
+	})
+}
+
+func gjson(t *testing.T, b *testBundle, id int64, expr string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), b.db.Q(`SELECT `+expr+` FROM /*schema*/river_job WHERE id = $1`), id).Scan(&s))
+	return s
+}
+
+func TestAdmitterContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "limits.Admitter", func(t *testing.T) (queue.Service, error) {
+		lim, b := setup(t, limits.Limit{Name: "l", Max: 1})
+		return lim.NewAdmitter(b.rt.Client), nil
+	})
+}
