@@ -41,7 +41,7 @@ type Config struct {
 // jobs and the admitter that runs them.
 type Limiter struct {
 	cfg Config
-	mw  *insertMiddleware
+	mw  *middleware
 }
 
 // New validates cfg and returns its Limiter.
@@ -59,15 +59,17 @@ func New(cfg Config) (*Limiter, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Limits = slices.Clone(cfg.Limits)
-	return &Limiter{cfg: cfg, mw: &insertMiddleware{limits: cfg.Limits}}, nil
+	return &Limiter{cfg: cfg, mw: &middleware{limits: cfg.Limits}}, nil
 }
 
 // Limits returns the declared limits.
 func (l *Limiter) Limits() []Limit { return slices.Clone(l.cfg.Limits) }
 
-// Middleware is the insert middleware that marks limited jobs: put it into
-// queue.RuntimeConfig.Middleware (or river.Config.Middleware of any River
-// client that inserts limited jobs). While it is installed,
+// Middleware is the River middleware of the limits: at insert it marks
+// limited jobs, at work it completes a limited job that succeeded at once,
+// so its slot returns without waiting for River's batched completion. Put
+// it into queue.RuntimeConfig.Middleware (or river.Config.Middleware of
+// any River client that inserts limited jobs). While it is installed,
 // Client.EnqueueManyTx inserts through River rather than by COPY.
 func (l *Limiter) Middleware() rivertype.Middleware { return l.mw }
 
@@ -75,5 +77,10 @@ func (l *Limiter) Middleware() rivertype.Middleware { return l.mw }
 // they take turns per limit, and one is enough for all limits in the
 // schema.
 func (l *Limiter) Register(rt *queue.Runtime) error {
-	return rt.AddService(l.NewAdmitter(rt.Client))
+	adm := l.NewAdmitter(rt.Client)
+	if err := rt.AddService(adm); err != nil {
+		return err
+	}
+	l.mw.completer.Store(&completer{pool: rt.Pool(), admitter: adm})
+	return nil
 }

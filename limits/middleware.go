@@ -1,27 +1,83 @@
 package limits
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
-// insertMiddleware marks the jobs of declared limits at insert: their
-// limit and key go into the job's metadata, and a job that would be
-// available or scheduled is inserted pending, to wait for admission. A job
-// its inserter made pending itself (a workflow task waiting for its
-// dependencies) is left alone: admission must not release it early.
-type insertMiddleware struct {
+// middleware is the limits' River middleware, for inserts and for work.
+//
+// At insert it marks the jobs of declared limits: their limit and key go
+// into the job's metadata, and a job that would be available or scheduled
+// is inserted pending, to wait for admission. A job its inserter made
+// pending itself (a workflow task waiting for its dependencies) is left
+// alone: admission must not release it early.
+//
+// At work, a limited job that succeeded is completed at once in a
+// transaction of its own (river.JobCompleteTx) and its process's admitter
+// is woken: River's completer would write the completion, and so give the
+// slot back, up to 250 ms later (it batches), which would cap a key at Max
+// jobs per quarter second whatever their length.
+type middleware struct {
 	river.MiddlewareDefaults
 	limits []Limit
+	// completer is set by Limiter.Register, before the runtime starts.
+	completer atomic.Pointer[completer]
 }
 
-func (m *insertMiddleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+// completer is what the work side needs of the process.
+type completer struct {
+	pool     *pgxpool.Pool
+	admitter *Admitter
+}
+
+// limitedArgs stands for the args of any limited job, for JobCompleteTx,
+// which reads only the job's row.
+type limitedArgs struct{}
+
+func (limitedArgs) Kind() string { return "" }
+
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if err := doInner(ctx); err != nil {
+		return err
+	}
+	c := m.completer.Load()
+	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) {
+		return nil
+	}
+	var meta struct {
+		Limit string `json:"tributary_limit"`
+	}
+	if json.Unmarshal(job.Metadata, &meta) != nil || meta.Limit == "" {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, &river.Job[limitedArgs]{JobRow: job})
+		return err
+	})
+	if err != nil {
+		// River's completer completes it, later.
+		c.admitter.logger.DebugContext(ctx, "error completing a limited job early; River completes it", "job_id", job.ID, "error", err)
+		return nil
+	}
+	c.admitter.mark(meta.Limit)
+	return nil
+}
+
+var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)
+
+func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
 	for _, p := range manyParams {
 		if err := m.mark(p); err != nil {
 			return nil, err
@@ -31,7 +87,7 @@ func (m *insertMiddleware) InsertMany(ctx context.Context, manyParams []*riverty
 }
 
 // mark applies the first matching limit to one job's insert.
-func (m *insertMiddleware) mark(p *rivertype.JobInsertParams) error {
+func (m *middleware) mark(p *rivertype.JobInsertParams) error {
 	if p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
 		return nil
 	}
