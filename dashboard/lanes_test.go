@@ -91,6 +91,32 @@ func (w *laneWorld) waitHandled(t *testing.T, id string) {
 	})
 }
 
+// asPendingJobs turns the lane events of aggregate agg (the events behind
+// its lane's head) into pending dispatch jobs, as an older version wrote
+// them: the jobs an operator's retry must not run out of order.
+func asPendingJobs(t *testing.T, db *pgtest.DB, agg string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), db.Q(`WITH ev AS (
+    DELETE FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = $1 RETURNING queue, max_attempts, args
+)
+INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
+SELECT 'pending', 0, max_attempts, now(), now(), 1, jsonb_set(args::jsonb, '{event}', to_jsonb((args::jsonb -> 'event')::text)),
+       'tributary.event.dispatch', '{}', queue, '{}' FROM ev`), agg)
+	require.NoError(t, err)
+}
+
+// waitLaneEvent waits for the event to wait as a lane event behind its
+// lane's head.
+func waitLaneEvent(t *testing.T, db *pgtest.DB, eventID string) {
+	t.Helper()
+	pgtest.WaitFor(t, 20*time.Second, "event "+eventID+" to wait as a lane event", func() (bool, error) {
+		var n int
+		err := db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/tributary_event_lane_event
+            WHERE (args::jsonb->>'event')::jsonb->>'id' = $1`), eventID).Scan(&n)
+		return err == nil && n == 1, nil
+	})
+}
+
 // waitDispatch waits for the event's dispatch job to reach state.
 func waitDispatch(t *testing.T, db *pgtest.DB, eventID, state string) int64 {
 	t.Helper()
@@ -193,6 +219,8 @@ func TestJobActionsKeepLanes(t *testing.T) {
 	head := w.emit(t, db, "A", "gate")
 	next := w.emit(t, db, "A", "ok")
 	headJob := waitDispatch(t, db, head, "running")
+	waitLaneEvent(t, db, next)
+	asPendingJobs(t, db, "A")
 	nextJob := waitDispatch(t, db, next, "pending")
 
 	res := post(t, base, fmt.Sprintf("/api/jobs/%d/retry", nextJob), nil, auth...)

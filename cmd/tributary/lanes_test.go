@@ -19,14 +19,36 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// laneDispatch finds the dispatch job of an event for a consumer.
+// laneDispatch finds the dispatch job of an event for a consumer; state
+// laneEvent (id 0) while the event waits behind its lane's head as a lane
+// event.
 func laneDispatch(t *testing.T, db *pgtest.DB, consumer, eventID string) (id int64, state string) {
 	t.Helper()
 	_ = db.Pool.QueryRow(context.Background(), db.Q(`
         SELECT id, state::text FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2`),
+        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2
+        UNION ALL
+        SELECT 0, '`+laneEvent+`' FROM /*schema*/tributary_event_lane_event
+        WHERE consumer = $1 AND (args::jsonb->>'event')::jsonb->>'id' = $2`),
 		consumer, eventID).Scan(&id, &state)
 	return id, state
+}
+
+// laneEvent is laneDispatch's state of an event waiting as a lane event.
+const laneEvent = "lane event"
+
+// asPendingJobs turns the lane events of aggregate agg (the events behind
+// its lane's head) into pending dispatch jobs, as an older version wrote
+// them: the jobs an operator's retry must not run out of order.
+func asPendingJobs(t *testing.T, db *pgtest.DB, agg string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), db.Q(`WITH ev AS (
+    DELETE FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = $1 RETURNING queue, max_attempts, args
+)
+INSERT INTO /*schema*/river_job (state, attempt, max_attempts, created_at, scheduled_at, priority, args, kind, metadata, queue, tags)
+SELECT 'pending', 0, max_attempts, now(), now(), 1, jsonb_set(args::jsonb, '{event}', to_jsonb((args::jsonb -> 'event')::text)),
+       'tributary.event.dispatch', '{}', queue, '{}' FROM ev`), agg)
+	require.NoError(t, err)
 }
 
 func waitDispatch(t *testing.T, db *pgtest.DB, consumer, eventID string, states ...string) int64 {
@@ -170,6 +192,8 @@ func TestCLIJobsRetryRefusesNonHead(t *testing.T) {
 	head := emitCLI(t, w.db, "demo.note", `{"text":"gate"}`, "A")
 	next := emitCLI(t, w.db, "demo.note", `{}`, "A")
 	headJob := waitDispatch(t, w.db, laneConsumer, head, "running")
+	waitDispatch(t, w.db, laneConsumer, next, laneEvent)
+	asPendingJobs(t, w.db, "A")
 	nextJob := waitDispatch(t, w.db, laneConsumer, next, "pending")
 
 	res := cli(t, w.db, nil, "jobs", "retry", strconv.FormatInt(nextJob, 10))
@@ -330,7 +354,7 @@ func TestCLIConsumers(t *testing.T) {
 	pgtest.WaitFor(t, 20*time.Second, "a blocked lane", func() (bool, error) {
 		return len(listLanes(t, w.db).Lanes) == 1, nil
 	})
-	waitDispatch(t, w.db, "billing.v1", ok, "pending")
+	waitDispatch(t, w.db, "billing.v1", ok, laneEvent)
 
 	res := cli(t, w.db, nil, "consumers", "list", "--json")
 	require.Equal(t, exitOK, res.code, res.stderr)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
@@ -121,30 +123,20 @@ func TestWorkerSIGKILLHeldLane(t *testing.T) {
 		res := cli(t, db, nil, "emit", "demo.note", payload, "--aggregate", "lane-1")
 		require.Equal(t, exitOK, res.code, res.stderr)
 	}
-	var firstID, secondID int64
+	// The first's dispatch job runs; the second waits behind it as a lane
+	// event (no job until its turn).
+	var firstID int64
 	pgtest.WaitFor(t, 30*time.Second, "the first event's dispatch running, the second's waiting", func() (bool, error) {
-		rows, err := db.Pool.Query(context.Background(), db.Q(`
-SELECT id, state::text FROM /*schema*/river_job
-WHERE kind = $1 AND args ->> 'aggregate_id' = 'lane-1' ORDER BY (args ->> 'seq')::bigint`), events.DispatchKind)
-		if err != nil {
-			return false, err
+		var state string
+		var waiting int
+		err := db.Pool.QueryRow(context.Background(), db.Q(`
+SELECT j.id, j.state::text, (SELECT count(*) FROM /*schema*/tributary_event_lane_event WHERE aggregate_id = 'lane-1')
+FROM /*schema*/river_job j
+WHERE j.kind = $1 AND j.args ->> 'aggregate_id' = 'lane-1' AND (j.args ->> 'seq')::bigint = 1`), events.DispatchKind).Scan(&firstID, &state, &waiting)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
 		}
-		defer rows.Close()
-		var ids []int64
-		var states []string
-		for rows.Next() {
-			var id int64
-			var state string
-			if err := rows.Scan(&id, &state); err != nil {
-				return false, err
-			}
-			ids, states = append(ids, id), append(states, state)
-		}
-		if len(ids) != 2 || states[0] != "running" || states[1] != "pending" {
-			return false, rows.Err()
-		}
-		firstID, secondID = ids[0], ids[1]
-		return true, nil
+		return state == "running" && waiting == 1, err
 	})
 	survivor, survivorLogs := startWorker(t, db)
 	pgtest.WaitFor(t, 30*time.Second, "both workers heartbeating", func() (bool, error) {
@@ -152,6 +144,17 @@ WHERE kind = $1 AND args ->> 'aggregate_id' = 'lane-1' ORDER BY (args ->> 'seq')
 	})
 
 	killedAt := sigkill(t, db, doomed)
+	// The first's slow handler ends its chain: the second gets a dispatch
+	// job of its own when its turn comes.
+	var secondID int64
+	pgtest.WaitFor(t, 120*time.Second, "the second event's dispatch job", func() (bool, error) {
+		err := db.Pool.QueryRow(context.Background(), db.Q(`
+SELECT id FROM /*schema*/river_job WHERE kind = $1 AND args ->> 'aggregate_id' = 'lane-1' AND (args ->> 'seq')::bigint = 2`), events.DispatchKind).Scan(&secondID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return err == nil, err
+	})
 	db.WaitForJobState(t, secondID, "completed", 120*time.Second)
 	first, second := readAttempt(t, db, firstID), readAttempt(t, db, secondID)
 	require.Equal(t, "completed", first.state)

@@ -3,7 +3,6 @@ package riverjob
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -338,70 +337,62 @@ FROM /*schema*/river_job WHERE id = $1`
 const cancelRequestedSQL = `
 SELECT metadata ? '` + CancelAttemptedKey + `' FROM /*schema*/river_job WHERE id = $1`
 
-// LaneClaim asks for what waits at a lane's head Seq and after it (see
-// QueueClaimAtHead): up to Events consecutive lane events (at least one), or,
-// where the head is no lane event, up to N consecutive pending dispatches.
+// LaneClaim asks for the lane events that wait at a lane's head Seq and
+// after it (see QueueClaimAtHead): up to Events of them (at least one).
 type LaneClaim struct {
 	LaneSeq
-	N      int
 	Events int
 }
 
-// Claimed is a pending dispatch ClaimNext took: now running at Attempt, as
-// River's fetch would have left it, but run in place by the worker that ran
-// its lane's previous event. ID 0: a lane event the events package claimed
-// (no job; Attempt 1).
+// Claimed is a lane event QueueClaimAtHead took for a chain, which runs it
+// in place without a River job (its first attempt).
 type Claimed struct {
-	ID          int64
 	Seq         int64
-	Attempt     int
 	MaxAttempts int
 	Args        []byte
 }
 
 // QueueClaimAtHead queues on b, for each claim whose lane's head is at its
-// Seq (as QueuePromoteAtHead), the claim of what waits there: the unclaimed
-// lane events (LaneEventTable) at Seq, Seq+1, ... (up to Events, at least
-// one, stopping at the first gap: a place with no lane event, or one
-// claimed already) are claimed for processID (claimed_by, claimed_at; each
-// a Claimed with ID 0, attempt 1), and where there is none at Seq the
-// lane's pending dispatches at Seq, Seq+1, ... (up to N, stopping at the
-// first gap: a dispatch not pending, not inserted yet, or several at one
-// place) become running for processID, an attempt counted as River's fetch
-// counts it. When b's results are read, out[i] (len(out) == len(claims))
-// gets claim i's claims in lane order. The claimed jobs are not marked
-// with LaneTurnKey: if one is rescued (its process died), the dispatcher
-// checks its lane before running it, so only the lane's head runs. A lane
-// idle at its head (head past last_seq: nothing reserved there) is not
-// looked up, and a place whose lane event was claimed is not looked up in
-// river_job. One statement: until 2026-12-02 the lane events' claim was a
-// statement of its own, and each looked the lane up, and every place up in
-// river_job (docs/BENCHMARKS.md, "Ordered events: one claim statement").
-func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed) {
+// Seq (as QueuePromoteAtHead), the claim of the unclaimed lane events
+// (LaneEventTable) at Seq, Seq+1, ... (up to Events, at least one, stopping
+// at the first gap: a place with no lane event, or one claimed already) for
+// processID (claimed_by, claimed_at). Where the head is no lane event but a
+// pending dispatch job (an older version's, or one the dispatcher put back
+// because it started early), that job is promoted as QueuePromoteAtHead
+// promotes it, and its queue appended to *queues: a chain runs lane events
+// only, River runs the job. When b's results are read, out[i] (len(out) ==
+// len(claims)) gets claim i's lane events in lane order. A lane idle at its
+// head (head past last_seq: nothing reserved there) is not looked up, and
+// a lane whose lane event was claimed is not looked up in river_job.
+func QueueClaimAtHead(b *pgx.Batch, schema string, claims []LaneClaim, processID string, now time.Time, out [][]Claimed, queues *[]string) {
 	n := len(claims)
 	if n == 0 {
 		return
 	}
 	consumers, aggs, seqs := make([]string, n), make([]string, n), make([]int64, n)
-	counts, evCounts := make([]int32, n), make([]int32, n)
+	evCounts := make([]int32, n)
 	for i, c := range claims {
-		consumers[i], aggs[i], seqs[i], counts[i] = c.Consumer, c.AggregateID, c.Seq, int32(c.N)
+		consumers[i], aggs[i], seqs[i] = c.Consumer, c.AggregateID, c.Seq
 		evCounts[i] = int32(max(1, c.Events))
 	}
-	b.Queue(q(schema, claimAtHeadSQL), consumers, aggs, seqs, counts, now, processID, evCounts).Query(func(rows pgx.Rows) error {
+	b.Queue(q(schema, claimAtHeadSQL), consumers, aggs, seqs, evCounts, now, processID).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var ord int
 			var c Claimed
-			var attempt, maxAttempts int32
-			// A lane event comes with id 0 and attempt 1.
-			if err := rows.Scan(&ord, &c.ID, &c.Seq, &attempt, &maxAttempts, &c.Args); err != nil {
-				return fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+			var maxAttempts int32
+			var queue *string
+			if err := rows.Scan(&ord, &c.Seq, &maxAttempts, &c.Args, &queue); err != nil {
+				return fmt.Errorf("error claiming the next lane events of %d lanes: %w", n, err)
 			}
-			c.Attempt, c.MaxAttempts = int(attempt), int(maxAttempts)
+			if queue != nil {
+				*queues = append(*queues, *queue)
+				continue
+			}
+			c.MaxAttempts = int(maxAttempts)
 			out[ord-1] = append(out[ord-1], c)
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("error claiming the next dispatches of %d lanes: %w", n, err)
+			return fmt.Errorf("error claiming the next lane events of %d lanes: %w", n, err)
 		}
 		for _, cs := range out {
 			slices.SortFunc(cs, func(a, b Claimed) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -424,39 +415,16 @@ func GiveBack(ctx context.Context, tx pgx.Tx, schema string, attempts []Attempt,
 	return nil
 }
 
-// FailRunning records a failed attempt of a running job as River's
-// completer does: state retryable (available again at scheduledAt),
-// discarded or cancelled (finalized now), the attempt's error appended. ok
-// is false when the job is no longer running at that attempt.
-func FailRunning(ctx context.Context, tx pgx.Tx, schema string, a Attempt, state rivertype.JobState, scheduledAt time.Time, attemptErr rivertype.AttemptError, now time.Time) (ok bool, err error) {
-	switch state {
-	case rivertype.JobStateRetryable, rivertype.JobStateDiscarded, rivertype.JobStateCancelled:
-	default:
-		return false, fmt.Errorf("invalid failed state %q for job %d: want retryable, discarded or cancelled", state, a.ID)
-	}
-	b, err := json.Marshal(attemptErr)
-	if err != nil {
-		return false, err
-	}
-	tag, err := tx.Exec(ctx, q(schema, failRunningSQL), a.ID, int32(a.Attempt), string(state), scheduledAt, string(b), now)
-	if err != nil {
-		return false, fmt.Errorf("error recording the failed attempt of job %d: %w", a.ID, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// claimAtHeadSQL: for each lane ($1..$4: consumer, aggregate, head, count
-// of jobs; $7 count of lane events) whose head is there and that is not
-// idle, the unclaimed lane events from the head on without a gap (the k-th
-// in seq order is at head + k - 1: one range of the primary key), claimed
-// ($6 the process, $5 now); for the others, the pending
-// dispatches from the head on, numbered in seq order, each one probe range
-// of tributary_dispatch_lane_idx; those without a gap before them are made
-// running. attempted_by is capped at 100 entries as River caps it.
+// claimAtHeadSQL: for each lane ($1..$3: consumer, aggregate, head; $4 the
+// most lane events) whose head is there and that is not idle, the
+// unclaimed lane events from the head on without a gap (the k-th in seq
+// order is at head + k - 1: one range of the primary key), claimed ($6 the
+// process, $5 now); for the others, the pending dispatch job at the head,
+// if any (one probe of tributary_dispatch_lane_idx), promoted.
 const claimAtHeadSQL = `
 WITH u AS MATERIALIZED (
-    SELECT u.c, u.a, u.s, u.n, u.k, u.ord
-    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $7::int[]) WITH ORDINALITY AS u(c, a, s, n, k, ord)` + atLaneHead + `
+    SELECT u.c, u.a, u.s, u.k, u.ord
+    FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[]) WITH ORDINALITY AS u(c, a, s, k, ord)` + atLaneHead + `
     WHERE ln.head_seq <= ln.last_seq
 ),
 run AS MATERIALIZED (
@@ -476,44 +444,27 @@ ev AS (
     WHERE e.consumer = run.c AND e.aggregate_id = run.a AND e.seq = run.seq AND e.claimed_by IS NULL
     RETURNING run.ord, e.seq, e.max_attempts, e.args
 ),
-cand AS MATERIALIZED (
-    SELECT u.ord, u.s, x.id, x.seq, x.rn
+promoted AS (
+    UPDATE /*schema*/river_job j
+    SET state = 'available', scheduled_at = $5, metadata = j.metadata || ` + laneTurnJSON + `
     FROM u
     CROSS JOIN LATERAL (
-        SELECT p.id, ((p.args ->> 'seq')::bigint) AS seq,
-               row_number() OVER (ORDER BY ((p.args ->> 'seq')::bigint), p.id) AS rn
-        FROM /*schema*/river_job p
-        WHERE p.kind = '` + DispatchKind + `'
-          AND (p.args ->> 'consumer') = u.c AND (p.args ->> 'aggregate_id') = u.a
-          AND ((p.args ->> 'seq')::bigint) >= u.s AND ((p.args ->> 'seq')::bigint) < u.s + u.n
-          AND p.state = 'pending'
-    ) x
-    WHERE u.ord NOT IN (SELECT ord FROM ev)
-),
-jobs AS (
-    UPDATE /*schema*/river_job j
-    SET state = 'running', attempt = j.attempt + 1, attempted_at = $5,
-        attempted_by = (array_append(j.attempted_by, $6::text))[greatest(1, cardinality(j.attempted_by) - 98):]
-    FROM cand
-    WHERE j.id = cand.id AND j.state = 'pending' AND cand.seq = cand.s + cand.rn - 1
-      AND NOT EXISTS (SELECT 1 FROM cand g WHERE g.ord = cand.ord AND g.rn < cand.rn AND g.seq <> g.s + g.rn - 1)
-    RETURNING cand.ord, j.id, cand.seq, j.attempt, j.max_attempts, j.args::text
+        SELECT p.id FROM /*schema*/river_job p
+        WHERE p.state = 'pending' AND ` + dispatchAt + `
+        LIMIT 1
+    ) next
+    WHERE j.id = next.id AND j.state = 'pending' AND u.ord NOT IN (SELECT ord FROM run)
+    RETURNING j.queue
 )
-SELECT ord, 0::bigint, seq, 1, max_attempts::int, args FROM ev
+SELECT ord, seq, max_attempts::int, args, NULL::text FROM ev
 UNION ALL
-SELECT ord, id, seq, attempt::int, max_attempts::int, args FROM jobs`
+SELECT 0, 0, 0, '', queue FROM promoted`
 
 const giveBackSQL = `
 UPDATE /*schema*/river_job j
 SET state = 'pending', attempt = greatest(j.attempt - 1, 0), scheduled_at = $3
 FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt`
-
-const failRunningSQL = `
-UPDATE /*schema*/river_job
-SET state = $3::/*schema*/river_job_state, scheduled_at = $4, errors = array_append(errors, $5::jsonb),
-    finalized_at = CASE WHEN $3 IN ('discarded', 'cancelled') THEN $6::timestamptz END
-WHERE id = $1 AND state = 'running' AND attempt = $2`
 
 // packedEvArgs is the lane event ev's args (text) as a dispatch job's: the
 // events package writes a lane event's event as an object, which River's
@@ -525,8 +476,8 @@ const packedEvArgs = `(CASE WHEN jsonb_typeof(ev.args::jsonb -> 'event') = 'obje
         ELSE ev.args::jsonb END)`
 
 // LaneEventTable is the events package's table of lane events (migration
-// 0016): a lane's events behind its head, for a consumer whose lanes chain,
-// kept out of river_job until their turn. Named here because the
+// 0016): a lane's events behind its head, kept out of river_job until their
+// turn. Named here because the
 // statements below move a lane event into river_job.
 const LaneEventTable = "tributary_event_lane_event"
 

@@ -58,7 +58,6 @@ func Statements() map[string]string {
 		"claimAtHeadSQL":               claimAtHeadSQL,
 		"(promoteAtHeadSQL)":           promoteAtHeadSQL,
 		"giveBackSQL":                  giveBackSQL,
-		"failRunningSQL":               failRunningSQL,
 		"insertAttemptedSQL":           insertAttemptedSQL,
 		"dispatchAttemptsSQL":          dispatchAttemptsSQL,
 		"insertJobsSQL":                insertJobsSQL,

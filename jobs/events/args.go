@@ -15,8 +15,8 @@ import (
 // fields, its metadata, every key and value of its payload), as one string
 // a single one (long strings are hashed). Inserting the dispatch jobs is
 // the largest part of forwarding an ordered event, and that index most of
-// the insert (docs/BENCHMARKS.md, "Ordered events: parallel forwarding and
-// packed args"). Decoding accepts both shapes: jobs inserted before the
+// the insert (docs/decisions/0007-packed-dispatch-args.md). Decoding
+// accepts both shapes: jobs inserted before the
 // change (events as objects) still run.
 
 // dispatchArgsJSON is dispatchArgs as stored.

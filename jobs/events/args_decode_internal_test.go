@@ -114,20 +114,23 @@ func TestDecodeDispatchArgsMatchesEncodingJSON(t *testing.T) {
 	// duplicates go to encoding/json.
 	require.Greater(t, fastOnes, n*9/10, "the fast path reads what the encoder writes")
 	for _, s := range []string{
-		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":null,\"metadata\":{},\"created_at\":\"2026-12-01T10:00:00Z\"}"}`,
-		`{"consumer":"c","event":"{\"id\":\"\\ud83d\\ude00 \\ud800 x\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":1,\"metadata\":{},\"created_at\":\"2026-12-01T10:00:00Z\"}"}`,
+		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":null,\"metadata\":{},\"created_at\":\"@TS@\"}"}`,
+		`{"consumer":"c","event":"{\"id\":\"\\ud83d\\ude00 \\ud800 x\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":1,\"metadata\":{},\"created_at\":\"@TS@\"}"}`,
 		`{"Consumer":"c","event":"{}"}`,
-		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1.5,\"event_kind\":\"k\",\"payload\":1,\"metadata\":{},\"created_at\":\"2026-12-01T10:00:00Z\"}"}`,
-		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\": {\"a\" : 1},\"metadata\":{\"extra\":{}},\"created_at\":\"2026-12-01T10:00:00Z\"}"}`,
-		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":{\"a\":1},\"metadata\":{\"extra\":{}},\"created_at\":\"2026-12-01T10:00:00Z\"}"}`,
+		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1.5,\"event_kind\":\"k\",\"payload\":1,\"metadata\":{},\"created_at\":\"@TS@\"}"}`,
+		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\": {\"a\" : 1},\"metadata\":{\"extra\":{}},\"created_at\":\"@TS@\"}"}`,
+		`{"consumer":"c","event":"{\"id\":\"e\",\"event_type\":\"t\",\"event_version\":1,\"event_kind\":\"k\",\"payload\":{\"a\":1},\"metadata\":{\"extra\":{}},\"created_at\":\"@TS@\"}"}`,
 		"{\"consumer\":\"\xff\",\"event\":\"{}\"}",
 		`{"consumer":"c","seq":01,"event":"{}"}`,
 		`{"consumer":"c","seq":99999999999999999999,"event":"{}"}`,
 		`{"consumer":"c","event":"{}"} `,
 	} {
-		decodeBoth(t, []byte(s))
+		decodeBoth(t, []byte(strings.ReplaceAll(s, "@TS@", createdAtText)))
 	}
 }
+
+// createdAtText is an event's created_at as the args' JSON has it.
+var createdAtText = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Format(time.RFC3339)
 
 func mustMarshalUnescaped(t *testing.T, ev outbox.Event) json.RawMessage {
 	t.Helper()

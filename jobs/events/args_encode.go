@@ -61,8 +61,7 @@ func appendArgsHead(dst []byte, a *dispatchArgs) []byte {
 // object; a lane event's args are text that no index covers, and writing
 // the event out as a string escaped every quote of it, which the chain
 // then unescaped into a copy (without both, this process's CPU an ordered
-// event went 43.9 -> 40.0 µs, medians of an A/B in docs/BENCHMARKS.md,
-// "The twelfth round"). decodeDispatchArgs reads both
+// event went 43.9 -> 40.0 µs, medians of an A/B). decodeDispatchArgs reads both
 // shapes; where a lane event becomes a River job the event is packed
 // again (riverjob's promotion in SQL, packedDispatchArgs in Go).
 func appendLaneEventArgs(dst []byte, a *dispatchArgs) ([]byte, error) {

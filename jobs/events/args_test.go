@@ -37,7 +37,7 @@ func TestDispatchArgsShapes(t *testing.T) {
 
 	oldEvent := func(id string) string {
 		return `{"id":"` + id + `","event_type":"test.note","event_version":1,"event_kind":"integration",` +
-			`"payload":{"text":"old <` + id + `>"},"metadata":{"correlation_id":"corr-` + id + `"},"created_at":"2026-12-01T10:00:00Z"}`
+			`"payload":{"text":"old <` + id + `>"},"metadata":{"correlation_id":"corr-` + id + `"},"created_at":"` + time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC).Format(time.RFC3339) + `"}`
 	}
 	old := []riverjob.AttemptedJob{
 		{Kind: events.DispatchKind, Args: []byte(`{"consumer":"shapes","event":` + oldEvent("old-1") + `}`)},

@@ -104,7 +104,6 @@ type busConsumer struct {
 	source        string
 	skipOwnKinds  []string
 	dispatchBatch int
-	laneEvents    bool // its lanes' waiting events are lane events
 }
 
 func (c *busConsumer) wants(ev *outbox.Event) bool {
@@ -191,10 +190,9 @@ func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
 // (genericPlanSQL), the consumers' read and, with aggregates,
 // insertReserveLate's savepoint and every consumer's lanes of the
 // aggregates read without a lock. Before, the consumers' read and the rest
-// were two round trips of their own, on the path of every ordered event
-// (docs/BENCHMARKS.md, "Ordered events: the latency path"). The publish
-// returns the notifications that wake River once the transaction
-// committed, which the forwarder sends with its own.
+// were two round trips of their own, on the path of every ordered event.
+// The publish returns the notifications that wake River once the
+// transaction committed, which the forwarder sends with its own.
 //
 // Everything the bus sends in the transaction runs with the generic plan a
 // connection makes once, without sequential scans, hash joins or merge
@@ -203,9 +201,8 @@ func distinctAggregates[T any](items []T, aggregate func(*T) string) []string {
 // which reach their rows the same way whatever the tables' sizes. Planned
 // for their parameters on every call, the inserts, the reservation and the
 // promotion cost 0.34 ms of planning a forward round against 0.43 ms of
-// execution at a few events a round (docs/BENCHMARKS.md, "Ordered events:
-// fewer round trips and plans on the emit and forward path"), and the reads
-// 0.29 ms against 0.29 ms ("The sixteenth round"). A roll back to the
+// execution at a few events a round, and the reads 0.29 ms against
+// 0.29 ms (docs/decisions/0001-generic-plans.md). A roll back to the
 // savepoint keeps the setting. The settings hold for the rest of the
 // transaction: the forwarder puts the rest's back before a transactional
 // publisher of the user's (Forwarder.publishTx), and PublishOutboxTx puts
@@ -303,9 +300,9 @@ func (b *Bus) insertReserveFirst(ctx context.Context, tx pgx.Tx, r routing, para
 // reservation normally finds last_seq unchanged.
 // A lane that was idle (its head at the next number) stays so until a
 // reservation moves last_seq, so its first delivery goes in as the head's
-// available job, as under the lock. A busy lane's jobs go in as pending (or
-// lane events); under the lock, those whose lane's head moved to their
-// sequence number meanwhile (the lane's chain caught up) are promoted.
+// available job, as under the lock. A busy lane's events go in as lane
+// events; under the lock, those whose lane's head moved to their sequence
+// number meanwhile (the lane's chain caught up) are promoted.
 // When a lane's last_seq moved between the read and the reservation
 // (another publisher, the idle lanes' clean-up), or an idle lane's head
 // did, everything is rolled back to the savepoint: the caller reserves first
@@ -398,9 +395,8 @@ func (b *Bus) insert(ctx context.Context, tx pgx.Tx, params []river.InsertManyPa
 // in every round of a quiet moment), the inserts and the reservation go
 // out in one round trip, the reservation last, so the lanes' row locks are
 // still taken after the inserts (insertReserveLate); a failed insert skips
-// the reservation. Until 2026-12-06 the reservation took a round trip of
-// its own after the inserts', on an ordered event's way from its commit to
-// its handler.
+// the reservation: a round trip of its own after the inserts' would be on
+// an ordered event's way from its commit to its handler.
 func (b *Bus) insertAndReserve(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams, evs []laneEvent, counts map[laneKey]int64) (map[laneKey]laneRange, error) {
 	if len(params) >= busCopyFrom || len(evs) >= laneEventCopyFrom {
 		if err := b.insert(ctx, tx, params, evs); err != nil {
@@ -430,9 +426,7 @@ func (b *Bus) insertAndReserve(ctx context.Context, tx pgx.Tx, params []river.In
 // River's insert would write for them: their args encoded by hand once.
 // Inserted through River, every job's args went through encoding/json
 // again (reflection into the args' MarshalJSON, then a compaction of what
-// it wrote), most of the process's cost of a batched event
-// (docs/BENCHMARKS.md, "The bus's dispatch jobs written without River's
-// encoding").
+// it wrote), most of the process's cost of a batched event.
 func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 	jobs := make([]riverjob.NewJob, len(params))
 	checked := ""
@@ -471,7 +465,7 @@ func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 
 func scanBusConsumer(r pgx.CollectableRow) (*busConsumer, error) {
 	var c busConsumer
-	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.laneEvents)
+	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch)
 	return &c, err
 }
 
@@ -536,11 +530,11 @@ func (r routing) batchParams() []river.InsertManyParams {
 	return params
 }
 
-// laneParams are the deliveries' jobs: an aggregate's get their lane's
-// reserved sequence numbers in emit order, and all but the lane's head wait
-// as pending. A consumer with lane events gets lane events instead of its
-// lanes' pending jobs; a lane's head (reserved[k].head at its number) goes
-// in as its available job, marked as the lane's turn, for both.
+// laneParams are the deliveries' jobs and lane events: an aggregate's get
+// their lane's reserved sequence numbers in emit order; a lane's head
+// (reserved[k].head at its number) goes in as its available job, marked as
+// the lane's turn, and the events behind it wait as lane events
+// (lane_events.go).
 func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, []laneEvent, error) {
 	params := make([]river.InsertManyParams, 0, len(r.deliveries))
 	var evs []laneEvent
@@ -559,7 +553,7 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 			}
 			lr.next++
 			reserved[d.lane] = lr
-			if d.c.laneEvents && opts.Pending {
+			if opts.Pending {
 				ev, err := newLaneEvent(args, d.c.queue, d.c.maxAttempts)
 				if err != nil {
 					return nil, nil, err
@@ -605,7 +599,7 @@ func eventSize(ev *outbox.Event) int {
 // busConsumersSQL reads the consumers that receive new events: those a
 // live worker ran within their inactive_after ($1 is now).
 const busConsumersSQL = `
-SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch, lane_events
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
 FROM /*schema*/tributary_event_consumer
 WHERE inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
 ORDER BY name`

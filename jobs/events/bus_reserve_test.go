@@ -28,7 +28,7 @@ func TestPublishAfterLaneMoved(t *testing.T) {
 
 	require.Equal(t, int64(4), jobSeq(t, db, "moved", second), "the numbers the other transaction reserved are not reused")
 	_, state, _ := dispatchJob(t, db, "moved", second)
-	require.Equal(t, "pending", state)
+	require.Equal(t, laneEvent, state)
 	require.Equal(t, 2, dispatchJobCount(t, db), "the rolled-back insert left no job")
 	var last int64
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT last_seq FROM /*schema*/tributary_event_lane WHERE aggregate_id = 'z'`)).Scan(&last))
@@ -49,20 +49,25 @@ func forwardFirst(t *testing.T, db *pgtest.DB, consumer string) (*events.Forward
 	return f, em, id
 }
 
-// dispatchJobCount is the number of dispatch jobs in river_job.
+// dispatchJobCount counts the dispatches: jobs and lane events.
 func dispatchJobCount(t *testing.T, db *pgtest.DB) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch'`)).Scan(&n))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT (SELECT count(*) FROM /*schema*/river_job WHERE kind = 'tributary.event.dispatch')
+        + (SELECT count(*) FROM /*schema*/tributary_event_lane_event)`)).Scan(&n))
 	return n
 }
 
+// jobSeq is the lane sequence number of the event's dispatch, a job or a
+// lane event.
 func jobSeq(t *testing.T, db *pgtest.DB, consumer, eventID string) int64 {
 	t.Helper()
 	var seq int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`
         SELECT (args->>'seq')::bigint FROM /*schema*/river_job
-        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2`),
+        WHERE kind = 'tributary.event.dispatch' AND args->>'consumer' = $1 AND (args->>'event')::jsonb->>'id' = $2
+        UNION ALL
+        SELECT seq FROM /*schema*/tributary_event_lane_event WHERE consumer = $1 AND (args::jsonb->>'event')::jsonb->>'id' = $2`),
 		consumer, eventID).Scan(&seq))
 	return seq
 }
@@ -121,7 +126,7 @@ func TestPublishIdleLaneMoved(t *testing.T) {
 	second := forwardWhileLaneHeld(t, db, f, em, "z", `UPDATE /*schema*/tributary_event_lane SET last_seq = last_seq + 2 WHERE aggregate_id = 'z'`)
 	require.Equal(t, int64(4), jobSeq(t, db, "idle", second))
 	_, state, _ := dispatchJob(t, db, "idle", second)
-	require.Equal(t, "pending", state, "not the head: the lane's head is at 2")
+	require.Equal(t, laneEvent, state, "not the head: the lane's head is at 2")
 	require.Equal(t, 2, dispatchJobCount(t, db), "the rolled-back head left no job")
 	require.Equal(t, int64(1), jobSeq(t, db, "idle", first))
 }
@@ -149,7 +154,7 @@ func TestPublishLaneCaughtUp(t *testing.T) {
 // lanes of a forward round's aggregates runs with the generic plan the rest
 // of the bus's statements run with (made without sequential scans, hash or
 // merge joins), and a connection keeps that plan once made: here it is made
-// while the lanes' table is empty, as on a forwarder's first round, and run
+// while the lanes' table is empty, as on a forwarder's earliest rounds, and run
 // after 20,000 lanes were written (without statistics, and with them). It
 // must look up each (consumer, aggregate) in the lanes' primary key. Written
 // as a plain join, that plan probed the primary key with the aggregate

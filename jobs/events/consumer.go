@@ -83,29 +83,14 @@ type ConsumerConfig struct {
 	// an event whose handler is fast. An event that fails leaves the batch
 	// as a dispatch job of its own, retried on the consumer's delays as any
 	// other; a worker crash redelivers the events of the batch not yet
-	// recorded. Events with an aggregate travel one per job, through their
-	// lane; with LaneChain, the worker that handled a lane's head runs up to
-	// this many of the lane's next pending events in place. 1 turns both
-	// off: one job run per event.
+	// recorded. Events with an aggregate go through their lane: the worker
+	// that handled a lane's head runs up to this many of the lane's next
+	// events in place (a lane chain, see lane_chain.go), each recorded
+	// before the next starts, within DispatchBatchSplitAfter of handler
+	// time. 1 turns both off: one job run per event.
 	//
 	// Defaults to DispatchBatchDefault (100); at most DispatchBatchMax.
 	DispatchBatch int
-
-	// LaneChain lets the worker that handled a lane's head run the lane's
-	// next pending events in place, each recorded in a commit of its own
-	// before the next starts (a lane chain, see lane_chain.go), up to
-	// DispatchBatch events within DispatchBatchSplitAfter. It spares ordered
-	// events River's fetch per event. Off by default until it has the
-	// fault-run record of one job per event.
-	//
-	// A chained consumer's lanes also keep the events behind their head
-	// out of River: the bus writes them as lane events (a row of a light
-	// table each), which a chain runs in place without a River job; an
-	// event gets a dispatch job only when it waits for River (promoted), or
-	// fails (then in the state River would have left it). Every worker that
-	// runs the consumer must be of a version that knows lane events
-	// (migration 0016).
-	LaneChain bool
 
 	// DispatchBatchSplitAfter bounds how long a batch keeps its events in
 	// one worker slot: once its handlers have run this long, the events not
@@ -368,9 +353,9 @@ func (c *Consumer) retryDelay(attempt int) time.Duration {
 // maxAttempts is one first try plus one per retry delay.
 func (c *Consumer) maxAttempts() int { return len(c.cfg.RetryDelays) + 1 }
 
-// chains reports whether the consumer's lanes chain (LaneChain, with more
-// than one event per job), and so keep their waiting events as lane events.
-func (c *Consumer) chains() bool { return c.cfg.LaneChain && c.cfg.DispatchBatch > 1 }
+// chains reports whether the worker that handled a lane's head runs the
+// lane's next events in place: with more than one event per job.
+func (c *Consumer) chains() bool { return c.cfg.DispatchBatch > 1 }
 
 // ValidationError is a payload that does not decode into the handler's
 // type or fails its Validate. It is terminal: the dispatch is cancelled,

@@ -36,10 +36,12 @@ func consumerInfo(t *testing.T, db *pgtest.DB, name string) events.ConsumerInfo 
 	return events.ConsumerInfo{}
 }
 
+// dispatchCount counts consumer's dispatches: its jobs and lane events.
 func dispatchCount(t *testing.T, db *pgtest.DB, consumer string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE args->>'consumer' = $1`), consumer).Scan(&n))
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT (SELECT count(*) FROM /*schema*/river_job WHERE args->>'consumer' = $1)
+        + (SELECT count(*) FROM /*schema*/tributary_event_lane_event WHERE consumer = $1)`), consumer).Scan(&n))
 	return n
 }
 
@@ -74,8 +76,8 @@ func TestConsumerNobodyRuns(t *testing.T) {
 	require.NoError(t, err)
 	later := b.emit(t, "A", "ok")
 	b.waitHandled(t, later)
-	id, _, _ = dispatchJob(t, b.db, "billing.v1", later)
-	require.Zero(t, id, "an inactive consumer gets no new dispatch jobs")
+	_, state, _ = dispatchJob(t, b.db, "billing.v1", later)
+	require.Empty(t, state, "an inactive consumer gets no new dispatches")
 	require.Equal(t, 2, dispatchCount(t, b.db, "billing.v1"))
 	info = consumerInfo(t, b.db, "billing.v1")
 	require.False(t, info.Active)

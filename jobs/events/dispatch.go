@@ -142,7 +142,7 @@ func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	d.livenessTimeout = cmp.Or(rt.LivenessTimeout(), queue.LivenessTimeoutDefault)
 	queue.AddWorker[dispatchArgs](rt, &dispatchWorker[dispatchArgs]{d: d, work: d.work})
 	queue.AddWorker[dispatchBatchArgs](rt, &dispatchWorker[dispatchBatchArgs]{d: d, work: d.workBatch})
-	return rt.AddService(laneHolder{d})
+	return rt.AddService(d)
 }
 
 // Stats returns the dispatcher's counters.
@@ -198,7 +198,7 @@ func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 			return fmt.Errorf("error reading consumer %s: %w", c.Name(), err)
 		}
 		if _, err := d.pool.Exec(ctx, d.q(upsertConsumerSQL), c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
-			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS(), c.chains()); err != nil {
+			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS()); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
 		}
 		if seenAt != nil && inactiveMS >= 0 && now.Sub(*seenAt) > time.Duration(inactiveMS)*time.Millisecond {
@@ -530,14 +530,18 @@ func (d *Dispatcher) releaseLane(ctx context.Context, args dispatchArgs, logger 
 	d.wakeRiver(ctx, promotedQueue)
 }
 
+// upsertConsumerSQL registers a consumer. lane_events stays true for
+// workers of versions that still read it (they then write a lane's waiting
+// events as lane events, as this version does, rather than as pending
+// dispatch jobs); this version does not read it.
 const upsertConsumerSQL = `
 INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at,
                                                 dispatch_batch, ordering, seen_at, inactive_after_ms, lane_events)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, $11)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, true)
 ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
     source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at,
     dispatch_batch = excluded.dispatch_batch, ordering = excluded.ordering, seen_at = excluded.seen_at,
-    inactive_after_ms = excluded.inactive_after_ms, lane_events = excluded.lane_events`
+    inactive_after_ms = excluded.inactive_after_ms, lane_events = true`
 
 const consumerSeenSQL = `
 SELECT seen_at, inactive_after_ms FROM /*schema*/tributary_event_consumer WHERE name = $1`

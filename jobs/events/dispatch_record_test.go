@@ -25,8 +25,8 @@ import (
 // when the two shared one, a cut from the batch's handler that landed on
 // the lane job's second completion (the batch dispatched about a second
 // after the lane's first run, as under CI load) made the lane run a third
-// time, which the exact counts below took for a defect (CI at 03:55 UTC
-// on 2026-12-06; reproduced by delaying the batch's emission 1.2 s).
+// time, which the exact counts below took for a defect (seen under CI
+// load; reproduced by delaying the batch's emission 1.2 s).
 func TestDispatchRecordLosesConnection(t *testing.T) {
 	t.Parallel()
 

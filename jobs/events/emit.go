@@ -168,9 +168,7 @@ func (e *Emitter) Emit(ctx context.Context, db queue.DBTX, def Definition, paylo
 // locks the insert takes last until the rows commit. The insert is one
 // statement, so outside a transaction (db a pool or a connection) it is a
 // transaction of its own, committed when it returns: one round trip where
-// BEGIN, the locks, the insert and COMMIT were four (docs/BENCHMARKS.md,
-// "Ordered events: fewer round trips and plans on the emit and forward
-// path"). In the caller's transaction (db a pgx.Tx) it runs in a
+// BEGIN, the locks, the insert and COMMIT would be four. In the caller's transaction (db a pgx.Tx) it runs in a
 // savepoint, so a failed insert leaves that transaction usable.
 func (e *Emitter) insertOwnTx(ctx context.Context, db queue.DBTX, rows []outboxRow) ([]string, error) {
 	tx, inTx := db.(pgx.Tx)
@@ -435,8 +433,8 @@ func (e *Emitter) insert(ctx context.Context, db queue.DBTX, rows []outboxRow) (
 // waiting on each other in a cycle within one call; a transaction that
 // emits for aggregates A then B in two calls while another emits for B
 // then A can deadlock, and Postgres aborts one of them with a deadlock
-// error. The lock and the insert are one statement: one round trip, where
-// they were two (docs/BENCHMARKS.md, "Ordered events: fewer round trips and plans on the emit and forward path").
+// error. The lock and the insert are one statement: one round trip, not
+// two.
 const outboxInsertNoNotifySQL = `
 WITH locked AS MATERIALIZED (
     SELECT count(pg_advisory_xact_lock(hashtextextended('tributary.emit.' || k.a, 0))) AS n

@@ -68,7 +68,7 @@ func (f *Forwarder) publishPlain(ctx context.Context, events []claimedEvent) []e
 }
 
 // publishInOrder publishes evs (in emit order) through p in rounds: the
-// first round takes every event without an aggregate and the first event
+// opening round takes every event without an aggregate and the first event
 // of each aggregate, the next round the second event of each aggregate
 // whose first was accepted, and so on. Within a round the destination
 // works on all events at once (an AMQP publisher keeps them in flight

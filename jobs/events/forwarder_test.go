@@ -279,7 +279,7 @@ func TestClaimLocksOnlyItsCandidates(t *testing.T) {
 // on an outbox without statistics Postgres walked that whole index,
 // fetching every PENDING row to compare its id with the batch's: in bench
 // events it passed over 20 rows a row it marked: 3.2 s of the statement's
-// 7.0 s in a run (docs/BENCHMARKS.md, "The twelfth round").
+// 7.0 s in a run.
 func TestClaimUpdateGoesByPrimaryKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -345,7 +345,7 @@ WHERE position <= (SELECT min(position) + 7000 FROM /*schema*/tributary_outbox)`
 
 // TestClaimUpdatePlanMadeOnASmallOutbox: the claim's update runs with its
 // generic plan, which a connection makes once, on the outbox as it is then:
-// on a forwarder's first round, a few rows. Here the plan is made on an
+// on a forwarder's earliest rounds, a few rows. Here the plan is made on an
 // outbox of 10 rows and run after 20,000 SENT rows (below the batch, as the
 // rows sent before it) and 5,000 PENDING ones (after it) were written,
 // without statistics and with them: it must still mark the batch through

@@ -2,8 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,46 +13,32 @@ import (
 
 // A lane chain: once a lane's head dispatch has been handled, the worker
 // that ran it runs the lane's next events too, in place, instead of
-// promoting the next dispatch and waiting for River to fetch it. The
-// completion transaction that moves the lane past the head also claims
-// what waits next (riverjob.QueueClaimAtHead): the lane's next lane events,
-// as many as chainClaim allows, or its next pending dispatch, made running
-// for this process as River's fetch would; the worker delivers each, and
-// records it (its job completed or its lane event deleted, the lane moved
-// past it, in the group commit lane completions share; the last one
-// claimed also claims what follows) before it starts the next, until the lane
-// has nothing pending, an event fails, the process stops, or the chain's
-// handlers have run for DispatchBatchSplitAfter (DispatchBatch events in
-// all when it never splits). A lane event (lane_events.go) is claimed and
-// run without a dispatch job; a pending dispatch job (written before lane
-// events) is claimed as a job. An event that fails, or that a chain leaves
-// behind, is a dispatch job from then on, so listing, cancelling, retrying
-// and replaying work as for a lone dispatch.
+// promoting the next one and waiting for River to fetch it. The completion
+// transaction that moves the lane past the head also claims what waits
+// next (riverjob.QueueClaimAtHead): the lane's next lane events
+// (lane_events.go), as many as chainClaim allows, in one range of their
+// table, so a claim costs a statement's share per run of events rather
+// than per event. The worker delivers each and records it (its lane event
+// deleted, the lane moved past it, in the group commit lane completions
+// share; the last one claimed also claims what follows) before it starts
+// the next, until the lane has no lane event at its head, an event fails,
+// the process stops, or the chain's handlers have run for
+// DispatchBatchSplitAfter (DispatchBatch events in all when it never
+// splits). A chain runs lane events only: a pending dispatch job at the
+// head (an older version's, or one put back because it started early) is
+// promoted by that claim and River runs it. An event that fails, or that
+// waits for River, is a dispatch job from then on, so listing, cancelling,
+// retrying and replaying work as for a lone dispatch.
 //
 // When the chain ends early, one transaction under the lane's lock records
-// the failed event's attempt as River would (retryable, discarded or
-// cancelled; then the consumer's ordering policy, as for a lone dispatch),
-// puts the claimed events that did not run back to pending (their attempt
-// given back), and promotes the lane's head if it is pending. A process that
-// dies mid-chain leaves the claimed jobs running under its name; the
-// liveness sweep or River's rescuer makes them available again, and the
-// dispatcher's lane check runs only the head among them (the claimed jobs
-// are not marked with riverjob.LaneTurnKey); the repair sweep takes back a
-// lane event such a process claimed (claimLost). Only the event that was
-// running when the process died runs again, as for a lone dispatch: a
-// lane's handlers never see an event again after its successor.
-
-// chainAhead is how many of a lane's pending dispatches a chain claims at
-// a time: one, so that, as without chains, a lane has at most one running
-// job, the one whose handler runs (an operator who cancels a running lane
-// job cancels the one handler that runs). Lane events have no job to
-// cancel: a chain claims as many of them as chainClaim allows, in one
-// range of their table, so a lane's claim costs a statement's share per
-// run of events rather than per event (docs/BENCHMARKS.md, "The eleventh
-// round"). A chain that ends early gives back the ones it did not run
-// (endChain); those of a process that died are taken back with its head
-// by the repair sweep (lanes.takeBack).
-const chainAhead = 1
+// the failed event's attempt as River would (its dispatch job inserted
+// retryable, discarded or cancelled; then the consumer's ordering policy,
+// as for a lone dispatch), gives back the claimed lane events that did not
+// run, and promotes the lane's head. The repair sweep takes back the lane
+// events claimed by a process that died (claimLost, lanes.takeBack). Only
+// the event that was running when the process died runs again, as for a
+// lone dispatch: a lane's handlers never see an event again after its
+// successor.
 
 // chainWallFactor bounds a chain's wall time, its commits included, to
 // this many DispatchBatchSplitAfter: a hot lane's chain hands its worker
@@ -65,8 +49,7 @@ const chainWallFactor = 20
 // run for elapsed over handled events so far: the consumer's DispatchBatch,
 // fewer when the handlers' pace would run past DispatchBatchSplitAfter, and
 // 0 once it has (slow handlers: one job per event, any free worker takes
-// the next one). A consumer without LaneChain, or with DispatchBatch 1,
-// never chains.
+// the next one). A consumer with DispatchBatch 1 never chains.
 func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 	limit := c.cfg.DispatchBatch
 	if !c.chains() {
@@ -94,7 +77,7 @@ func chainClaim(c *Consumer, elapsed time.Duration, handled int) int {
 // returns the head job's outcome for River: nil once the head's completion
 // committed, whatever happened to the events after it.
 //
-// Each event is recorded (its job completed, the lane moved past it) before
+// Each event is recorded (its lane event deleted, the lane moved past it) before
 // the next one starts, in the group commit the lane completions share, so
 // a crash redelivers at most the event that was running, never one whose
 // successor a handler has seen: a lane's handlers see its events in order,
@@ -115,7 +98,6 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 	lane := laneKey{job.Args.Consumer, job.Args.AggregateID}
 	d.chainLanes.Store(lane, struct{}{})
 	defer d.chainLanes.Delete(lane)
-	d.holdClaimed(claimed)
 	for len(claimed) > 0 {
 		for i, cj := range claimed {
 			rest := claimed[i:]
@@ -135,15 +117,10 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 			}
 			handled++
 			last := i == len(claimed)-1
+			place := riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq}
 			step := &laneCompletion{ctx: ctx, wait: true, done: make(chan error, 1),
-				place: riverjob.LaneSeq{Consumer: job.Args.Consumer, AggregateID: job.Args.AggregateID, Seq: cj.Seq},
-				next:  cj.Seq + 1,
-				keep:  !last, processID: req.processID}
-			if cj.ID == 0 {
-				step.events = []riverjob.LaneSeq{step.place} // a lane event: no job to complete
-			} else {
-				step.attempts = []riverjob.Attempt{{ID: cj.ID, Attempt: cj.Attempt}}
-			}
+				place: place, next: cj.Seq + 1, events: []riverjob.LaneSeq{place},
+				keep: !last, processID: req.processID}
 			// A chain that stops after this step (the shutdown, its split or
 			// wall time) lets the step promote the lane's next dispatch
 			// rather than claim it: no transaction of its own to give the
@@ -152,42 +129,27 @@ func (d *Dispatcher) runChain(ctx context.Context, c *Consumer, job *river.Job[d
 				step.claim = chainClaim(c, ch.handlers, handled)
 			}
 			if err := d.completer.submit(step); err != nil {
-				// Not recorded: the event stays running under this process
-				// and goes back with the rest, so it runs again
-				// (at-least-once).
+				// Not recorded: the lane event goes back with the rest, so
+				// it runs again (at-least-once).
 				d.logger.ErrorContext(ctx, "error recording a lane chain's progress", "consumer", job.Args.Consumer,
 					"aggregate_id", job.Args.AggregateID, "error", err)
 				d.endChain(ctx, c, job.Args, req.processID, nil, rest)
 				return nil
 			}
-			d.running.Delete(cj.ID)
 			if last {
 				// The chain goes on with what the step claimed (nothing: the
 				// step promoted the lane's next dispatch, if any).
 				claimed = step.claimed
-				d.holdClaimed(claimed)
 			}
 		}
 	}
 	return nil
 }
 
-// holdClaimed records that this process runs the claimed jobs (for the
-// repair sweep, Dispatcher.runsJob); endChain and each recorded step let go
-// of them.
-func (d *Dispatcher) holdClaimed(cs []riverjob.Claimed) {
-	for _, cj := range cs {
-		if cj.ID != 0 { // a lane event: its lane is in chainLanes
-			d.running.Store(cj.ID, struct{}{})
-		}
-	}
-}
-
 // chainFailure is a claimed event whose delivery failed.
 type chainFailure struct {
 	job riverjob.Claimed
 	r   deliveryResult
-	ctx context.Context // the handler's
 }
 
 // chain is a running chain's clock: when it started, and how long its
@@ -217,9 +179,7 @@ func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain,
 		return false, nil
 	}
 	t := time.Now()
-	hctx, stop := d.watchCancel(ctx, cj.ID)
-	r := d.deliver(hctx, c, &args.Event, cj.ID, cj.Attempt, cj.MaxAttempts, cj.Seq)
-	stop()
+	r := d.deliver(ctx, c, &args.Event, 0, 1, cj.MaxAttempts, cj.Seq)
 	ch.handlers += time.Since(t)
 	if r.err == nil {
 		d.chained.Add(1)
@@ -230,64 +190,14 @@ func (d *Dispatcher) deliverClaimed(ctx context.Context, c *Consumer, ch *chain,
 		// attempt, as River snoozes a dispatch a hard stop cancelled.
 		return false, nil
 	}
-	return false, &chainFailure{job: cj, r: r, ctx: hctx}
+	return false, &chainFailure{job: cj, r: r}
 }
 
-// chainCancelPoll is how long a chained handler runs before the chain
-// starts looking, that often, for an operator's cancel of its job.
-const chainCancelPoll = time.Second
-
-// watchCancel returns the context for a claimed job's handler: River's
-// producer does not know the job (it runs in place), so it cannot cancel it
-// when an operator cancels it (River's JobCancel only marks a running job);
-// a handler that runs longer than chainCancelPoll has its job's mark looked
-// at every chainCancelPoll, and its context cancelled with
-// river.ErrJobCancelledRemotely once it is there, as River would.
-func (d *Dispatcher) watchCancel(ctx context.Context, jobID int64) (context.Context, func()) {
-	hctx, cancel := context.WithCancelCause(ctx)
-	if jobID == 0 {
-		// A lane event: no job an operator could cancel.
-		return hctx, func() { cancel(nil) }
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(chainCancelPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-hctx.Done():
-				return
-			case <-t.C:
-				if requested, err := riverjob.CancelRequested(hctx, d.pool, d.cfg.Schema, jobID); err == nil && requested {
-					cancel(river.ErrJobCancelledRemotely)
-					return
-				}
-			}
-		}
-	}()
-	return hctx, func() { close(done); cancel(nil) }
-}
-
-// attemptsOf is the claimed jobs' attempts; eventsOf the claimed lane
-// events' places.
-func attemptsOf(cs []riverjob.Claimed) []riverjob.Attempt {
-	var out []riverjob.Attempt
-	for _, cj := range cs {
-		if cj.ID != 0 {
-			out = append(out, riverjob.Attempt{ID: cj.ID, Attempt: cj.Attempt})
-		}
-	}
-	return out
-}
-
+// eventsOf is the places of a lane's claimed lane events.
 func eventsOf(head dispatchArgs, cs []riverjob.Claimed) []riverjob.LaneSeq {
-	var out []riverjob.LaneSeq
-	for _, cj := range cs {
-		if cj.ID == 0 {
-			out = append(out, riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: cj.Seq})
-		}
+	out := make([]riverjob.LaneSeq, len(cs))
+	for i, cj := range cs {
+		out[i] = riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: cj.Seq}
 	}
 	return out
 }
@@ -299,22 +209,12 @@ func eventsOf(head dispatchArgs, cs []riverjob.Claimed) []riverjob.LaneSeq {
 // running under this process until the liveness sweep or River's rescuer
 // makes them available again.
 func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArgs, processID string, fail *chainFailure, rest []riverjob.Claimed) {
-	defer func() {
-		// Whatever the outcome: a job this failed to give back is the
-		// repair sweep's (repairGiveBack).
-		if fail != nil {
-			d.running.Delete(fail.job.ID)
-		}
-		for _, cj := range rest {
-			d.running.Delete(cj.ID)
-		}
-	}()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	var queues []string
 	blocked := false
 	var err error
-	if fail != nil && fail.job.ID == 0 {
+	if fail != nil {
 		// A lane event that failed becomes a dispatch job (and maybe its
 		// lane's blocked args): its event packed, as River's rows have it.
 		// Once, before the tries below.
@@ -323,8 +223,9 @@ func (d *Dispatcher) endChain(ctx context.Context, c *Consumer, head dispatchArg
 			return
 		}
 	}
-	// A few tries: a job this fails to give back holds its lane until the
-	// repair sweep finds it (repairGiveBack).
+	// A few tries: lane events this fails to give back hold their lane
+	// until the repair sweep takes them back from a chain that no longer
+	// runs (claimLost).
 	for try := 0; try < 5; try++ {
 		if try > 0 {
 			select {
@@ -366,14 +267,11 @@ func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchA
 				return err
 			}
 			if state != rivertype.JobStateRetryable && !release && ok && lane.headSeq == fail.job.Seq {
-				reason := blockReason(fail.r, fail.job.Attempt)
+				reason := blockReason(fail.r, 1)
 				if blocked, err = d.lanes.block(ctx, tx, head.Consumer, head.AggregateID, fail.job.Seq, jobID, reason, fail.job.Args); err != nil {
 					return err
 				}
 			}
-		}
-		if err := riverjob.GiveBack(ctx, tx, d.cfg.Schema, attemptsOf(rest), now); err != nil {
-			return err
 		}
 		if err := d.lanes.unclaim(ctx, tx, eventsOf(head, rest), processID); err != nil {
 			return err
@@ -401,27 +299,16 @@ func (d *Dispatcher) endChainTx(ctx context.Context, c *Consumer, head dispatchA
 	return err
 }
 
-// cancelRequestedTx is Dispatcher.cancelRequested's read in tx: endChain
-// holds a connection already, and a second one from the pool could wait
-// forever once every connection is held by such a transaction.
-func cancelRequestedTx(ctx context.Context, tx pgx.Tx, schema string, jobID int64) bool {
-	requested, err := riverjob.CancelRequested(ctx, tx, schema, jobID)
-	return err == nil && requested
-}
-
-// failClaimed records a claimed event's failed attempt as River's completer
-// would for a lone dispatch (a lane event: its dispatch job inserted in that
-// state), and returns the state, the job's id, and whether the lane moves
-// past it: an operator cancelled it while it ran, or the consumer skips
-// events given up.
+// failClaimed records a claimed lane event's failed attempt as River's
+// completer would for a lone dispatch (its dispatch job inserted in that
+// state, its first attempt), and returns the state, the job's id, and
+// whether the lane moves past it: the consumer skips events given up.
 func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, head dispatchArgs, processID string, f *chainFailure, now time.Time) (rivertype.JobState, int64, bool, error) {
+	const attempt = 1
 	r := f.r
-	st, at := rivertype.JobStateRetryable, now.Add(c.retryDelay(f.job.Attempt))
+	st, at := rivertype.JobStateRetryable, now.Add(c.retryDelay(attempt))
 	release := false
 	switch {
-	case f.job.ID != 0 && (errors.Is(context.Cause(f.ctx), river.ErrJobCancelledRemotely) || cancelRequestedTx(ctx, tx, d.cfg.Schema, f.job.ID)):
-		st, at, release = rivertype.JobStateCancelled, now, true
-		r.logger.get().InfoContext(ctx, "lane moved on: the dispatch was cancelled while it ran")
 	case r.validation != nil || isCancel(r.err):
 		st, at = rivertype.JobStateCancelled, now
 		release = c.cfg.Ordering == OrderingSkip
@@ -429,26 +316,13 @@ func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, he
 		st, at = rivertype.JobStateDiscarded, now
 		release = c.cfg.Ordering == OrderingSkip
 	}
-	ae := attemptError(f.job.Attempt, r.err)
-	if f.job.ID == 0 {
-		place := riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: f.job.Seq}
-		id, err := d.lanes.failEvent(ctx, tx, place, processID, c.cfg.Queue, riverjob.AttemptedJob{Kind: DispatchKind, Args: f.job.Args,
-			State: st, Attempt: f.job.Attempt, MaxAttempts: f.job.MaxAttempts, ScheduledAt: at, Error: ae}, now)
-		if err != nil || id == 0 {
-			// id 0: the claim was taken back (the sweep took this process
-			// for dead); the lane event runs again as a dispatch job.
-			return rivertype.JobStateRetryable, 0, false, err
-		}
-		return st, id, release, nil
+	place := riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: f.job.Seq}
+	id, err := d.lanes.failEvent(ctx, tx, place, processID, c.cfg.Queue, riverjob.AttemptedJob{Kind: DispatchKind, Args: f.job.Args,
+		State: st, Attempt: attempt, MaxAttempts: f.job.MaxAttempts, ScheduledAt: at, Error: attemptError(attempt, r.err)}, now)
+	if err != nil || id == 0 {
+		// id 0: the claim was taken back (the sweep took this process for
+		// dead); the lane event runs again as a dispatch job.
+		return rivertype.JobStateRetryable, 0, false, err
 	}
-	ok, err := riverjob.FailRunning(ctx, tx, d.cfg.Schema, riverjob.Attempt{ID: f.job.ID, Attempt: f.job.Attempt}, st, at, *ae, now)
-	if err != nil {
-		return "", 0, false, fmt.Errorf("error recording the failed dispatch %d: %w", f.job.ID, err)
-	}
-	if !ok {
-		// No longer this attempt's (rescued after this process lost its
-		// liveness): whoever runs it now decides for the lane.
-		return rivertype.JobStateRetryable, 0, false, nil
-	}
-	return st, f.job.ID, release, nil
+	return st, id, release, nil
 }

@@ -59,7 +59,7 @@ func waiting(state string) bool { return state == laneEvent || state == "pending
 func TestLaneChainRunsBacklogInPlace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	texts := make([]string, 30)
 	for i := range texts {
 		texts[i] = fmt.Sprintf("n%d", i)
@@ -95,7 +95,7 @@ func TestLaneChainNoChainWithDispatchBatch1(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	rec := &recorder{}
-	c := fastConsumer(t, "lanes", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch, cfg.LaneChain = 1, true })
+	c := fastConsumer(t, "lanes", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 1 })
 	events.On(c, noteEvent, func(ctx context.Context, m events.Message[noteV1]) error {
 		rec.add(call{eventID: m.ID})
 		return nil
@@ -113,7 +113,7 @@ func TestLaneChainNoChainWithDispatchBatch1(t *testing.T) {
 func TestLaneChainFailureKeepsOrder(t *testing.T) {
 	t.Parallel()
 	d := 50 * time.Millisecond
-	b := setupLanesChained(t, true, events.OrderingBlock, d, d, d, d, d, d)
+	b := setupLanes(t, events.OrderingBlock, d, d, d, d, d, d)
 	b.failing.Store(true)
 	ids := b.chainBacklog(t, "A", "a", "flaky", "c", "d")
 	close(b.gate)
@@ -166,7 +166,7 @@ func countSubstr(s, sub string) int {
 func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	head := b.emit(t, "V", "gate")
 	a := b.emit(t, "V", "a")
 	bad := b.emitInvalid(t, "V")
@@ -197,7 +197,7 @@ func TestLaneChainValidationBlocksThenSkip(t *testing.T) {
 // chain lets the lane move on at once.
 func TestLaneChainSkipPolicy(t *testing.T) {
 	t.Parallel()
-	b := setupLanesChained(t, true, events.OrderingSkip)
+	b := setupLanes(t, events.OrderingSkip)
 	head := b.emit(t, "S", "gate")
 	bad := b.emitInvalid(t, "S")
 	after := b.emit(t, "S", "after")
@@ -223,7 +223,7 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 	// the hanging event, which would then run as a job of its own, not
 	// the claimed lane event this test interrupts.
 	b := setupLanesWith(t, events.ConsumerConfig{Ordering: events.OrderingBlock, RetryDelays: []time.Duration{10 * time.Millisecond},
-		LaneChain: true, DispatchBatchSplitAfter: time.Minute})
+		DispatchBatchSplitAfter: time.Minute})
 	ids := b.chainBacklog(t, "H", "a", "b", "hang", "c", "d")
 	close(b.gate)
 	pgtest.WaitFor(t, 15*time.Second, "the chain to reach the hanging event", func() (bool, error) {
@@ -269,7 +269,7 @@ func TestLaneChainShutdownGivesBackTheRest(t *testing.T) {
 func TestLaneRepairGivesBackALostRunningHead(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	head := b.emit(t, "O", "gate")
 	lost := b.emit(t, "O", "lost")
 	headJob := b.waitJob(t, head, "running")

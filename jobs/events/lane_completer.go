@@ -21,12 +21,9 @@ import (
 // second starts only once a transaction has run for
 // laneCompleterStallAfter with completions queued behind it (it waits for
 // a lane's lock, say), so a stuck transaction delays the others by that
-// much and no more. Until 2026-12-02
-// up to four ran whenever completions queued up; their batches were a
-// quarter the size, and each batch's statements cost about as much for a
-// few lanes as for many: one committer cut the CPU per chained event by
-// 19-21 %, Postgres's by 24-26 % (docs/BENCHMARKS.md, "Ordered events: one
-// group committer").
+// much and no more. Several at once would each get a fraction of the
+// batch, and a batch's statements cost about as much for a few lanes as
+// for many (docs/decisions/0003-group-committer.md).
 const (
 	laneCompleterMaxBatch      = 200
 	laneCompleterMaxCommitters = 4
@@ -45,9 +42,9 @@ type laneCompletion struct {
 	// claimed (for processID) and handled, to delete.
 	attempts []riverjob.Attempt
 	events   []riverjob.LaneSeq
-	// claim: take what waits at next, for processID, instead of promoting
-	// it: up to this many lane events from next on, or (where next is no
-	// lane event) chainAhead pending dispatches, made running.
+	// claim: take the lane events that wait at next, for processID,
+	// instead of promoting them: up to this many from next on (a pending
+	// dispatch job at next is promoted all the same).
 	claim     int
 	processID string
 	// keep: the lane's next events are claimed by the chain already:
@@ -79,11 +76,8 @@ func completionOf(ctx context.Context, job *river.Job[dispatchArgs]) *laneComple
 // no latency when the worker is quiet; only after a batch that released
 // chains that go on does the committer wait, up to a millisecond, for
 // their next steps (regather). A lone completion
-// is a batch of one (two round trips); until 2026-12-02 it went through
-// River's JobCompleteTx in a transaction of five (begin, advance, promote,
-// complete, commit), which at 500 ordered events/s over idle lanes was the
-// largest share of the statements per event (docs/BENCHMARKS.md, "Ordered
-// events: the latency path").
+// is a batch of one (two round trips), where River's JobCompleteTx in a
+// transaction would be five (begin, advance, promote, complete, commit).
 type laneCompleter struct {
 	d *Dispatcher
 
@@ -200,8 +194,7 @@ const laneCompleterGather = time.Millisecond
 // Taken at once, the next batch would hold only what queued during the
 // commit, and the chains of a few busy lanes settled into two groups that
 // took turns, each step waiting for the other group's commit as well as
-// its own: with 10 hot lanes, batches of 5 on average (docs/BENCHMARKS.md,
-// "The seventeenth round"). A batch of lone completions, or of chains that
+// its own: with 10 hot lanes, batches of 5 on average. A batch of lone completions, or of chains that
 // ended, waits for nothing, so a quiet worker still commits a completion
 // at once.
 func (c *laneCompleter) regather(batch []*laneCompletion, queued int) {
@@ -305,7 +298,7 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 		switch {
 		case req.keep:
 		case req.claim > 0:
-			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, N: chainAhead, Events: req.claim})
+			claims = append(claims, riverjob.LaneClaim{LaneSeq: next, Events: req.claim})
 			claimOf = append(claimOf, i)
 		default:
 			promote = append(promote, next)
@@ -329,16 +322,15 @@ func (c *laneCompleter) completeTx(ctx context.Context, batch []*laneCompletion,
 	// index. Planned for their parameters instead (custom plans), the
 	// promotion and the two claims cost 0.9 and 0.6 ms of planning a call,
 	// ten times their execution, on a lone completion of an idle lane
-	// that promotes and claims nothing (docs/BENCHMARKS.md, "Ordered
-	// events: generic plans for the lane completion").
+	// that promotes and claims nothing (docs/decisions/0001-generic-plans.md).
 	b.Queue(genericPlanSQL)
 	c.d.lanes.queueAdvanceMany(b, places, nexts, now)
 	riverjob.QueuePromoteAtHead(b, schema, promote, now, &queues)
 	if len(claims) > 0 {
 		// One process: every chain of this dispatcher runs in it. A place
-		// holds a pending job or a lane event; one statement claims
-		// either.
-		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got)
+		// holds a pending job or a lane event; one statement claims the
+		// lane events and promotes the job.
+		riverjob.QueueClaimAtHead(b, schema, claims, batch[claimOf[0]].processID, now, got, &queues)
 	}
 	// The jobs complete as River's JobCompleteTx completes them; River's
 	// completer later finds them finalized and leaves them alone.

@@ -82,6 +82,9 @@ func TestRetryJobKeepsLaneOrder(t *testing.T) {
 	second := b.emit(t, "A", "ok")
 	third := b.emit(t, "A", "ok")
 	headJob := b.waitJob(t, head, "running")
+	b.waitJob(t, third, laneEvent)
+	// Jobs behind the head: an older version's, or ones put back.
+	b.asPendingJobs(t, "A")
 	secondJob := b.waitJob(t, second, "pending")
 	thirdJob := b.waitJob(t, third, "pending")
 

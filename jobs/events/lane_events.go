@@ -12,9 +12,9 @@ import (
 	"github.com/tributary-run/tributary/queue"
 )
 
-// Lane events (tributary_event_lane_event, migration 0016): for a consumer
-// whose lanes chain (Consumer.chains), the bus writes a lane's events as
-// rows of this light table rather than as pending dispatch jobs. A River
+// Lane events (tributary_event_lane_event, migrations 0016 and 0022): the
+// bus writes the events behind a lane's head as rows of this light table
+// rather than as pending dispatch jobs, for every consumer. A River
 // job row is written three times (inserted pending, made running,
 // completed), each time into river_job's seven indexes, GIN on args among
 // them; a lane event is one row with one index.

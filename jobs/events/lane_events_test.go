@@ -2,13 +2,16 @@ package events_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/migrations"
 )
 
 // laneEventCount counts the lane events waiting for aggregate agg.
@@ -48,7 +51,7 @@ func (b *laneBundle) lostHead(t *testing.T, agg string, texts ...string) (string
 func TestLaneEventsWaitOutsideRiver(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	ids := b.chainBacklog(t, "W", "a", "b", "c")
 	require.Equal(t, 1, b.dispatchJobs(t, "W", ""), "only the head has a dispatch job")
 	require.Equal(t, 3, b.laneEventCount(t, "W"))
@@ -75,36 +78,65 @@ func TestLaneEventsWaitOutsideRiver(t *testing.T) {
 	})
 }
 
-// TestLaneEventsBehindPendingJobs: a lane whose events waited as pending
-// dispatch jobs (written by a version without lane events, or while the
-// consumer did not chain) and then gets lane events runs them all in emit
-// order.
-func TestLaneEventsBehindPendingJobs(t *testing.T) {
+// TestLaneJobsOfTheOldPath: the events an older version left waiting behind
+// a lane's head as pending dispatch jobs (a consumer without lane chains)
+// are all delivered in emit order with the lane events written after them:
+// by the promotions and chains as they are (a worker of that version still
+// running in a rolling deploy), and after migration 0022 turned them into
+// lane events.
+func TestLaneJobsOfTheOldPath(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
-	setLaneEvents := func(on bool) {
-		_, err := b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/tributary_event_consumer SET lane_events = $1`), on)
-		require.NoError(t, err)
-	}
-	setLaneEvents(false)
-	ids := []string{b.emit(t, "U", "gate"), b.emit(t, "U", "a"), b.emit(t, "U", "b")}
-	b.waitJob(t, ids[0], "running")
-	b.waitJob(t, ids[1], "pending")
-	b.waitJob(t, ids[2], "pending")
-	setLaneEvents(true)
-	ids = append(ids, b.emit(t, "U", "c"), b.emit(t, "U", "d"))
-	b.waitJob(t, ids[3], laneEvent)
-	b.waitJob(t, ids[4], laneEvent)
+	for _, migrate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("migrate=%v", migrate), func(t *testing.T) {
+			t.Parallel()
+			b := setupLanes(t, events.OrderingBlock)
+			ids := b.chainBacklog(t, "U", "a", "b")
+			b.asPendingJobs(t, "U") // the old path's rows
+			b.waitJob(t, ids[1], "pending")
+			b.waitJob(t, ids[2], "pending")
+			if migrate {
+				applyMigration(t, b.db, 22)
+				require.Zero(t, b.dispatchJobs(t, "U", "pending"))
+				b.waitJob(t, ids[1], laneEvent)
+				b.waitJob(t, ids[2], laneEvent)
+			}
+			ids = append(ids, b.emit(t, "U", "c"), b.emit(t, "U", "d"))
+			b.waitJob(t, ids[3], laneEvent)
+			b.waitJob(t, ids[4], laneEvent)
 
-	close(b.gate)
-	pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
-		return b.rec.count(nil) == len(ids), nil
-	})
-	require.Equal(t, ids, b.handledOrder())
-	pgtest.WaitFor(t, 15*time.Second, "the lane events to be recorded", func() (bool, error) {
-		return b.laneEventCount(t, "U") == 0, nil
-	})
+			close(b.gate)
+			pgtest.WaitFor(t, 15*time.Second, "every event to be handled", func() (bool, error) {
+				return b.rec.count(nil) == len(ids), nil
+			})
+			require.Equal(t, ids, b.handledOrder())
+			pgtest.WaitFor(t, 15*time.Second, "the lane events to be recorded", func() (bool, error) {
+				return b.laneEventCount(t, "U") == 0, nil
+			})
+		})
+	}
+}
+
+// applyMigration runs tributary's migration version's up step again on
+// db's schema, as the migrator does.
+func applyMigration(t *testing.T, db *pgtest.DB, version int) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := migrations.New(db.Pool, migrations.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	for _, mig := range m.All() {
+		if mig.Version != version {
+			continue
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SELECT set_config('search_path', $1, true)", pgx.Identifier{db.Schema}.Sanitize()); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, mig.Up)
+			return err
+		}))
+		return
+	}
+	t.Fatalf("no migration %d", version)
 }
 
 // TestLaneRepairPromotesALaneEvent: a quiet lane whose head is a lane event
@@ -114,7 +146,7 @@ func TestLaneEventsBehindPendingJobs(t *testing.T) {
 func TestLaneRepairPromotesALaneEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	lost, after := b.lostHead(t, "R", "after")
 	b.ageLanes(t)
 	require.Equal(t, 1, b.inst.Dispatcher.RepairLanes(ctx))
@@ -128,7 +160,7 @@ func TestLaneRepairPromotesALaneEvent(t *testing.T) {
 func TestRemoveConsumerDeletesLaneEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	b.chainBacklog(t, "D", "a", "b")
 	res, err := events.RemoveConsumer(ctx, b.db.Pool, b.db.Schema, "lanes", events.RemoveConsumerOpts{Force: true})
 	require.NoError(t, err)
@@ -144,7 +176,7 @@ func TestRemoveConsumerDeletesLaneEvents(t *testing.T) {
 func TestLaneRepairTakesBackALostLaneEvent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	_, err := b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_process (id, hostname, pid, queues, started_at, heartbeat_at)
         VALUES ('dead', 'h', 1, '{}', now() - interval '1 hour', now() - interval '1 hour'),
                ('live', 'h', 2, '{}', now(), now() + interval '1 hour')`))
@@ -177,7 +209,7 @@ func TestLaneChainClaimsLaneEventsAhead(t *testing.T) {
 	// A split after a minute: the head's handler waits for the gate, and
 	// with the default 50 ms that wait alone would end the chain at once.
 	b := setupLanesWith(t, events.ConsumerConfig{Ordering: events.OrderingBlock, RetryDelays: []time.Duration{10 * time.Millisecond},
-		LaneChain: true, DispatchBatchSplitAfter: time.Minute})
+		DispatchBatchSplitAfter: time.Minute})
 	ids := b.chainBacklog(t, "A", "a", "hang", "b", "c")
 	close(b.gate)
 	b.waitHandled(t, ids[1])
@@ -195,7 +227,7 @@ func TestLaneChainClaimsLaneEventsAhead(t *testing.T) {
 func TestLaneRepairTakesBackAClaimedRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupLanesChained(t, true, events.OrderingBlock)
+	b := setupLanes(t, events.OrderingBlock)
 	_, err := b.db.Pool.Exec(ctx, b.db.Q(`INSERT INTO /*schema*/tributary_process (id, hostname, pid, queues, started_at, heartbeat_at)
         VALUES ('dead', 'h', 1, '{}', now() - interval '1 hour', now() - interval '1 hour')`))
 	require.NoError(t, err)

@@ -526,10 +526,10 @@ RETURNING head_seq`
 // (laneTouchEvery). The rows are updated, and so locked, in the order of
 // the arrays: the ordered subquery drives a nested loop over the primary
 // key (the group commit runs it with hash and merge joins off,
-// genericPlanSQL). Until 2026-12-02 a SELECT ... FOR UPDATE of the lanes
-// came first, one more statement and one more WAL record (the row lock)
-// per lane of every group commit, and it ordered by the database's
-// collation rather than the forwarder's byte order.
+// genericPlanSQL). The update is the lock: a SELECT ... FOR UPDATE first
+// would cost one more statement and one more WAL record (the row lock) per
+// lane of every group commit, and order by the database's collation rather
+// than the forwarder's byte order.
 const laneAdvanceManySQL = `
 UPDATE /*schema*/tributary_event_lane l
 SET head_seq = u.n, updated_at = CASE WHEN l.updated_at > $4::timestamptz - $6::interval THEN l.updated_at ELSE $4 END,

@@ -104,7 +104,7 @@ func TestLaneEventClaimsStayOnTheirPage(t *testing.T) {
 			SourceService: "orders", CreatedAt: time.Now().UTC()}}, "events", 25)
 		require.NoError(t, err)
 		evs = append(evs, ev)
-		claims = append(claims, riverjob.LaneClaim{LaneSeq: ev.LaneSeq, N: 1})
+		claims = append(claims, riverjob.LaneClaim{LaneSeq: ev.LaneSeq, Events: 1})
 	}
 	_, err = l.reserve(ctx, tx, counts)
 	require.NoError(t, err)
@@ -113,7 +113,8 @@ func TestLaneEventClaimsStayOnTheirPage(t *testing.T) {
 	b := &pgx.Batch{}
 	got := make([][]riverjob.Claimed, n)
 	// A process id as long as the runtime's (host, pid and a token).
-	riverjob.QueueClaimAtHead(b, db.Schema, claims, "tributary-worker-host-12345-0123abcd", time.Now().UTC(), got)
+	var promoted []string
+	riverjob.QueueClaimAtHead(b, db.Schema, claims, "tributary-worker-host-12345-0123abcd", time.Now().UTC(), got, &promoted)
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	for i := range got {
 		require.Len(t, got[i], 1, "lane %d's event is claimed", i)

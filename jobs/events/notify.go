@@ -39,8 +39,7 @@ const (
 	// of one aggregate. It wakes only the loop whose share holds the
 	// aggregate. Before, every emit woke every loop, and all but one
 	// claimed nothing: at 500 events/s over 1,000 aggregates, a third of
-	// the forward rounds were empty ones (docs/BENCHMARKS.md, "Ordered
-	// events: fewer round trips and plans on the emit and forward path").
+	// the forward rounds were empty ones.
 	wakeAggregatePrefix = "a"
 	// wakeFromPrefix and a forwarder's token: that forwarder's wake of
 	// the others after it forwarded rows of aggregates (they may have

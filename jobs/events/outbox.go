@@ -256,7 +256,7 @@ func ReplayFailedBatches(ctx context.Context, db queue.DBTX, schema string, p Re
 
 // replayFailedBatchSQL replays the next $2 FAILED rows after position $1
 // and returns how many and the last position. The NOTIFY is delivered at
-// commit; it is the batch's only statement, so it adds no second round
+// commit; it is the batch's only statement, so it adds no other round
 // trip, and a replay is rare enough that the notify lock's cost at commit
 // does not matter.
 const replayFailedBatchSQL = `

@@ -8,6 +8,6 @@ import "github.com/jackc/pgx/v5"
 // (river_job, tributary_outbox, tributary_event_lane): a plan cached while
 // a table was small (pgx prepares statements and Postgres switches them to
 // a generic plan after five runs) would keep scanning river_job for every
-// lane promotion long after the table had grown (figures: docs/BENCHMARKS.md,
-// "Plans of the events statements").
+// lane promotion long after the table had grown
+// (docs/decisions/0001-generic-plans.md).
 var customPlan = pgx.QueryExecModeExec

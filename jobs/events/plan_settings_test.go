@@ -74,8 +74,8 @@ func noteBus(t *testing.T, db *pgtest.DB) *events.Bus {
 // transaction. A transactional publisher of the user's, after the bus (as
 // Install puts it) or before it, is handed the transaction as the
 // forwarder plans it for publishers: custom plans, every scan and join
-// allowed. Until 2026-12-06 it inherited the bus's settings, and its own
-// statements were planned without sequential scans or hash joins.
+// allowed, not the bus's settings, which would plan its own statements
+// without sequential scans or hash joins.
 func TestTxPublishersBesideTheBusKeepThePlanSettings(t *testing.T) {
 	t.Parallel()
 	for _, busFirst := range []bool{true, false} {

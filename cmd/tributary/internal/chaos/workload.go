@@ -33,11 +33,12 @@ const ScheduleName = "chaos.tick"
 // when AMQP_URL is set.
 const Exchange = "tributary.chaos"
 
-// ConsumerNames are the event consumers every worker runs: "ordered" gets
-// one dispatch job per aggregate event through its lane, "batched" also the
-// events without an aggregate in batched dispatch jobs, and its lanes chain
-// (ConsumerConfig.LaneChain: the events behind a lane's head wait as lane
-// events and run in place), so the faults hit both ways of ordering.
+// ConsumerNames are the event consumers every worker runs: "ordered" has
+// DispatchBatch 1 (one dispatch job run per event: each lane event is
+// promoted to a job in its turn), "batched" the default (the events without
+// an aggregate in batched dispatch jobs, and its lanes chain: the events
+// behind a lane's head run in place), so the faults hit both ways through
+// the lanes.
 var ConsumerNames = []string{"ordered", "batched"}
 
 // WorkArgs is the plain job: it logs its key and sleeps a while, so that a
@@ -125,12 +126,21 @@ func (w *Workers) Register(rt *queue.Runtime) {
 	}))
 }
 
+// dispatchBatchOf is the DispatchBatch of the consumer name (see
+// ConsumerNames): 0 is the default.
+func dispatchBatchOf(name string) int {
+	if name == "ordered" {
+		return 1
+	}
+	return 0
+}
+
 // Consumers returns the workload's consumers: each handler sleeps up to
 // 20 ms, fails 2% of first attempts, and logs the call.
 func (w *Workers) Consumers() ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, LaneChain: name == "batched"})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, DispatchBatch: dispatchBatchOf(name)})
 		if err != nil {
 			return nil, err
 		}

@@ -45,6 +45,15 @@ type Config struct {
 	HandlerCount func()
 }
 
+// dispatchBatchOf is consumer name's DispatchBatch: "beta" the default
+// (0), the others 1.
+func dispatchBatchOf(name string) int {
+	if name == "beta" {
+		return 0
+	}
+	return 1
+}
+
 // Consumers returns fresh consumers for one replica.
 func Consumers(pool *pgxpool.Pool, cfg Config) ([]*events.Consumer, error) {
 	insert := queue.Qualify(cfg.Schema, `INSERT INTO /*schema*/replica_log (consumer, event_id, aggregate_id, n, replica) VALUES ($1, $2, nullif($3, ''), $4, $5)`)
@@ -52,10 +61,10 @@ func Consumers(pool *pgxpool.Pool, cfg Config) ([]*events.Consumer, error) {
 	for _, name := range ConsumerNames {
 		c, err := events.NewConsumer(events.ConsumerConfig{
 			Name: name,
-			// One consumer's lanes chain (lane events, runs in place), the
-			// other's run one River job per event.
-			LaneChain:   name == "beta",
-			RetryDelays: []time.Duration{cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay},
+			// One consumer's lanes chain (the default: lane events run in
+			// place), the other's run one River job per event.
+			DispatchBatch: dispatchBatchOf(name),
+			RetryDelays:   []time.Duration{cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay, cfg.RetryDelay},
 		})
 		if err != nil {
 			return nil, err
