@@ -9,7 +9,7 @@ import (
 )
 
 // Metadata keys of a limited job (package limits, docs/decisions/0030-flow-control.md):
-// the limit's name and the job's partition value. Migration 0022's index
+// the limit's name and the job's partition value. Migration 0023's index
 // and triggers name them too.
 const (
 	LimitMetaName = "tributary_limit"
@@ -27,7 +27,7 @@ type LimitKeyUse struct {
 
 // LimitUse counts, per partition key of limit, the jobs holding a slot
 // (available, running) and the due pending ones, in key order, through
-// migration 0022's partial index. Keys with neither are left out.
+// migration 0023's partial index. Keys with neither are left out.
 func LimitUse(ctx context.Context, db DBTX, schema, limit string) ([]LimitKeyUse, error) {
 	rows, err := db.Query(ctx, q(schema, limitUseSQL), customPlan, limit)
 	if err != nil {
@@ -48,7 +48,7 @@ func LimitUse(ctx context.Context, db DBTX, schema, limit string) ([]LimitKeyUse
 // to available, each key's first by River's fetch order (priority,
 // scheduled time, id), and returns the queues of the jobs it moved. It sets
 // tributary.admitting for the rest of tx, which lets the moves pass
-// migration 0022's door; run it in the transaction that holds the limit's
+// migration 0023's door; run it in the transaction that holds the limit's
 // lock and counted its use.
 func AdmitLimited(ctx context.Context, tx pgx.Tx, schema, limit string, keys []string, counts []int32) ([]string, error) {
 	if len(keys) == 0 {
