@@ -135,11 +135,11 @@ func TestWaitingSpendsNoAttempt(t *testing.T) {
 }
 
 // TestDoor: a limited job that would become available other than by
-// admission (a retry coming due) goes to pending instead, and an override
-// of 0 keeps it there.
+// admission (a retry coming due) goes to pending instead; an override of 0
+// admits nothing until it is reset.
 func TestDoor(t *testing.T) {
 	t.Parallel()
-	lim, b := setup(t, limits.Limit{Name: "per-customer", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1})
+	lim, b := setup(t, limits.Limit{Name: "per-customer", Kind: "limits_test_keyed", KeyArg: "customer", Max: 2})
 	ctx := context.Background()
 	res, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
 	require.NoError(t, err)
@@ -162,14 +162,21 @@ func TestDoor(t *testing.T) {
 	adm := lim.NewAdmitter(b.rt.Client)
 	require.NoError(t, adm.Start(ctx)) // declares the limit
 	t.Cleanup(func() { _ = adm.Stop(context.Background()) })
+	pgtest.WaitFor(t, 30*time.Second, "the job admitted", func() (bool, error) {
+		return gjson(t, b, res.Job.ID, `state::text`) == "available", nil
+	})
+
+	// A limit set to 0 admits nothing; reset, its declared Max applies.
 	require.NoError(t, limits.SetMax(ctx, b.db.Pool, b.db.Schema, "per-customer", 0))
+	second, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
 	n, err := adm.Pass(ctx, "per-customer")
 	require.NoError(t, err)
-	require.Zero(t, n, "a limit set to 0 admits nothing")
-	require.Equal(t, "pending", gjson(t, b, res.Job.ID, `state::text`))
+	require.Zero(t, n)
+	require.Equal(t, "pending", gjson(t, b, second.Job.ID, `state::text`))
 	require.NoError(t, limits.ResetMax(ctx, b.db.Pool, b.db.Schema, "per-customer"))
-	pgtest.WaitFor(t, 30*time.Second, "the job admitted after the reset", func() (bool, error) {
-		return gjson(t, b, res.Job.ID, `state::text`) == "available", nil
+	pgtest.WaitFor(t, 30*time.Second, "the second job admitted after the reset", func() (bool, error) {
+		return gjson(t, b, second.Job.ID, `state::text`) == "available", nil
 	})
 }
 
