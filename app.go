@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/jobs/batch"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
@@ -31,7 +33,14 @@ type App struct {
 	workflows *workflow.Client
 	emitter   *events.Emitter
 	stager    *batch.Stager
+	publisher *amqpbridge.Publisher // nil with the AMQP bridge off
 
+	// ownsPool: Open made the pool, and Stop (or the end of Run) closes
+	// it.
+	ownsPool bool
+
+	// tracingMu guards stopTracing: Stop may run in several goroutines.
+	tracingMu   sync.Mutex
 	stopTracing func()
 }
 
@@ -42,7 +51,7 @@ type App struct {
 // database: Migrate, Start and Run do.
 func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 	if pool == nil {
-		return nil, errors.New("tributary.New: nil pool (see NewPool)")
+		return nil, errors.New("tributary.New: nil pool (see NewPool, or Open)")
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -51,6 +60,34 @@ func New(pool *pgxpool.Pool, cfg Config) (*App, error) {
 	app := &App{cfg: cfg, pool: pool}
 	if err := app.install(); err != nil {
 		return nil, cfg.envNamed(err)
+	}
+	return app, nil
+}
+
+// Open builds the App of a process that owns its database connection: it
+// connects to cfg.DatabaseURL (as NewPool), builds the App on that pool (as
+// New) and applies pending migrations (as Migrate), so Run can start at
+// once. The App closes the pool when Stop returns or Run ends; a process
+// that never starts it calls Stop to close it. To share a pool, or to
+// migrate separately (`tributary migrate up`, say, with other database
+// rights), use NewPool, New and Migrate instead.
+func Open(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := NewPool(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	app, err := New(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	app.ownsPool = true
+	if _, err := app.Migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	return app, nil
 }
@@ -85,16 +122,25 @@ func (a *App) Start(ctx context.Context) error {
 		return err
 	}
 	if err := a.rt.Start(ctx); err != nil {
+		if errors.Is(err, queue.ErrAlreadyStarted) {
+			// The running start keeps its trace export.
+			return fmt.Errorf("%s: %w", a.Name(), queue.ErrAlreadyStarted)
+		}
 		a.flushTracing()
 		return err
 	}
 	return nil
 }
 
+// Name is "tributary app": an App is a queue.Service too, so a process
+// that runs it beside services of its own may start and stop it as one.
+func (a *App) Name() string { return "tributary app" }
+
 // Stop stops the services in reverse order, River last: no new jobs are
 // fetched, running jobs get Runtime.ShutdownTimeout to finish and the rest
 // are cancelled to run again later. ctx bounds the whole stop.
 func (a *App) Stop(ctx context.Context) error {
+	defer a.closePool()
 	defer a.flushTracing()
 	return a.rt.Stop(ctx)
 }
@@ -105,6 +151,7 @@ func (a *App) Stop(ctx context.Context) error {
 // queue.ErrLivenessLost when the process could no longer show it is alive
 // (its jobs are then run by others).
 func (a *App) Run(ctx context.Context) error {
+	defer a.closePool()
 	if err := checkMigrated(ctx, a.pool, a.cfg.Schema); err != nil {
 		return err
 	}
@@ -113,6 +160,14 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	defer a.flushTracing()
 	return a.rt.Run(ctx)
+}
+
+// closePool closes the pool Open made; a pool given to New is the
+// caller's.
+func (a *App) closePool() {
+	if a.ownsPool {
+		a.pool.Close()
+	}
 }
 
 // HardStop cancels the running jobs of a stop now instead of after the
@@ -132,6 +187,12 @@ func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
 // Logger returns the App's logger.
 func (a *App) Logger() *slog.Logger { return a.cfg.Logger }
+
+// AMQPPublisher returns the App's RabbitMQ publisher, for code of the
+// application's own that publishes to the broker (it connects on first
+// use, and the App stops it). It is nil when the AMQP bridge is off
+// (Config.AMQP.Bridge.URL empty).
+func (a *App) AMQPPublisher() *amqpbridge.Publisher { return a.publisher }
 
 // Runtime returns the worker runtime, for what the App does not wrap: adding
 // a queue.Service, or its queue.Client's methods.
@@ -164,7 +225,8 @@ func (a *App) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []queue.Enqueu
 }
 
 // Emit writes one event into the outbox in a transaction of its own and
-// returns its id. def must be one of Config.Events.Types (else the error is
+// returns its id. def must be an event type one of Config.Consumers
+// subscribes to or one of Config.Events.Types (else the error is
 // events.ErrUnknownEventType); meta.AggregateID
 // orders the event among the others of its aggregate for every consumer.
 func (a *App) Emit(ctx context.Context, def events.Definition, payload any, meta events.Meta) (string, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/queue"
@@ -71,17 +72,27 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 	}
 }
 
-// TestQueuesDefault: plain jobs on "default", and each consumer on a queue
-// of its own gets slots of its own.
+// TestQueuesDefault: plain jobs on "default", consumers on "events" unless
+// they name a queue, and a queue a consumer names gets slots of its own.
 func TestQueuesDefault(t *testing.T) {
 	t.Parallel()
 	noop := func(ctx context.Context, m events.Message[pingArgs]) error { return nil }
-	app, err := tributary.New(pgtest.Pool(t), tributary.Config{Consumers: []*events.Consumer{
-		newConsumer(t, "on-events", tributary.EventsQueue, noop),
-		newConsumer(t, "on-default", "", noop),
-	}})
+	app, err := tributary.New(pgtest.Pool(t), tributary.Config{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"default": tributary.QueueWorkersDefault, "events": tributary.ConsumerQueueWorkersDefault}, app.Config().Queues)
+
+	app, err = tributary.New(pgtest.Pool(t), tributary.Config{Consumers: []*events.Consumer{
+		newConsumer(t, "on-events", "", noop),
+		newConsumer(t, "on-default", "default", noop),
+		newConsumer(t, "on-own", "billing", noop),
+	}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{
+		"default": tributary.QueueWorkersDefault,
+		"events":  tributary.ConsumerQueueWorkersDefault,
+		"billing": tributary.ConsumerQueueWorkersDefault,
+	}, app.Config().Queues)
+	require.Equal(t, app.Config().Queues, app.Runtime().Queues(), "the runtime works them")
 }
 
 // TestAppWithoutStart: a process that only enqueues, emits, starts
@@ -137,24 +148,26 @@ func TestAppWithoutStart(t *testing.T) {
 
 	_, err = app.Emit(ctx, events.Define[pingArgs]("test.undeclared", nil), pingArgs{}, events.Meta{})
 	require.ErrorIs(t, err, events.ErrUnknownEventType, "Emit takes the types of Config.Events.Types")
+	require.Nil(t, app.AMQPPublisher(), "no publisher with the bridge off")
 }
 
-// TestAppRun: one App works a job kind, runs an ordered consumer, advances
-// a two-task workflow and fires a cron schedule, and stops cleanly.
+// TestAppRun: one App, from Open, works a job kind, runs an ordered
+// consumer (whose event type Emit takes without Events.Types), advances a
+// two-task workflow and fires a cron schedule, and stops cleanly.
 func TestAppRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
 	var handled atomic.Int64
-	consumer := newConsumer(t, "counter", tributary.EventsQueue, func(ctx context.Context, m events.Message[pingArgs]) error {
+	consumer := newConsumer(t, "counter", "", func(ctx context.Context, m events.Message[pingArgs]) error {
 		handled.Add(1)
 		return nil
 	})
-	app, err := tributary.New(db.Pool, tributary.Config{
-		Schema: db.Schema, Logger: pgtest.Logger(t),
+	app, err := tributary.Open(ctx, tributary.Config{
+		DatabaseURL: pgtest.DatabaseURL(), Schema: db.Schema, Logger: pgtest.Logger(t),
 		Runtime:   queue.RuntimeConfig{FetchPollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
 		Consumers: []*events.Consumer{consumer},
-		Events:    tributary.EventsConfig{Types: []events.Definition{pinged}, Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
+		Events:    tributary.EventsConfig{Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
 		Schedules: []scheduler.Schedule{{Name: "test.every-second", Spec: "@every 1s", Args: pingArgs{N: 100}}},
 	})
 	require.NoError(t, err)
@@ -195,6 +208,26 @@ func TestAppRun(t *testing.T) {
 	require.GreaterOrEqual(t, worked.Load(), int64(3), "two tasks and a fire")
 }
 
+// TestOpenMigratesAndOwnsThePool: Open migrates a new schema, and Stop
+// closes the pool it made, also for an App never started.
+func TestOpenMigratesAndOwnsThePool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := "open_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	app, err := tributary.Open(ctx, tributary.Config{DatabaseURL: pgtest.DatabaseURL(), Schema: schema, Logger: pgtest.Logger(t)})
+	require.NoError(t, err)
+	_, err = app.Enqueue(ctx, pingArgs{N: 1}, nil)
+	require.NoError(t, err, "migrated: River's tables are there")
+	require.NoError(t, app.Stop(ctx))
+	require.Error(t, app.Pool().Ping(ctx), "Stop closed the pool Open made")
+
+	_, err = tributary.Open(ctx, tributary.Config{DatabaseURL: pgtest.DatabaseURL(), Schema: schema, Queues: map[string]int{"default": 0}})
+	var ce *queue.ConfigError
+	require.ErrorAs(t, err, &ce, "Open validates before it connects")
+}
+
 // TestAppStartNeedsMigrations: Start on a schema without tributary's
 // tables says how to create them.
 func TestAppStartNeedsMigrations(t *testing.T) {
@@ -204,4 +237,16 @@ func TestAppStartNeedsMigrations(t *testing.T) {
 	err = app.Start(context.Background())
 	require.ErrorContains(t, err, "pending migrations")
 	require.ErrorContains(t, err, "Migrate")
+}
+
+// TestServiceContract: an App keeps the lifecycle every queue.Service
+// keeps (a second Start refused, Stop without Start, twice, concurrently,
+// under a cancelled context).
+func TestServiceContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Run(t, "tributary.App", func(t *testing.T) (queue.Service, error) {
+		db := pgtest.New(t)
+		return tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t),
+			Runtime: queue.RuntimeConfig{ShutdownTimeout: time.Second}})
+	})
 }

@@ -36,25 +36,22 @@ const (
 	// Config.Queues is empty.
 	QueueWorkersDefault = queue.QueueMaxWorkersDefault
 
-	// ConsumerQueueWorkersDefault is the concurrency New gives the queue of
-	// an event consumer when Config.Queues is empty and the queue is not
-	// "default".
+	// ConsumerQueueWorkersDefault is the concurrency of the event
+	// consumers' queue ("events", events.QueueDefault) when Config.Queues
+	// is empty, and of any other queue a consumer names.
 	ConsumerQueueWorkersDefault = 50
-
-	// EventsQueue is the queue the examples give their event consumers
-	// (events.ConsumerConfig.Queue), so event dispatch has slots of its own.
-	EventsQueue = "events"
 
 	LogLevelDefault  = "info"
 	LogFormatDefault = "text"
 )
 
 // Config declares what a process runs. The zero value is a process that
-// works the "default" queue with 100 workers and cleans tributary's tables
-// hourly; everything else is added by its field. New validates it once;
+// works the "default" queue with 100 workers and the "events" queue with
+// 50, and cleans tributary's tables hourly; everything else is added by its field. New validates it once;
 // an error is a *queue.ConfigError naming the field and the value.
 type Config struct {
-	// DatabaseURL is where NewPool connects (New itself takes a pool).
+	// DatabaseURL is where Open and NewPool connect (New itself takes a
+	// pool).
 	//
 	// Defaults to queue.DatabaseURLDefault, a local server on
 	// 127.0.0.1:5432.
@@ -81,13 +78,12 @@ type Config struct {
 	// Queues maps each queue this process works to its maximum concurrent
 	// jobs.
 	//
-	// Defaults to {"default": 100} plus, for every consumer in Consumers
-	// whose queue is not "default", that queue with 50 workers
-	// (ConsumerQueueWorkersDefault). So a consumer given its own queue
-	// (events.ConsumerConfig.Queue: EventsQueue, as the examples do) has its
-	// own slots, and a burst of events never takes those of plain jobs; a
-	// consumer left on "default" shares them. When Queues is set, every
-	// consumer's queue must be in it.
+	// Defaults to {"default": 100, "events": 50}: plain jobs on "default"
+	// (QueueWorkersDefault), event consumers on "events" (their own
+	// default queue, events.QueueDefault; ConsumerQueueWorkersDefault), so
+	// a burst of events never takes the slots of plain jobs. A consumer
+	// that names another queue adds it with 50 workers. When Queues is set,
+	// every consumer's queue must be in it.
 	Queues map[string]int
 
 	// Workers holds the workers of this process's job kinds. AddWorker adds
@@ -122,7 +118,8 @@ type Config struct {
 
 	// Events configures emitting (App.Emit) and forwarding.
 	//
-	// Defaults to no event types to emit, and a forwarder in every App that
+	// Defaults to emitting the event types Consumers subscribe to, a
+	// NOTIFY at each commit that emitted, and a forwarder in every App that
 	// starts.
 	Events EventsConfig
 
@@ -186,8 +183,9 @@ type Config struct {
 
 // EventsConfig configures emitting and forwarding events.
 type EventsConfig struct {
-	// Types are the event types this process emits: App.Emit refuses any
-	// other.
+	// Types are event types this process emits besides those its
+	// Consumers subscribe to (events.On, events.Handle), which App.Emit
+	// accepts without being listed; App.Emit refuses any other.
 	//
 	// Defaults to none.
 	Types []events.Definition
@@ -197,6 +195,15 @@ type EventsConfig struct {
 	//
 	// Defaults to empty.
 	SourceService string
+
+	// NoNotify leaves out the NOTIFY that wakes the forwarders when a
+	// transaction that emitted commits (events.EmitterConfig.NoNotify):
+	// forwarders then find new events at their poll interval
+	// (Forwarder.PollInterval). For emitters whose commit rate makes the
+	// NOTIFY a cost.
+	//
+	// Defaults to false: every commit that emitted notifies.
+	NoNotify bool
 
 	// MaxPayloadBytes bounds the JSON of one payload.
 	//
@@ -467,7 +474,7 @@ func (c Config) withDefaults() (Config, error) {
 		names[cons.Name()] = true
 	}
 	if len(c.Queues) == 0 {
-		c.Queues = map[string]int{river.QueueDefault: QueueWorkersDefault}
+		c.Queues = map[string]int{river.QueueDefault: QueueWorkersDefault, events.QueueDefault: ConsumerQueueWorkersDefault}
 		for _, cons := range c.Consumers {
 			if q := cons.Config().Queue; c.Queues[q] == 0 {
 				c.Queues[q] = ConsumerQueueWorkersDefault
@@ -490,7 +497,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Events.MaxPayloadBytes < 0 {
 		return c, &queue.ConfigError{Name: "Events.MaxPayloadBytes", Value: fmt.Sprint(c.Events.MaxPayloadBytes), Reason: "must not be negative"}
 	}
-	if _, err := events.NewRegistry(c.Events.Types...); err != nil {
+	if _, err := c.eventRegistry(); err != nil {
 		return c, &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
 	}
 
@@ -540,6 +547,28 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &queue.ConfigError{Name: "Tracing.OTLPEndpoint", Value: queue.RedactURL(c.Tracing.OTLPEndpoint), Reason: err.Error()}
 	}
 	return c, nil
+}
+
+// eventRegistry returns the event types App.Emit accepts: Events.Types,
+// then those the consumers subscribe to that Types does not name.
+func (c Config) eventRegistry() (*events.Registry, error) {
+	defs := slices.Clone(c.Events.Types)
+	named := map[string]bool{}
+	for _, d := range defs {
+		named[d.Name()] = true
+	}
+	for _, cons := range c.Consumers {
+		if cons == nil {
+			continue
+		}
+		for _, d := range cons.Definitions() {
+			if !named[d.Name()] {
+				named[d.Name()] = true
+				defs = append(defs, d)
+			}
+		}
+	}
+	return events.NewRegistry(defs...)
 }
 
 // checkAMQP checks the bridge's settings: the bridge's own rules when it is

@@ -2,35 +2,85 @@
 // ordered consumers, workflows, cron schedules, batch flushes and a
 // RabbitMQ bridge on PostgreSQL and River, configured in one place.
 //
-// A process declares what it runs in a Config and builds an App with New;
-// the App works jobs (Start, Stop, or Run until SIGINT or SIGTERM) and is
-// also how the process enqueues, emits events, starts workflows and stages
-// batch items, in its own transactions or in the caller's:
+// The quick start (examples/quickstart, README.md's first program) works a
+// job kind, an ordered event consumer, a two-task workflow and a cron
+// schedule; run it with DATABASE_URL set:
 //
-//	cfg, err := tributary.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, AMQP_URL, ...
-//	pool, err := tributary.NewPool(ctx, cfg)
-//	cfg.Consumers = []*events.Consumer{billing}
-//	cfg.Events.Types = []events.Definition{OrderPlaced}
-//	cfg.Schedules = []scheduler.Schedule{{Name: "nightly", Spec: "0 3 * * *", Args: ReportArgs{}}}
-//	app, err := tributary.New(pool, cfg)
-//	tributary.AddWorker(app, &SendReceiptWorker{})
-//	_, err = app.Migrate(ctx)
+//	package main
 //
-//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//	import (
+//		"context"
+//		"log"
+//
+//		"github.com/riverqueue/river"
+//		"github.com/tributary-run/tributary"
+//		"github.com/tributary-run/tributary/jobs/events"
+//		"github.com/tributary-run/tributary/jobs/workflow"
+//		"github.com/tributary-run/tributary/scheduler"
+//	)
+//
+//	type Hello struct{ Name string } // a job's arguments and an event's payload
+//
+//	func (Hello) Kind() string { return "hello" }
+//
+//	func main() {
+//		ctx := context.Background()
+//		cfg, err := tributary.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, ...
+//		check(err)
+//
+//		placed := events.Define[Hello]("order.placed", nil)
+//		billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
+//		check(err)
+//		events.On(billing, placed, func(ctx context.Context, m events.Message[Hello]) error {
+//			log.Println("billing", m.Payload.Name) // in emit order per aggregate
+//			return nil
+//		})
+//		cfg.Consumers = []*events.Consumer{billing}
+//		cfg.Schedules = []scheduler.Schedule{{Name: "hello", Spec: "@every 5s", Args: Hello{"cron"}}}
+//
+//		app, err := tributary.Open(ctx, cfg) // connects and migrates
+//		check(err)
+//		tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[Hello]) error {
+//			log.Println("hello", job.Args.Name)
+//			return nil
+//		}))
+//
+//		wf := workflow.New("greetings", nil)
+//		wf.Add("first", Hello{"first"}, nil)
+//		wf.Add("second", Hello{"second"}, &workflow.TaskOpts{Deps: []string{"first"}})
+//		_, err = app.Workflows().Insert(ctx, wf)
+//		check(err)
+//		_, err = app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"})
+//		check(err)
+//		check(app.Run(ctx)) // until SIGINT or SIGTERM
+//	}
+//
+//	func check(err error) {
+//		if err != nil {
+//			log.Fatal(err)
+//		}
+//	}
+//
+// A process declares what it runs in a Config (ConfigFromEnv reads the
+// variables of docs/configuration.md) and builds an App with Open, or with
+// New on a pool of its own. The App works jobs (Start and Stop, or Run until
+// SIGINT or SIGTERM) and is also how the process enqueues, emits events,
+// starts workflows and stages batch items, in its own transactions or in
+// the caller's:
+//
+//	err = pgx.BeginFunc(ctx, app.Pool(), func(tx pgx.Tx) error {
 //		// ... the application's own writes, then, committed with them:
-//		_, err := app.EnqueueTx(ctx, tx, SendReceiptArgs{OrderID: "o-1"}, nil)
-//		_, err = app.EmitTx(ctx, tx, OrderPlaced, order, events.Meta{AggregateID: "o-1"})
-//		_, err = app.Workflows().InsertTx(ctx, tx, fulfilment)
+//		if _, err := app.EnqueueTx(ctx, tx, SendReceiptArgs{OrderID: "o-1"}, nil); err != nil {
+//			return err
+//		}
+//		_, err := app.EmitTx(ctx, tx, OrderPlaced, order, events.Meta{AggregateID: "o-1"})
 //		return err
 //	})
-//	err = app.Run(ctx)
 //
 // A process that only enqueues or emits builds its App the same way and
 // never calls Start or Run; New reads nothing from the database.
 //
-// examples/quickstart is the whole program (a job kind, an ordered event
-// consumer, a two-task workflow and a cron schedule in 40 lines);
-// examples/orders a service to start from. The feature packages (queue,
+// examples/orders is a service to start from. The feature packages (queue,
 // jobs/events, jobs/workflow, scheduler, jobs/batch, jobs/inbox,
 // amqpbridge, dashboard) stay usable on their own; New composes them in the
 // order they must start.

@@ -33,7 +33,8 @@ import (
 // DatabaseURL and Schema get queue's defaults, Batch.SinkURL gets
 // batch.SinkURLDefault (the process flushes batch objects into
 // ./.tributary/batches) and LogLevel and LogFormat get info and text; the
-// other fields keep their zero value, which New and the features default. Declare the rest (Workers, Consumers, Schedules, ...) in code on the
+// other fields keep their zero value, which New and the features default.
+// Declare the rest (Workers, Consumers, Schedules, ...) in code on the
 // returned Config.
 func ConfigFromEnv() (Config, error) { return ConfigFromLookup(os.LookupEnv) }
 

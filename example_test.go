@@ -61,7 +61,7 @@ func Example() {
 		wg.Done()
 	}
 
-	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing", Queue: tributary.EventsQueue})
+	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
 	if err != nil {
 		panic(err)
 	}
@@ -71,8 +71,7 @@ func Example() {
 	})
 	app, err := tributary.New(pool, tributary.Config{
 		Schema:    schema,
-		Consumers: []*events.Consumer{billing},
-		Events:    tributary.EventsConfig{Types: []events.Definition{OrderPlaced}},
+		Consumers: []*events.Consumer{billing}, // Emit takes the event types they handle
 	})
 	if err != nil {
 		panic(err)

@@ -100,12 +100,15 @@ func (a *App) install() error {
 		return runtimeError(err)
 	}
 	a.rt, a.coord, a.workflows = rt, coord, workflow.NewClient(rt.Client)
-	reg, err := events.NewRegistry(cfg.Events.Types...)
+	// The consumers' event types are read now: subscribe every handler
+	// (events.On) before New.
+	reg, err := cfg.eventRegistry()
 	if err != nil {
 		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
 	}
 	a.emitter, err = events.NewEmitter(events.EmitterConfig{
-		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService, MaxPayloadBytes: cfg.Events.MaxPayloadBytes,
+		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService,
+		MaxPayloadBytes: cfg.Events.MaxPayloadBytes, NoNotify: cfg.Events.NoNotify,
 	})
 	if err != nil {
 		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
@@ -208,6 +211,7 @@ func installAMQP(in *installation) error {
 	if err := rt.AddService(pub); err != nil {
 		return err
 	}
+	in.app.publisher = pub
 	in.amqpCollector = amqpbridge.NewCollector()
 	in.amqpCollector.AddPublisher(pub)
 	in.collectors = append(in.collectors, in.amqpCollector)

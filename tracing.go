@@ -70,6 +70,8 @@ func StartTracing(ctx context.Context, cfg TracingConfig, logger *slog.Logger) (
 
 // startTracing starts the App's trace export, once.
 func (a *App) startTracing(ctx context.Context) error {
+	a.tracingMu.Lock()
+	defer a.tracingMu.Unlock()
 	if a.stopTracing != nil {
 		return nil
 	}
@@ -83,6 +85,8 @@ func (a *App) startTracing(ctx context.Context) error {
 
 // flushTracing stops the App's trace export.
 func (a *App) flushTracing() {
+	a.tracingMu.Lock()
+	defer a.tracingMu.Unlock()
 	if a.stopTracing != nil {
 		a.stopTracing()
 		a.stopTracing = nil

@@ -31,7 +31,7 @@ func TestEventInserter(t *testing.T) {
 
 	var mu sync.Mutex
 	got := map[string][]events.Message[noteEvent]{}
-	c, err := events.NewConsumer(events.ConsumerConfig{Name: "notes"})
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "notes", Queue: "default"})
 	require.NoError(t, err)
 	events.On(c, events.Define[noteEvent]("amqp.note", nil), func(_ context.Context, m events.Message[noteEvent]) error {
 		mu.Lock()

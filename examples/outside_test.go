@@ -26,20 +26,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/internal/outsidemod"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
 )
 
 // module is the repository's module path, which an outside module replaces
 // with the checkout.
-const module = "github.com/tributary-run/tributary"
+const module = outsidemod.ModulePath
 
 // repoRoot returns the checkout's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	return root
+	return outsidemod.Root(t)
 }
 
 // exampleFiles returns the example's files a user copies: its Go files
@@ -100,8 +99,18 @@ func TestQuickstartIsREADMEsFirstProgram(t *testing.T) {
 	code, _, ok = strings.Cut(code, "```")
 	require.True(t, ok, "README.md's quick start block is not closed")
 	require.Equal(t, string(program), code, "README.md's first program must be examples/quickstart/main.go, verbatim")
-	require.LessOrEqual(t, bytes.Count(program, []byte("\n")), 40, "the quick start is at most 40 lines")
+	// Short, and ordinary Go to read top-down: no line a reader must
+	// scroll (a tab counts as four columns).
+	require.LessOrEqual(t, bytes.Count(program, []byte("\n")), quickstartMaxLines, "the quick start is at most %d lines", quickstartMaxLines)
+	for i, line := range strings.Split(string(program), "\n") {
+		require.LessOrEqual(t, len(strings.ReplaceAll(line, "\t", "    ")), 100, "line %d of the quick start is longer than 100 columns: %s", i+1, line)
+	}
 }
+
+// quickstartMaxLines bounds the quick start: a worker with a job kind, an
+// ordered consumer, a two-task workflow and a cron schedule, with the
+// error checks and line lengths of ordinary Go.
+const quickstartMaxLines = 55
 
 // TestExamplesBuildOutsideTheRepository copies the quick start and the
 // orders service into a new module in a temporary directory, with a replace
@@ -131,20 +140,11 @@ func TestExamplesBuildOutsideTheRepository(t *testing.T) {
 		}
 	}
 
-	goCmd := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		// The environment's GOFLAGS (-buildvcs=false, say) stay; -mod=mod
-		// lets the new module's go.mod and go.sum take what the build needs
-		// from the module cache or proxy.
-		cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -mod=mod"))
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go %s in the outside module:\n%s", strings.Join(args, " "), out)
-	}
+	// outsidemod.Go runs the go command as for the other outside modules
+	// (-mod=mod: go.mod and go.sum take what the build needs).
 	bin := filepath.Join(dir, "bin")
-	goCmd("build", "-o", bin+string(filepath.Separator), "./...")
-	goCmd("vet", "./...")
+	outsidemod.Go(t, dir, "build", "-o", bin+string(filepath.Separator), "./...")
+	outsidemod.Go(t, dir, "vet", "./...")
 
 	runQuickstart(t, filepath.Join(bin, "quickstart"))
 }

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,10 +20,9 @@ import (
 // sweep leaves a live process's jobs alone, so until then the job holds
 // what it holds: an event lane, a batch stream's flush. The runtime
 // therefore looks, after every sweep (every heartbeat interval), at the
-// jobs running under its own id that nothing in the process runs (no Work
-// of this runtime, no holder: a lane chain running a job inside another's
-// Work). A job seen so is a suspect; one still seen so lostJobAfter after
-// it was first seen, whose attempt began more than lostJobAfter ago, is
+// jobs running under its own id that no Work of this runtime runs. A job
+// seen so is a suspect; one still seen so lostJobAfter after it was first
+// seen, whose attempt began more than lostJobAfter ago, is
 // lost, and is made available again the way the liveness sweep does for
 // a dead process (TestLostCompletionRunsAgain).
 //
@@ -55,33 +53,13 @@ func (rt *Runtime) lostJobAfter() time.Duration {
 	return max(4*rt.live.interval, lostJobAfterMin)
 }
 
-// jobHolder is a service that runs jobs outside River's Work (the events
-// dispatcher's lane chains run the jobs they claim inside their head job's
-// Work). AddService registers it; the runtime never takes a job HoldsJob
-// reports for lost.
-type jobHolder interface {
-	HoldsJob(id int64) bool
-}
-
-// addJobHolder registers holds, which reports whether this process runs the
-// job id outside River's Work.
-func (rt *Runtime) addJobHolder(holds func(id int64) bool) {
-	rt.jobsMu.Lock()
-	defer rt.jobsMu.Unlock()
-	rt.jobHolders = append(rt.jobHolders, holds)
-}
-
-// notRunning returns those of ids nothing in this process runs.
+// notRunning returns those of ids not in River's Work in this process.
 func (rt *Runtime) notRunning(ids []int64) []int64 {
-	rt.jobsMu.Lock()
-	holders := slices.Clone(rt.jobHolders)
-	rt.jobsMu.Unlock()
 	var out []int64
 	for _, id := range ids {
-		if rt.inWork.has(id) || slices.ContainsFunc(holders, func(holds func(int64) bool) bool { return holds(id) }) {
-			continue
+		if !rt.inWork.has(id) {
+			out = append(out, id)
 		}
-		out = append(out, id)
 	}
 	return out
 }

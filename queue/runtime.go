@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -159,6 +160,8 @@ type Runtime struct {
 
 	cfg     RuntimeConfig
 	workers *river.Workers
+	// queues are the queues River works, as RiverConfigFunc left them.
+	queues map[string]int
 
 	mu       sync.Mutex
 	services []Service
@@ -177,14 +180,11 @@ type Runtime struct {
 	lostCtx    context.Context
 	loseCancel context.CancelCauseFunc
 	inWork     runningSet // the jobs in River's Work (guardJob)
-	jobsMu     sync.Mutex // guards jobHolders
-	// jobHolders tell the lost-jobs check (lost_jobs.go) what the process
-	// runs outside Work; lostSuspects are the jobs its last look found
-	// running under this id and not run here, with when each was first
-	// seen; lostCheckedAt is that look's time and lostBeatFailures the
-	// count of failed heartbeats then.
+	// lostSuspects are the jobs the lost-jobs check's (lost_jobs.go) last
+	// look found running under this id and not run here, with when each
+	// was first seen; lostCheckedAt is that look's time and
+	// lostBeatFailures the count of failed heartbeats then.
 	lostSuspects     map[int64]time.Time // touched by the sweep loop only
-	jobHolders       []func(id int64) bool
 	lostCheckedAt    time.Time
 	lostBeatFailures uint64
 	lossOnce         sync.Once
@@ -269,6 +269,10 @@ func NewRuntime(pool *pgxpool.Pool, cfg RuntimeConfig) (*Runtime, error) {
 	}
 	if cfg.RiverConfigFunc != nil {
 		cfg.RiverConfigFunc(rcfg)
+	}
+	rt.queues = make(map[string]int, len(rcfg.Queues))
+	for name, q := range rcfg.Queues {
+		rt.queues[name] = q.MaxWorkers
 	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), rcfg)
 	if err != nil {
@@ -380,6 +384,11 @@ func (rt *Runtime) ProcessID() string { return rt.cfg.ID }
 // process for dead.
 func (rt *Runtime) LivenessTimeout() time.Duration { return rt.cfg.LivenessTimeout }
 
+// Queues returns the queues this runtime works, each with its maximum
+// concurrent jobs (a copy; RuntimeConfig.RiverConfigFunc's changes
+// included).
+func (rt *Runtime) Queues() map[string]int { return maps.Clone(rt.queues) }
+
 // Workers returns the worker registry, for river.AddWorker.
 func (rt *Runtime) Workers() *river.Workers { return rt.workers }
 
@@ -390,9 +399,7 @@ func AddWorker[T river.JobArgs](rt *Runtime, w river.Worker[T]) {
 }
 
 // AddService appends a service. Services start in the order they were
-// added, after the River client, and stop in reverse order before it. A
-// service with a method HoldsJob(id int64) bool runs jobs outside River's
-// Work; the runtime never takes a job it holds for lost.
+// added, after the River client, and stop in reverse order before it.
 func (rt *Runtime) AddService(svc Service) error {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -400,9 +407,6 @@ func (rt *Runtime) AddService(svc Service) error {
 		return fmt.Errorf("cannot add service %q: the runtime is already running", svc.Name())
 	}
 	rt.services = append(rt.services, svc)
-	if h, ok := svc.(jobHolder); ok {
-		rt.addJobHolder(h.HoldsJob)
-	}
 	return nil
 }
 

@@ -31,7 +31,7 @@ case "$DATABASE_URL" in *":$port/"*) ;; *) fail "DATABASE_URL $DATABASE_URL does
 "$bin" migrate up >/dev/null
 for i in 1 2 3; do "$bin" enqueue demo.noop '{}' >/dev/null; done
 "$bin" enqueue demo.fail '{"times":1}' >/dev/null
-"$bin" worker --queues default=10 >"$dir/worker.log" 2>&1 &
+"$bin" worker --queues default=10,events=10 >"$dir/worker.log" 2>&1 &
 worker_pid=$!
 deadline=$((SECONDS + 60))
 until [ "$("$bin" stats --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["by_state"].get("completed",0))')" = 4 ]; do

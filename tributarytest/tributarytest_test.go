@@ -206,7 +206,7 @@ func TestWorkUntilIdle(t *testing.T) {
 	require.NoError(t, err)
 	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{
 		Schema: b.db.Schema, Logger: tributarytest.Logger(t),
-		Queues:     map[string]int{river.QueueDefault: 4, "email": 2},
+		Queues:     map[string]int{river.QueueDefault: 4, "email": 2, events.QueueDefault: 2},
 		Middleware: []rivertype.Middleware{coord.Middleware()},
 	})
 	require.NoError(t, err)
@@ -238,7 +238,8 @@ func TestWorkUntilIdleReportsWhatIsLeft(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{Schema: b.db.Schema, Logger: tributarytest.Logger(t), ShutdownTimeout: time.Second})
+	rt, err := queue.NewRuntime(b.db.Pool, queue.RuntimeConfig{Schema: b.db.Schema, Logger: tributarytest.Logger(t), ShutdownTimeout: time.Second,
+		Queues: map[string]int{river.QueueDefault: 4, events.QueueDefault: 2}})
 	require.NoError(t, err)
 	queue.AddWorker(rt, river.WorkFunc(func(ctx context.Context, job *river.Job[receiptArgs]) error {
 		<-ctx.Done() // never finishes on its own
@@ -263,7 +264,7 @@ func TestWorkUntilIdleReportsWhatIsLeft(t *testing.T) {
 	require.Contains(t, msg, "the schema did not become idle before the deadline")
 	require.Contains(t, msg, `jobs not finished: 2 job(s):`)
 	require.Contains(t, msg, `kind "test.receipt" queue "default" state running attempt 1/25`)
-	require.Contains(t, msg, `kind "tributary.event.dispatch" queue "default" state running`)
+	require.Contains(t, msg, `kind "tributary.event.dispatch" queue "events" state running`)
 	require.Contains(t, msg, `events not yet handled, by consumer: slow 1`)
 }
 

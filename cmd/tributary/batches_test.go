@@ -42,7 +42,7 @@ func TestCLIBatches(t *testing.T) {
 
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	worker := exec.CommandContext(wctx, binPath, "worker", "--queues", "default=5")
+	worker := exec.CommandContext(wctx, binPath, "worker", "--queues", "default=5,events=5")
 	pgtest.DieWithTest(worker)
 	worker.Env = baseEnv(db, env)
 	var werr bytes.Buffer

@@ -107,7 +107,7 @@ func TestCLIDashboard(t *testing.T) {
 func TestCLIWorkerServesDashboard(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	cmd, base := startDashboardProcess(t, db, nil, "worker", "--queues", "default=5", "--http", "127.0.0.1:0")
+	cmd, base := startDashboardProcess(t, db, nil, "worker", "--queues", "default=5,events=5", "--http", "127.0.0.1:0")
 
 	ctx := context.Background()
 	res, err := db.Client(t).Enqueue(ctx, demojobs.NoopArgs{}, nil)

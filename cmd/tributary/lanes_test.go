@@ -386,7 +386,7 @@ func TestCLIConsumers(t *testing.T) {
 
 	res = cli(t, w.db, nil, "consumers", "list")
 	require.Equal(t, exitOK, res.code, res.stderr)
-	require.Regexp(t, `(?m)^billing\.v1\s+demo\.note\s+default\s+block\s+`, res.stdout)
+	require.Regexp(t, `(?m)^billing\.v1\s+demo\.note\s+events\s+block\s+`, res.stdout)
 
 	res = cli(t, w.db, nil, "consumers", "remove", "no.such.consumer")
 	require.Equal(t, exitUsage, res.code, res.stderr)

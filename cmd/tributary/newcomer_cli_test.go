@@ -126,7 +126,7 @@ func TestCLIVersion(t *testing.T) {
 	require.Equal(t, exitUsage, res.code)
 }
 
-// Shell completion is cobra's completion command, as the README shows.
+// Shell completion is cobra's completion command, as docs/cli.md shows.
 func TestCLICompletion(t *testing.T) {
 	t.Parallel()
 	for shell, want := range map[string]string{

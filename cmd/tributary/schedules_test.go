@@ -121,7 +121,7 @@ SELECT gen_random_uuid(), 'test.cleanup', 1, 'domain', '{}', '{}', 'test', 'SENT
 FROM generate_series(1, 400) g`))
 	require.NoError(t, err)
 
-	cmd, base := startDashboardProcess(t, db, []string{"TRIBUTARY_CLEANUP_SPEC=@every 1s"}, "worker", "--queues", "default=5", "--http", "127.0.0.1:0")
+	cmd, base := startDashboardProcess(t, db, []string{"TRIBUTARY_CLEANUP_SPEC=@every 1s"}, "worker", "--queues", "default=5,events=5", "--http", "127.0.0.1:0")
 	pgtest.WaitFor(t, 30*time.Second, "/metrics to count the clean-up", func() (bool, error) {
 		_, body := dashboardGet(t, base+"/metrics")
 		return strings.Contains(body, `tributary_cleanup_deleted_rows_total{target="outbox_sent"} 300`), nil

@@ -71,7 +71,7 @@ cancels its jobs and exits 1, before the others may take them.`,
 			return app.Run(ctx)
 		},
 	}
-	cmd.Flags().StringVar(&queuesFlag, "queues", "default=100", "queues to work and their concurrency, as name=N,name=N")
+	cmd.Flags().StringVar(&queuesFlag, "queues", "default=100,events=50", "queues to work and their concurrency, as name=N,name=N (event consumers work \"events\")")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve the dashboard, /metrics and health checks on this address")
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before starting")
 	cmd.Flags().BoolVar(&demoMode, "demo", false, "also enqueue a steady mix of demo jobs (and events), as `make run` does")

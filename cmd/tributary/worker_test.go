@@ -20,7 +20,7 @@ import (
 // schema.
 func startWorker(t *testing.T, db *pgtest.DB, env ...string) (*exec.Cmd, *pgtest.SyncBuffer) {
 	t.Helper()
-	cmd := exec.Command(binPath, "worker", "--queues", "default=20")
+	cmd := exec.Command(binPath, "worker", "--queues", "default=20,events=20")
 	pgtest.DieWithTest(cmd)
 	cmd.Env = baseEnv(db, env)
 	logs := &pgtest.SyncBuffer{}

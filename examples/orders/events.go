@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -53,7 +52,7 @@ const sourceService = "orders"
 func newConsumers(st store, db queue.DBTX) ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range []string{"billing", "shipping"} {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Queue: tributary.EventsQueue, Ordering: events.OrderingBlock})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Ordering: events.OrderingBlock})
 		if err != nil {
 			return nil, err
 		}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/amqpbridge"
-	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -62,8 +61,7 @@ func NewService(ctx context.Context, pool *pgxpool.Pool, cfg tributary.Config, o
 	if err != nil {
 		return nil, err
 	}
-	cfg.Consumers = consumers
-	cfg.Events.Types = []events.Definition{orderPlacedEvent, orderShippedEvent}
+	cfg.Consumers = consumers // App.Emit takes the event types they handle
 	cfg.Events.SourceService = sourceService
 	cfg.Cleanup.Targets = append(cfg.Cleanup.Targets, shippedCleanup(opts.ShippedRetention))
 	// With AMQP_URL, the warehouse's queue is read by the inbound bridge;

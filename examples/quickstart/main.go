@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"log"
+
 	"github.com/riverqueue/river"
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/jobs/events"
@@ -10,31 +11,44 @@ import (
 	"github.com/tributary-run/tributary/scheduler"
 )
 
-type Hello struct{ Name string } // a job's args and an event's payload
+type Hello struct{ Name string } // a job's arguments and an event's payload
 
 func (Hello) Kind() string { return "hello" }
 
 func main() {
-	ctx, cfg := context.Background(), must(tributary.ConfigFromEnv()) // DATABASE_URL, TRIBUTARY_SCHEMA, ...
+	ctx := context.Background()
+	cfg, err := tributary.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, ...
+	check(err)
+
 	placed := events.Define[Hello]("order.placed", nil)
-	billing := must(events.NewConsumer(events.ConsumerConfig{Name: "billing", Queue: tributary.EventsQueue}))
-	events.On(billing, placed, func(ctx context.Context, m events.Message[Hello]) error { fmt.Println("billing", m.ID); return nil })
-	cfg.Consumers, cfg.Events.Types = []*events.Consumer{billing}, []events.Definition{placed}
-	cfg.Schedules = []scheduler.Schedule{{Name: "hello.cron", Spec: "@every 5s", Args: Hello{"cron"}}}
-	app := must(tributary.New(must(tributary.NewPool(ctx, cfg)), cfg))
-	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, j *river.Job[Hello]) error { fmt.Println("hello", j.Args.Name); return nil }))
-	must(app.Migrate(ctx))
+	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
+	check(err)
+	events.On(billing, placed, func(ctx context.Context, m events.Message[Hello]) error {
+		log.Println("billing", m.Payload.Name) // in emit order per aggregate
+		return nil
+	})
+	cfg.Consumers = []*events.Consumer{billing}
+	cfg.Schedules = []scheduler.Schedule{{Name: "hello", Spec: "@every 5s", Args: Hello{"cron"}}}
+
+	app, err := tributary.Open(ctx, cfg) // connects and migrates
+	check(err)
+	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[Hello]) error {
+		log.Println("hello", job.Args.Name)
+		return nil
+	}))
+
 	wf := workflow.New("greetings", nil)
 	wf.Add("first", Hello{"first"}, nil)
 	wf.Add("second", Hello{"second"}, &workflow.TaskOpts{Deps: []string{"first"}})
-	must(app.Workflows().Insert(ctx, wf))
-	must(app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"})) // an aggregate's events: in emit order
-	must(app, app.Run(ctx))                                                    // until SIGINT or SIGTERM
+	_, err = app.Workflows().Insert(ctx, wf)
+	check(err)
+	_, err = app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"})
+	check(err)
+	check(app.Run(ctx)) // until SIGINT or SIGTERM
 }
 
-func must[T any](v T, err error) T {
+func check(err error) {
 	if err != nil {
-		panic(err)
+		log.Fatal(err)
 	}
-	return v
 }

@@ -1,5 +1,5 @@
-// Command workflow is the workflow example from README.md, kept here so
-// `go vet ./...` proves it compiles. It expects an "orders" table in your
+// Command workflow is the complete program docs/workflows.md describes,
+// kept here so `go vet ./...` proves it compiles. It expects an "orders" table in your
 // database.
 package main
 

@@ -156,7 +156,8 @@ func StartRuntime(tb testing.TB, db *DB, cfg queue.RuntimeConfig, register func(
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
 	if len(cfg.Queues) == 0 {
-		cfg.Queues = map[string]int{"default": 10}
+		// Plain jobs' queue and event consumers' (events.QueueDefault).
+		cfg.Queues = map[string]int{"default": 10, "events": 10}
 	}
 	rt, err := queue.NewRuntime(db.Pool, cfg)
 	require.NoError(tb, err)

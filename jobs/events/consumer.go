@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/outbox"
 )
@@ -38,16 +36,23 @@ func RetryDelaysDefault() []time.Duration {
 	return []time.Duration{time.Second, 5 * time.Second, 15 * time.Second}
 }
 
+// QueueDefault is the queue of a consumer that names none: event dispatch
+// has a queue of its own.
+const QueueDefault = "events"
+
 // ConsumerConfig configures a Consumer.
 type ConsumerConfig struct {
 	// Name identifies the consumer across processes and services. Every
 	// consumer gets its own copy of each event it subscribes to. Required.
 	Name string
 
-	// Queue is the River queue its dispatch jobs go to. Defaults to
-	// "default". It must be a name River accepts (at most 64 lower-case
-	// letters and digits, separated by single _ or -): NewConsumer refuses
-	// any other.
+	// Queue is the River queue its dispatch jobs go to, so a burst of
+	// events takes that queue's slots and not those of plain jobs. It must
+	// be a name River accepts (at most 64 lower-case letters and digits,
+	// separated by single _ or -): NewConsumer refuses any other. The
+	// runtime Install is given must work it (see InstallConfig.SkipQueueCheck).
+	//
+	// Defaults to QueueDefault ("events").
 	Queue string
 
 	// RetryDelays are the waits before each retry of a failing handler; when
@@ -230,7 +235,7 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		return nil, fmt.Errorf("invalid consumer name %q: use letters, digits and . _ : -", cfg.Name)
 	}
 	if cfg.Queue == "" {
-		cfg.Queue = river.QueueDefault
+		cfg.Queue = QueueDefault
 	}
 	if !riverjob.ValidQueueName(cfg.Queue) {
 		return nil, fmt.Errorf("consumer %s: invalid queue %q: want at most 64 lower-case letters and digits, separated by single _ or -", cfg.Name, cfg.Queue)
@@ -321,6 +326,24 @@ func (c *Consumer) RegisteredEventTypes() []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Definitions returns the typed event types the consumer subscribes to
+// (Handle, On), in subscription order, once each; raw and pattern
+// subscriptions have none. An emitter that accepts them can emit every
+// event the consumer handles.
+func (c *Consumer) Definitions() []Definition {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []Definition
+	for _, s := range c.subs {
+		if s.def != nil && !seen[s.def.Name()] {
+			seen[s.def.Name()] = true
+			out = append(out, s.def)
+		}
+	}
 	return out
 }
 

@@ -37,7 +37,9 @@ func Example_emitAndConsume() {
 		handled <- fmt.Sprintf("billing charged %d cents for %s", m.Payload.Cents, m.Payload.OrderID)
 		return nil
 	})
-	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: schema, Queues: map[string]int{river.QueueDefault: 2}})
+	// The consumer's dispatch jobs go to its queue, "events" by default.
+	queues := map[string]int{river.QueueDefault: 2, events.QueueDefault: 2}
+	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{Schema: schema, Queues: queues})
 	if err != nil {
 		panic(err)
 	}

@@ -82,7 +82,8 @@ func Example_consumer() {
 		return nil // an error retries on the consumer's delays
 	})
 	install := func(rt *queue.Runtime) error {
-		// The forwarder, the in-database bus and a dispatcher for billing.
+		// The forwarder, the in-database bus and a dispatcher for billing,
+		// whose dispatch jobs go to the "events" queue: rt must work it.
 		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{billing}})
 		return err
 	}

@@ -2,6 +2,10 @@ package events
 
 import (
 	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
@@ -21,6 +25,14 @@ type InstallConfig struct {
 
 	// NoForwarder leaves the forwarder out (a process that only consumes).
 	NoForwarder bool
+
+	// SkipQueueCheck lets Install add consumers whose queues the runtime
+	// does not work: their dispatch jobs are run by other processes (or,
+	// in a benchmark of the fan-out, by none).
+	//
+	// Defaults to false: Install returns an error naming the consumer and
+	// its queue, as a consumer nobody works would silently receive nothing.
+	SkipQueueCheck bool
 }
 
 // Installation is what Install added to a runtime.
@@ -33,7 +45,23 @@ type Installation struct {
 // Install wires the events machinery into a worker runtime: the dispatch
 // worker and consumer registration (Dispatcher), the in-database Bus, and a
 // Forwarder publishing to the bus and to cfg.Forwarder.Publishers.
+//
+// Every consumer's queue must be one rt works (queue.Runtime.Queues), unless
+// cfg.SkipQueueCheck: a consumer's events are dispatched as jobs on its
+// queue (ConsumerConfig.Queue, "events" unless set), and a queue nobody
+// works delivers nothing.
 func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
+	if !cfg.SkipQueueCheck {
+		worked := rt.Queues()
+		for _, c := range cfg.Consumers {
+			if c == nil {
+				continue // NewDispatcher names it
+			}
+			if q := c.Config().Queue; worked[q] == 0 {
+				return nil, fmt.Errorf("consumer %s dispatches on queue %q, which this runtime does not work (it works %s): add %q to RuntimeConfig.Queues, or set ConsumerConfig.Queue", c.Name(), q, queueNames(worked), q)
+			}
+		}
+	}
 	d, err := NewDispatcher(rt.Pool(), DispatcherConfig{Schema: rt.Schema(), Logger: rt.Logger(), Consumers: cfg.Consumers})
 	if err != nil {
 		return nil, err
@@ -64,4 +92,9 @@ func Install(rt *queue.Runtime, cfg InstallConfig) (*Installation, error) {
 	}
 	inst.Forwarder = f
 	return inst, nil
+}
+
+// queueNames returns the names of queues, sorted and comma-separated.
+func queueNames(queues map[string]int) string {
+	return strings.Join(slices.Sorted(maps.Keys(queues)), ", ")
 }

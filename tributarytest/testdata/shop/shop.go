@@ -50,7 +50,7 @@ type Ledger interface {
 // NewApp is the shop's composition root: one job kind, an ordered
 // consumer and a two-task workflow.
 func NewApp(pool *pgxpool.Pool, cfg tributary.Config, ledger Ledger) (*tributary.App, error) {
-	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing", Queue: tributary.EventsQueue})
+	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
 	if err != nil {
 		return nil, err
 	}

@@ -827,7 +827,7 @@ func AMQPEventBus(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) 
 		drop()
 		return nil, nil, err
 	}
-	inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true})
+	inst, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}, NoForwarder: true, SkipQueueCheck: true})
 	if err != nil {
 		drop()
 		return nil, nil, err

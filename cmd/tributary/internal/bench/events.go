@@ -303,7 +303,7 @@ func benchRuntime(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench", DispatchBatch: dispatchBatch})
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "bench", Queue: river.QueueDefault, DispatchBatch: dispatchBatch})
 	if err != nil {
 		drop()
 		return nil, nil, nil, err

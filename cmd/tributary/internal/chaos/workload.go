@@ -140,7 +140,7 @@ func dispatchBatchOf(name string) int {
 func (w *Workers) Consumers() ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
-		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, DispatchBatch: dispatchBatchOf(name)})
+		c, err := events.NewConsumer(events.ConsumerConfig{Name: name, Queue: "default", DispatchBatch: dispatchBatchOf(name)})
 		if err != nil {
 			return nil, err
 		}

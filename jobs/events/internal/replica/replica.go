@@ -60,7 +60,8 @@ func Consumers(pool *pgxpool.Pool, cfg Config) ([]*events.Consumer, error) {
 	var out []*events.Consumer
 	for _, name := range ConsumerNames {
 		c, err := events.NewConsumer(events.ConsumerConfig{
-			Name: name,
+			Name:  name,
+			Queue: "default",
 			// One consumer's lanes chain (the default: lane events run in
 			// place), the other's run one River job per event.
 			DispatchBatch: dispatchBatchOf(name),

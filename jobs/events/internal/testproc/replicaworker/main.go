@@ -5,7 +5,8 @@
 // publisher, REPLICA_DIE_AFTER_CLAIM kills the process with SIGKILL right
 // after its first claim, REPLICA_STALE_AFTER sets the stale-claim cut-off,
 // REPLICA_WORK_QUEUE names the one queue the process works (default:
-// "default", the consumers' queue).
+// "default", the consumers' queue; another leaves their dispatch jobs to
+// the other replicas).
 package main
 
 import (
@@ -76,7 +77,7 @@ func run() error {
 			select {}
 		}
 	}
-	if _, err := events.Install(rt, events.InstallConfig{Consumers: consumers, Forwarder: fcfg}); err != nil {
+	if _, err := events.Install(rt, events.InstallConfig{Consumers: consumers, Forwarder: fcfg, SkipQueueCheck: os.Getenv("REPLICA_WORK_QUEUE") != ""}); err != nil {
 		return err
 	}
 	return rt.Run(ctx)
