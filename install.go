@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/inbox"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
@@ -33,6 +34,9 @@ type installation struct {
 	// in-database bus (the AMQP outbound bridge).
 	outboxPublishers []outbox.Publisher
 
+	// limiter holds Config.Limits; nil without limits.
+	limiter *limits.Limiter
+
 	// ampqCollector counts the AMQP bridge's publisher and consumers.
 	amqpCollector *amqpbridge.Collector
 }
@@ -49,6 +53,7 @@ type installer struct {
 // reverse, so each feature starts after what it feeds and stops before it.
 func installers() []installer {
 	return []installer{
+		{name: "limits", install: installLimits},
 		{name: "workflows", install: installWorkflows},
 		{name: "scheduler", install: installScheduler},
 		// Before the AMQP batch queue, which stages into it: the flushes
@@ -84,6 +89,15 @@ func (a *App) install() error {
 	rcfg := cfg.Runtime
 	rcfg.Schema, rcfg.Logger, rcfg.Queues, rcfg.Workers = cfg.Schema, cfg.Logger, cfg.Queues, cfg.Workers
 	rcfg.Middleware = append([]rivertype.Middleware{coord.Middleware()}, cfg.Middleware...)
+	// The limits' middleware marks limited jobs at insert and completes
+	// them at once when they succeed (docs/decisions/0030-flow-control.md).
+	var lim *limits.Limiter
+	if len(cfg.Limits) > 0 {
+		if lim, err = limits.New(limits.Config{Limits: cfg.Limits, Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+			return &queue.ConfigError{Name: "Limits", Reason: err.Error()}
+		}
+		rcfg.Middleware = append(rcfg.Middleware, lim.Middleware())
+	}
 	// The process that enqueues a kind need not be one that works it (a web
 	// process enqueues, workers work), so River's check that a kind has a
 	// worker here before inserting it is off; Runtime.RiverConfigFunc,
@@ -117,13 +131,21 @@ func (a *App) install() error {
 	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
 		return prefixed("Batch.Streams", err)
 	}
-	in := &installation{app: a}
+	in := &installation{app: a, limiter: lim}
 	for _, inst := range installers() {
 		if err := inst.install(in); err != nil {
 			return fmt.Errorf("error setting up %s: %w", inst.name, err)
 		}
 	}
 	return nil
+}
+
+// installLimits adds the admitter of Config.Limits.
+func installLimits(in *installation) error {
+	if in.limiter == nil {
+		return nil
+	}
+	return in.limiter.Register(in.app.rt)
 }
 
 // installWorkflows adds the coordinator's repair sweep.

@@ -47,8 +47,8 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// validate checks one limit.
-func (l Limit) validate() error {
+// Validate checks one limit: its name, Max and KeyArg.
+func (l Limit) Validate() error {
 	if err := ValidateName(l.Name); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func validateAll(limits []Limit) error {
 	seen := map[string]bool{}
 	var errs []error
 	for _, l := range limits {
-		if err := l.validate(); err != nil {
+		if err := l.Validate(); err != nil {
 			errs = append(errs, err)
 			continue
 		}
