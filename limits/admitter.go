@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -112,6 +113,11 @@ func (a *Admitter) due(ctx context.Context) ([]string, error) {
 func (a *Admitter) admitLoop(ctx context.Context) {
 	ticker := time.NewTicker(a.poll)
 	defer ticker.Stop()
+	// again holds, per rate limit with jobs waiting for its period to
+	// slide, when to look at it next; timer fires at the earliest.
+	again := map[string]time.Time{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,6 +125,14 @@ func (a *Admitter) admitLoop(ctx context.Context) {
 		case <-ticker.C:
 			a.markAll()
 			continue
+		case <-timer.C:
+			now := time.Now()
+			for name, at := range again {
+				if !at.After(now) {
+					delete(again, name)
+					a.mark(name)
+				}
+			}
 		case <-a.wake:
 		}
 		due, err := a.due(ctx)
@@ -132,45 +146,77 @@ func (a *Admitter) admitLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if _, err := a.Pass(ctx, name); err != nil && ctx.Err() == nil {
+			_, wait, err := a.pass(ctx, name)
+			if err != nil && ctx.Err() == nil {
 				a.logger.WarnContext(ctx, "error admitting limited jobs; trying again at the next poll", "limit", name, "error", err)
 			}
+			if wait > 0 {
+				again[name] = time.Now().Add(wait)
+			}
+		}
+		if len(again) > 0 {
+			next := time.Duration(math.MaxInt64)
+			for _, at := range again {
+				next = min(next, time.Until(at))
+			}
+			timer.Reset(max(next, 0))
 		}
 	}
 }
+
+// rateRetryDefault is when a rate limit whose budget is taken by jobs
+// admitted but not started yet is looked at again: once they start, their
+// starts say when the period frees them.
+const rateRetryDefault = 20 * time.Millisecond
 
 // Pass admits what limit name has room for, in one transaction, and wakes
 // River's producers of the admitted jobs' queues. It returns how many jobs
 // it admitted. The admitter calls it; tests and tools may too.
 func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
+	n, _, err := a.pass(ctx, name)
+	return n, err
+}
+
+// pass is Pass, which also returns, for a rate limit that left jobs
+// waiting for its period to slide, how long until it may admit more (0:
+// nothing to wait for).
+func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, error) {
 	var queues []string
+	var wait time.Duration
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		var maxRunning int
+		var declared, rate int
+		var override *int
+		var periodMS int64
 		var cursor string
-		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&maxRunning, &cursor)
+		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &rate, &periodMS, &cursor)
 		if err == pgx.ErrNoRows {
 			return nil // not declared (yet): its jobs wait
 		}
 		if err != nil {
 			return fmt.Errorf("error locking limit %q: %w", name, err)
 		}
-		use, err := riverjob.LimitUse(ctx, tx, a.schema, name)
+		period := time.Duration(periodMS) * time.Millisecond
+		if rate == 0 {
+			period = 0
+		}
+		use, err := riverjob.LimitUse(ctx, tx, a.schema, name, period)
 		if err != nil {
 			return err
 		}
 		keys := make([]keyUse, len(use))
 		for i, u := range use {
-			keys[i] = keyUse{key: u.Key, used: u.Used, waiting: u.Waiting}
+			keys[i] = keyUse{key: u.Key, used: u.Used, waiting: u.Waiting, started: u.Started}
 		}
-		gs, next := plan(keys, maxRunning, 0, cursor)
+		gs, next := plan(keys, effectiveMax(declared, override), 0, int64(rate), cursor)
+		wait = rateWait(use, gs, rate)
 		if len(gs) == 0 {
 			return nil
 		}
-		ks, ns := make([]string, len(gs)), make([]int32, len(gs))
+		ks, ns, ws := make([]string, len(gs)), make([]int32, len(gs)), make([]int64, len(gs))
 		for i, g := range gs {
-			ks[i], ns[i] = g.key, int32(g.n)
+			ks[i], ns[i], ws[i] = g.key, int32(g.n), g.weight
 		}
-		if queues, err = riverjob.AdmitLimited(ctx, tx, a.schema, name, ks, ns); err != nil {
+		if queues, err = riverjob.AdmitLimited(ctx, tx, a.schema, name, ks, ns, ws); err != nil {
 			return err
 		}
 		if next != cursor {
@@ -180,14 +226,45 @@ func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
 		}
 		return nil
 	})
-	if err != nil || len(queues) == 0 {
-		return 0, err
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(queues) == 0 {
+		return 0, wait, nil
 	}
 	if err := riverjob.Wake(ctx, a.pool, a.schema, queues); err != nil {
 		a.logger.WarnContext(ctx, "error waking River for admitted jobs; its poll finds them", "limit", name, "error", err)
 	}
 	a.logger.DebugContext(ctx, "admitted limited jobs", "limit", name, "count", len(queues))
-	return len(queues), nil
+	return len(queues), wait, nil
+}
+
+// rateWait is how long until a rate limit may admit more of the jobs this
+// pass leaves waiting: until the first counted start of such a key leaves
+// the period, or rateRetryDefault when the budget is held by admitted jobs
+// that have not started. 0 without a rate or with nothing left waiting.
+func rateWait(use []riverjob.LimitKeyUse, gs []grant, rate int) time.Duration {
+	if rate == 0 {
+		return 0
+	}
+	granted := map[string]int{}
+	for _, g := range gs {
+		granted[g.key] = g.n
+	}
+	var wait time.Duration
+	for _, u := range use {
+		if u.Waiting <= granted[u.Key] {
+			continue
+		}
+		d := rateRetryDefault
+		if u.RateFreesIn != nil {
+			d = max(*u.RateFreesIn, time.Millisecond)
+		}
+		if wait == 0 || d < wait {
+			wait = d
+		}
+	}
+	return wait
 }
 
 // listen opens a dedicated connection (a pooled one would be lost to the

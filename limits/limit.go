@@ -1,18 +1,21 @@
 package limits
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
-// Limit caps how many jobs run at once, across every process: the jobs of
-// Kind in Queue (empty: any), at most Max of them running (or available,
-// about to run) at a time, or at most Max per partition key when KeyArg is
-// set or the args implement Keyer. A job is governed by the first limit of
-// Config.Limits that matches its kind and queue.
+// Limit caps the jobs of Kind in Queue (empty: any), across every process:
+// at most Max of them running (or available, about to run) at a time, and,
+// with Rate, at most Rate starts (by weight) in any Period. Both apply per
+// partition key when KeyArg is set or the args implement Keyer. A job is
+// governed by the first limit of Config.Limits that matches its kind and
+// queue.
 type Limit struct {
 	// Name identifies the limit in tributary_limit, in `tributary limits`
 	// and in logs: 1 to 100 letters, digits, '_', '-' or '.'. Required.
@@ -26,10 +29,29 @@ type Limit struct {
 	// has the empty key. Args implementing Keyer give their key instead.
 	// Defaults to no partition (one key).
 	KeyArg string
-	// Max is how many of the limit's jobs (per key) may run at once, at
-	// least 1. `tributary limits set` overrides it at run time.
+	// Max is how many of the limit's jobs (per key) may run at once.
+	// `tributary limits set` overrides it at run time. Defaults to no cap
+	// on a rate limit; required (at least 1) otherwise.
 	Max int
+	// Rate is how many starts of the limit's jobs (per key), counted by
+	// weight, any Period may hold. Defaults to none.
+	Rate int
+	// Period is the window of Rate, at least 1 ms. Defaults to 1 second.
+	Period time.Duration
+	// WeightArg names a top-level integer field of the args that is the
+	// job's weight against Rate, 1 to Rate (missing: 1). Args implementing
+	// Weigher give their weight instead. Defaults to every job weighing 1.
+	WeightArg string
 }
+
+// Weigher is implemented by job args that give their weight against a
+// rate limit themselves, instead of Limit.WeightArg.
+type Weigher interface {
+	LimitWeight() int
+}
+
+// PeriodDefault is the window of a rate limit that gives none.
+const PeriodDefault = time.Second
 
 // Keyer is implemented by job args that choose their partition key
 // themselves, at insert, instead of Limit.KeyArg.
@@ -52,8 +74,15 @@ func (l Limit) Validate() error {
 	if err := ValidateName(l.Name); err != nil {
 		return err
 	}
-	if l.Max < 1 {
-		return fmt.Errorf("limit %q: Max %d must be at least 1", l.Name, l.Max)
+	switch {
+	case l.Max < 0 || l.Rate < 0:
+		return fmt.Errorf("limit %q: Max %d and Rate %d must not be negative", l.Name, l.Max, l.Rate)
+	case l.Max == 0 && l.Rate == 0:
+		return fmt.Errorf("limit %q: Max %d must be at least 1 (or give a Rate)", l.Name, l.Max)
+	case l.Period < 0 || (l.Period > 0 && l.Period < time.Millisecond):
+		return fmt.Errorf("limit %q: Period %s must be at least 1ms", l.Name, l.Period)
+	case l.WeightArg != "" && l.Rate == 0:
+		return fmt.Errorf("limit %q: WeightArg %q needs a Rate", l.Name, l.WeightArg)
 	}
 	if strings.TrimSpace(l.KeyArg) != l.KeyArg {
 		return fmt.Errorf("limit %q: KeyArg %q has surrounding spaces", l.Name, l.KeyArg)
@@ -89,6 +118,37 @@ func (l Limit) key(args any, encoded []byte) (string, error) {
 		return s, nil
 	}
 	return string(raw), nil
+}
+
+// period is the limit's rate window, 0 without a rate.
+func (l Limit) period() time.Duration {
+	if l.Rate == 0 {
+		return 0
+	}
+	return cmp.Or(l.Period, PeriodDefault)
+}
+
+// weight is a job's weight against l's rate: Weigher's, else the
+// WeightArg field of its encoded args, else 1; it must be 1 to Rate.
+func (l Limit) weight(args any, encoded []byte) (int, error) {
+	w := 1
+	if wr, ok := args.(Weigher); ok {
+		w = wr.LimitWeight()
+	} else if l.WeightArg != "" {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(encoded, &fields); err != nil {
+			return 0, fmt.Errorf("limit %q: reading WeightArg %q of the args: %w", l.Name, l.WeightArg, err)
+		}
+		if raw, ok := fields[l.WeightArg]; ok && string(raw) != "null" {
+			if err := json.Unmarshal(raw, &w); err != nil {
+				return 0, fmt.Errorf("limit %q: WeightArg %q of the args is %s, not a whole number", l.Name, l.WeightArg, raw)
+			}
+		}
+	}
+	if l.Rate > 0 && (w < 1 || w > l.Rate) {
+		return 0, fmt.Errorf("limit %q: weight %d must be 1 to the limit's Rate %d", l.Name, w, l.Rate)
+	}
+	return w, nil
 }
 
 // validateAll checks limits and that their names are unique.

@@ -107,6 +107,15 @@ func (m *middleware) mark(p *rivertype.JobInsertParams) error {
 		}
 		meta[riverjob.LimitMetaName], _ = json.Marshal(l.Name)
 		meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+		if l.Rate > 0 {
+			w, err := l.weight(p.Args, p.EncodedArgs)
+			if err != nil {
+				return err
+			}
+			if w != 1 {
+				meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
+			}
+		}
 		b, err := json.Marshal(meta)
 		if err != nil {
 			return fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)

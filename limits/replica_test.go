@@ -46,7 +46,7 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 			ctx := context.Background()
 			procs := make([]*exec.Cmd, 3)
 			for i := range procs {
-				procs[i] = startLimitWorker(t, bin, db, fmt.Sprintf("w%d", i), maxPerKey)
+				procs[i] = startLimitWorker(t, bin, db, fmt.Sprintf("w%d", i), fmt.Sprintf("LIMIT_MAX=%d", maxPerKey))
 			}
 			insertReplicaJobs(t, db, maxPerKey, keys, perKey, workMS)
 			total := keys * perKey
@@ -81,6 +81,97 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReplicasKeepRateLimit runs three worker processes over a rate limit
+// of 100 starts a second, all keys together, where every tenth job weighs
+// 5: after every job completed, no one-second window of starts (each
+// window beginning at a start, and the fixed seconds printed) holds more
+// than 100 by weight.
+func TestReplicasKeepRateLimit(t *testing.T) {
+	t.Parallel()
+	const (
+		rate  = 100
+		jobs  = 400
+		heavy = 5
+	)
+	bin := buildLimitWorker(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for i := range 3 {
+		startLimitWorker(t, bin, db, fmt.Sprintf("w%d", i), fmt.Sprintf("LIMIT_RATE=%d", rate))
+	}
+	items := make([]queue.EnqueueItem, jobs)
+	total := 0
+	for i := range items {
+		w := 1
+		if i%10 == 0 {
+			w = heavy
+		}
+		total += w
+		items[i] = queue.EnqueueItem{Args: replica.Args{Key: "k", MS: 2, Weight: w}}
+	}
+	enqueueLimited(t, db, replica.RateLimit(rate), items)
+	pgtest.WaitFor(t, 3*time.Minute, "every job completed", func() (bool, error) {
+		var n int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE state = 'completed'`)).Scan(&n)
+		return n == jobs, err
+	})
+
+	type start struct {
+		at     time.Time
+		weight int
+	}
+	rows, err := db.Pool.Query(ctx, db.Q(`
+SELECT attempted_at, coalesce((metadata ->> 'tributary_limit_weight')::int, 1), attempt
+FROM /*schema*/river_job ORDER BY attempted_at`))
+	require.NoError(t, err)
+	var starts []start
+	for rows.Next() {
+		var s start
+		var attempt int
+		require.NoError(t, rows.Scan(&s.at, &s.weight, &attempt))
+		require.Equal(t, 1, attempt, "no job ran twice: every start is its attempted_at")
+		starts = append(starts, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, starts, jobs)
+
+	// Every window that begins at a start: the most any one-second window
+	// can hold.
+	busiest, busiestAt := 0, time.Time{}
+	for i, s := range starts {
+		sum := 0
+		for _, o := range starts[i:] {
+			if o.at.Sub(s.at) >= time.Second {
+				break
+			}
+			sum += o.weight
+		}
+		if sum > busiest {
+			busiest, busiestAt = sum, s.at
+		}
+	}
+	first := starts[0].at
+	var fixed []string
+	for w := 0; ; w++ {
+		lo, hi := first.Add(time.Duration(w)*time.Second), first.Add(time.Duration(w+1)*time.Second)
+		if !lo.Before(starts[len(starts)-1].at.Add(time.Nanosecond)) {
+			break
+		}
+		sum, n := 0, 0
+		for _, s := range starts {
+			if !s.at.Before(lo) && s.at.Before(hi) {
+				sum += s.weight
+				n++
+			}
+		}
+		fixed = append(fixed, fmt.Sprintf("%d (%d jobs)", sum, n))
+	}
+	span := starts[len(starts)-1].at.Sub(first)
+	t.Logf("rate %d/s over 3 processes: %d jobs weighing %d started in %s; weighted starts per second from the first: %v; busiest one-second window %d (from %s)",
+		rate, jobs, total, span.Round(time.Millisecond), fixed, busiest, busiestAt.Format("15:04:05.000"))
+	require.LessOrEqual(t, busiest, rate, "a one-second window held more than %d by weight", rate)
 }
 
 // runningUnderPID counts the running jobs attempted last by the worker
@@ -119,19 +210,27 @@ SELECT coalesce((SELECT max(running) FROM per_key), 0)::int, coalesce((SELECT ma
 // limit's insert middleware marks them.
 func insertReplicaJobs(t *testing.T, db *pgtest.DB, maxPerKey, keys, perKey, workMS int) {
 	t.Helper()
-	lim, err := limits.New(limits.Config{Limits: []limits.Limit{replica.Limit(maxPerKey)}, Schema: db.Schema})
-	require.NoError(t, err)
-	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{
-		Schema: db.Schema, Logger: pgtest.Logger(t), Middleware: []rivertype.Middleware{lim.Middleware()},
-		RiverConfigFunc: func(c *river.Config) { c.SkipUnknownJobCheck = true },
-	})
-	require.NoError(t, err)
 	items := make([]queue.EnqueueItem, 0, keys*perKey)
 	for range perKey {
 		for k := range keys {
 			items = append(items, queue.EnqueueItem{Args: replica.Args{Key: fmt.Sprintf("key-%02d", k), MS: workMS}})
 		}
 	}
+	enqueueLimited(t, db, replica.Limit(maxPerKey), items)
+}
+
+// enqueueLimited inserts items through a runtime that is never started (as
+// a process that only enqueues does) and declares limit, so the limits'
+// insert middleware marks them.
+func enqueueLimited(t *testing.T, db *pgtest.DB, limit limits.Limit, items []queue.EnqueueItem) {
+	t.Helper()
+	lim, err := limits.New(limits.Config{Limits: []limits.Limit{limit}, Schema: db.Schema})
+	require.NoError(t, err)
+	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{
+		Schema: db.Schema, Logger: pgtest.Logger(t), Middleware: []rivertype.Middleware{lim.Middleware()},
+		RiverConfigFunc: func(c *river.Config) { c.SkipUnknownJobCheck = true },
+	})
+	require.NoError(t, err)
 	n, err := rt.EnqueueMany(context.Background(), items)
 	require.NoError(t, err)
 	require.Equal(t, len(items), n)
@@ -148,14 +247,14 @@ func buildLimitWorker(t *testing.T) string {
 // startLimitWorker starts one worker process on the test's schema, with
 // more workers than the limit leaves room for; it is stopped with SIGTERM
 // when the test ends.
-func startLimitWorker(t *testing.T, bin string, db *pgtest.DB, name string, maxPerKey int) *exec.Cmd {
+func startLimitWorker(t *testing.T, bin string, db *pgtest.DB, name string, limitEnv string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin)
 	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+pgtest.URLWithPoolMax(8),
 		"TRIBUTARY_SCHEMA="+db.Schema,
-		fmt.Sprintf("LIMIT_MAX=%d", maxPerKey),
+		limitEnv,
 		"WORKERS=30",
 		"LIVENESS_TIMEOUT=2s",
 	)

@@ -26,25 +26,26 @@ func newStatements(schema string) statements {
 // declareSQL writes what the code declares and keeps the run-time
 // override and the cursor.
 const declareSQL = `
-INSERT INTO /*schema*/tributary_limit (name, kind, queue, key_arg, declared_max, max_override, cursor_key, declared_at, updated_at)
-SELECT n, k, q, a, m, NULL, '', now(), now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[]) AS d(n, k, q, a, m)
+INSERT INTO /*schema*/tributary_limit (name, kind, queue, key_arg, declared_max, rate, period_ms, max_override, cursor_key, declared_at, updated_at)
+SELECT n, k, q, a, m, r, p, NULL, '', now(), now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::bigint[]) AS d(n, k, q, a, m, r, p)
 ON CONFLICT (name) DO UPDATE
 SET kind = excluded.kind, queue = excluded.queue, key_arg = excluded.key_arg,
-    declared_max = excluded.declared_max, declared_at = excluded.declared_at`
+    declared_max = excluded.declared_max, rate = excluded.rate, period_ms = excluded.period_ms,
+    declared_at = excluded.declared_at`
 
 // lockSQL serialises the admission of one limit: the row lock is held to
 // the pass's commit, and a second admitter waits for it, then counts what
 // the first committed.
 const lockSQL = `
-SELECT coalesce(max_override, declared_max), cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
+SELECT declared_max, max_override, rate, period_ms, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
 
 const setCursorSQL = `UPDATE /*schema*/tributary_limit SET cursor_key = $2 WHERE name = $1`
 
 const namesSQL = `SELECT name FROM /*schema*/tributary_limit ORDER BY name`
 
 const listSQL = `
-SELECT name, kind, queue, key_arg, declared_max, max_override, updated_at FROM /*schema*/tributary_limit ORDER BY name`
+SELECT name, kind, queue, key_arg, declared_max, max_override, rate, period_ms, updated_at FROM /*schema*/tributary_limit ORDER BY name`
 
 const setOverrideSQL = `UPDATE /*schema*/tributary_limit SET max_override = $2, updated_at = now() WHERE name = $1`
 
@@ -53,14 +54,28 @@ func declare(ctx context.Context, db queue.DBTX, sql statements, limits []Limit)
 		return nil
 	}
 	n := len(limits)
-	names, kinds, queues, args, maxes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]int32, n)
+	names, kinds, queues, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	maxes, rates, periods := make([]int32, n), make([]int32, n), make([]int64, n)
 	for i, l := range limits {
-		names[i], kinds[i], queues[i], args[i], maxes[i] = l.Name, l.Kind, l.Queue, l.KeyArg, int32(l.Max)
+		names[i], kinds[i], queues[i], args[i] = l.Name, l.Kind, l.Queue, l.KeyArg
+		maxes[i], rates[i], periods[i] = int32(l.Max), int32(l.Rate), l.period().Milliseconds()
 	}
-	if _, err := db.Exec(ctx, sql.declare, names, kinds, queues, args, maxes); err != nil {
+	if _, err := db.Exec(ctx, sql.declare, names, kinds, queues, args, maxes, rates, periods); err != nil {
 		return fmt.Errorf("error declaring limits: %w", err)
 	}
 	return nil
+}
+
+// effectiveMax is the per-key cap in force: the override, else the
+// declared Max, where a declared 0 (a rate limit without Max) is no cap.
+func effectiveMax(declared int, override *int) int {
+	switch {
+	case override != nil:
+		return *override
+	case declared == 0:
+		return unlimited
+	}
+	return declared
 }
 
 func names(ctx context.Context, db queue.DBTX, sql statements) ([]string, error) {

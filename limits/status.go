@@ -23,10 +23,17 @@ type Status struct {
 	Queue  string `json:"queue,omitempty"`
 	KeyArg string `json:"key_arg,omitempty"`
 	// DeclaredMax is what the code declares; Override what `limits set`
-	// put in its place (nil: none); Max the one in force.
+	// put in its place (nil: none); Max the one in force (0 on a rate
+	// limit declared without one: no cap).
 	DeclaredMax int  `json:"declared_max"`
 	Override    *int `json:"override,omitempty"`
 	Max         int  `json:"max"`
+	// Rate and Period are the rate limit (0: none); Started the weight of
+	// the starts within the period and of the jobs admitted to start, over
+	// all keys.
+	Rate    int           `json:"rate,omitempty"`
+	Period  time.Duration `json:"period,omitempty"`
+	Started int64         `json:"started,omitempty"`
 	// Used counts the limit's jobs holding a slot (running or available,
 	// about to run), over all keys; BusiestKeyUsed the most one key holds.
 	Used           int `json:"used"`
@@ -50,10 +57,14 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
 		var s Status
-		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.UpdatedAt)
+		var periodMS int64
+		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.Rate, &periodMS, &s.UpdatedAt)
 		s.Max = s.DeclaredMax
 		if s.Override != nil {
 			s.Max = *s.Override
+		}
+		if s.Rate > 0 {
+			s.Period = time.Duration(periodMS) * time.Millisecond
 		}
 		return s, err
 	})
@@ -62,7 +73,7 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 	}
 	for i := range out {
 		s := &out[i]
-		use, err := riverjob.LimitUse(ctx, db, schema, s.Name)
+		use, err := riverjob.LimitUse(ctx, db, schema, s.Name, s.Period)
 		if err != nil {
 			return nil, err
 		}
@@ -70,6 +81,7 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 			s.Used += u.Used
 			s.Waiting += u.Waiting
 			s.BusiestKeyUsed = max(s.BusiestKeyUsed, u.Used)
+			s.Started += u.Started
 		}
 		s.Keys = len(use)
 		if s.OldestWaitingJobID, s.OldestWaitingSince, err = riverjob.LimitOldestWaiting(ctx, db, schema, s.Name); err != nil {

@@ -15,7 +15,7 @@ import (
 func newLimitsCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
 		Use:   "limits",
-		Short: "Inspect and adjust concurrency limits: use, waiting jobs, run-time overrides",
+		Short: "Inspect and adjust limits (concurrency and rate): use, waiting jobs, run-time overrides",
 	})
 	cmd.AddCommand(newLimitsListCmd(a), newLimitsSetCmd(a))
 	return cmd
@@ -57,21 +57,28 @@ func printLimits(a *app, all []limits.Status) error {
 		fmt.Fprintln(tw, "no limits declared")
 		return tw.Flush()
 	}
-	fmt.Fprintln(tw, "NAME\tAPPLIES TO\tMAX\tUSED\tBUSIEST KEY\tKEYS\tWAITING\tOLDEST WAITING")
+	fmt.Fprintln(tw, "NAME\tAPPLIES TO\tMAX\tRATE\tUSED\tBUSIEST KEY\tKEYS\tWAITING\tOLDEST WAITING")
 	for _, s := range all {
 		applies := fmt.Sprintf("kind=%s queue=%s", orAny(s.Kind), orAny(s.Queue))
 		if s.KeyArg != "" {
 			applies += " per " + s.KeyArg
 		}
 		maxText := strconv.Itoa(s.Max)
+		if s.Max == 0 && s.Override == nil {
+			maxText = "-"
+		}
 		if s.Override != nil {
 			maxText += fmt.Sprintf(" (set; declared %d)", s.DeclaredMax)
+		}
+		rate := "-"
+		if s.Rate > 0 {
+			rate = fmt.Sprintf("%d/%s (%d used)", s.Rate, s.Period, s.Started)
 		}
 		oldest := "-"
 		if s.OldestWaitingJobID != nil && s.OldestWaitingSince != nil {
 			oldest = fmt.Sprintf("job %d, since %s (%s ago)", *s.OldestWaitingJobID, formatTime(*s.OldestWaitingSince), time.Since(*s.OldestWaitingSince).Round(time.Second))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Name, applies, maxText, s.Used, s.BusiestKeyUsed, s.Keys, s.Waiting, oldest)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Name, applies, maxText, rate, s.Used, s.BusiestKeyUsed, s.Keys, s.Waiting, oldest)
 	}
 	return tw.Flush()
 }

@@ -5,5 +5,6 @@ DROP TRIGGER IF EXISTS tributary_limit_waiting ON river_job;
 DROP TRIGGER IF EXISTS tributary_limit_door ON river_job;
 DROP FUNCTION IF EXISTS tributary_limit_notify();
 DROP FUNCTION IF EXISTS tributary_limit_door();
+DROP INDEX IF EXISTS tributary_river_job_limit_started_index;
 DROP INDEX IF EXISTS tributary_river_job_limit_index;
 DROP TABLE IF EXISTS tributary_limit;

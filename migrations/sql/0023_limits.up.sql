@@ -4,7 +4,9 @@
 -- pending state until an admitter moves it to available; its slot is its
 -- state, so nothing here counts running jobs.
 --
--- One row per declared limit: what the code declared, the run-time
+-- One row per declared limit: what the code declared (declared_max: 0
+-- for no concurrency cap on a rate limit; rate: starts per period_ms, 0
+-- for none), the run-time
 -- override (`tributary limits set`; NULL: none), and the round-robin
 -- cursor of the admitter. The admitter locks the row (FOR UPDATE) for one
 -- pass, which makes admission of one limit serial across processes.
@@ -14,6 +16,8 @@ CREATE TABLE tributary_limit (
     queue        text        NOT NULL,
     key_arg      text        NOT NULL,
     declared_max integer     NOT NULL CHECK (declared_max >= 0),
+    rate         integer     NOT NULL CHECK (rate >= 0),
+    period_ms    bigint      NOT NULL CHECK (period_ms >= 0),
     max_override integer     CHECK (max_override >= 0),
     cursor_key   text        NOT NULL,
     declared_at  timestamptz NOT NULL,
@@ -27,6 +31,13 @@ CREATE TABLE tributary_limit (
 CREATE INDEX tributary_river_job_limit_index ON river_job
     ((metadata ->> 'tributary_limit'), (metadata ->> 'tributary_limit_key'), state, priority, scheduled_at, id)
     WHERE metadata ? 'tributary_limit' AND state IN ('pending', 'available', 'running');
+
+-- A rate limit's counts: the starts of its jobs within the period, by the
+-- start of their latest attempt (River's attempted_at, set by the fetch on
+-- the database clock); earlier attempts are counted from their errors.
+CREATE INDEX tributary_river_job_limit_started_index ON river_job
+    ((metadata ->> 'tributary_limit'), attempted_at)
+    WHERE metadata ? 'tributary_limit' AND attempted_at IS NOT NULL;
 
 -- The door: a limited job enters available only by admission (the
 -- admitter sets tributary.admitting for its transaction) or straight back

@@ -14,8 +14,9 @@ import (
 
 // Args is one job: its partition key and how long it works.
 type Args struct {
-	Key string `json:"key"`
-	MS  int    `json:"ms"`
+	Key    string `json:"key"`
+	MS     int    `json:"ms"`
+	Weight int    `json:"weight,omitempty"`
 }
 
 // Kind is the job kind.
@@ -25,6 +26,12 @@ func (Args) Kind() string { return "limits_replica_sleep" }
 // at once.
 func Limit(maxPerKey int) limits.Limit {
 	return limits.Limit{Name: "replica-per-key", Kind: Args{}.Kind(), KeyArg: "key", Max: maxPerKey}
+}
+
+// RateLimit is the rate limit of the rate test: rate starts a second, all
+// keys together, each job weighing its Weight.
+func RateLimit(rate int) limits.Limit {
+	return limits.Limit{Name: "replica-rate", Kind: Args{}.Kind(), Rate: rate, WeightArg: "weight"}
 }
 
 // Worker sleeps for the job's MS.

@@ -1,8 +1,8 @@
 // Command limitworker is one worker process of the limits replica tests:
 // it works internal/replica's jobs under its limit until SIGTERM.
 // Configuration comes from DATABASE_URL, TRIBUTARY_SCHEMA, LIMIT_MAX (per
-// key), WORKERS (the queue's concurrency in this process) and
-// LIVENESS_TIMEOUT.
+// key) or LIMIT_RATE (starts a second), WORKERS (the queue's concurrency
+// in this process) and LIVENESS_TIMEOUT.
 package main
 
 import (
@@ -36,9 +36,19 @@ func run() error {
 		return err
 	}
 	defer pool.Close()
-	maxPerKey, err := strconv.Atoi(os.Getenv("LIMIT_MAX"))
-	if err != nil {
-		return fmt.Errorf("LIMIT_MAX: %w", err)
+	var limit limits.Limit
+	if rate := os.Getenv("LIMIT_RATE"); rate != "" {
+		n, err := strconv.Atoi(rate)
+		if err != nil {
+			return fmt.Errorf("LIMIT_RATE: %w", err)
+		}
+		limit = replica.RateLimit(n)
+	} else {
+		n, err := strconv.Atoi(os.Getenv("LIMIT_MAX"))
+		if err != nil {
+			return fmt.Errorf("LIMIT_MAX: %w", err)
+		}
+		limit = replica.Limit(n)
 	}
 	workers, err := strconv.Atoi(os.Getenv("WORKERS"))
 	if err != nil {
@@ -48,7 +58,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("LIVENESS_TIMEOUT: %w", err)
 	}
-	lim, err := limits.New(limits.Config{Limits: []limits.Limit{replica.Limit(maxPerKey)}, Schema: schema, Logger: logger})
+	lim, err := limits.New(limits.Config{Limits: []limits.Limit{limit}, Schema: schema, Logger: logger})
 	if err != nil {
 		return err
 	}
