@@ -184,11 +184,11 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 	var queues []string
 	var wait time.Duration
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		var declared, rate int
+		var declared, total, rate int
 		var override *int
 		var periodMS int64
 		var cursor string
-		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &rate, &periodMS, &cursor)
+		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &cursor)
 		if err == pgx.ErrNoRows {
 			return nil // not declared (yet): its jobs wait
 		}
@@ -207,7 +207,7 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		for i, u := range use {
 			keys[i] = keyUse{key: u.Key, used: u.Used, waiting: u.Waiting, started: u.Started}
 		}
-		gs, next := plan(keys, effectiveMax(declared, override), 0, int64(rate), cursor)
+		gs, next := plan(keys, effectiveMax(declared, override), total, int64(rate), cursor)
 		wait = rateWait(use, gs, rate)
 		if len(gs) == 0 {
 			return nil

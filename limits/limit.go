@@ -13,7 +13,8 @@ import (
 // Limit caps the jobs of Kind in Queue (empty: any), across every process:
 // at most Max of them running (or available, about to run) at a time, and,
 // with Rate, at most Rate starts (by weight) in any Period. Both apply per
-// partition key when KeyArg is set or the args implement Keyer. A job is
+// partition key when KeyArg is set or the args implement Keyer; Total caps
+// all keys together, served round-robin. A job is
 // governed by the first limit of Config.Limits that matches its kind and
 // queue.
 type Limit struct {
@@ -31,8 +32,14 @@ type Limit struct {
 	KeyArg string
 	// Max is how many of the limit's jobs (per key) may run at once.
 	// `tributary limits set` overrides it at run time. Defaults to no cap
-	// on a rate limit; required (at least 1) otherwise.
+	// when Total or Rate is given; required (at least 1) otherwise.
 	Max int
+	// Total caps the limit's jobs running at once over all its keys (0:
+	// no such cap). Its free slots go round-robin across the keys with
+	// jobs waiting, one job per key per round, so a key with a large
+	// backlog holds back the others by at most one round: a fair queue is
+	// a Total with a KeyArg (such as a tenant id). Defaults to none.
+	Total int
 	// Rate is how many starts of the limit's jobs (per key), counted by
 	// weight, any Period may hold. Defaults to none.
 	Rate int
@@ -75,10 +82,10 @@ func (l Limit) Validate() error {
 		return err
 	}
 	switch {
-	case l.Max < 0 || l.Rate < 0:
-		return fmt.Errorf("limit %q: Max %d and Rate %d must not be negative", l.Name, l.Max, l.Rate)
-	case l.Max == 0 && l.Rate == 0:
-		return fmt.Errorf("limit %q: Max %d must be at least 1 (or give a Rate)", l.Name, l.Max)
+	case l.Max < 0 || l.Total < 0 || l.Rate < 0:
+		return fmt.Errorf("limit %q: Max %d, Total %d and Rate %d must not be negative", l.Name, l.Max, l.Total, l.Rate)
+	case l.Max == 0 && l.Total == 0 && l.Rate == 0:
+		return fmt.Errorf("limit %q: Max %d must be at least 1 (or give a Total or a Rate)", l.Name, l.Max)
 	case l.Period < 0 || (l.Period > 0 && l.Period < time.Millisecond):
 		return fmt.Errorf("limit %q: Period %s must be at least 1ms", l.Name, l.Period)
 	case l.WeightArg != "" && l.Rate == 0:

@@ -171,7 +171,7 @@ func (k keyed) LimitKey() string { return string(k) }
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{Limits: []Limit{{Name: "a", Max: 0}}})
-	require.ErrorContains(t, err, `limit "a": Max 0 must be at least 1 (or give a Rate)`)
+	require.ErrorContains(t, err, `limit "a": Max 0 must be at least 1 (or give a Total or a Rate)`)
 	_, err = New(Config{Limits: []Limit{{Name: "a", Rate: 10, Period: time.Microsecond}}})
 	require.ErrorContains(t, err, `Period 1µs must be at least 1ms`)
 	_, err = New(Config{Limits: []Limit{{Name: "a", Max: 1, WeightArg: "w"}}})

@@ -174,6 +174,50 @@ FROM /*schema*/river_job ORDER BY attempted_at`))
 	require.LessOrEqual(t, busiest, rate, "a one-second window held more than %d by weight", rate)
 }
 
+// TestReplicasServeKeysRoundRobin: tenant A queues 20,000 jobs, tenant B
+// 20 after them, under a limit of 20 at once over all tenants, served
+// round-robin, with three worker processes: every B job starts before a
+// tenth of A's backlog has started.
+func TestReplicasServeKeysRoundRobin(t *testing.T) {
+	t.Parallel()
+	const (
+		total = 20
+		aJobs = 20000
+		bJobs = 20
+	)
+	bin := buildLimitWorker(t)
+	db := pgtest.New(t)
+	ctx := context.Background()
+	for i := range 3 {
+		startLimitWorker(t, bin, db, fmt.Sprintf("w%d", i), fmt.Sprintf("LIMIT_TOTAL=%d", total))
+	}
+	items := make([]queue.EnqueueItem, aJobs)
+	for i := range items {
+		items[i] = queue.EnqueueItem{Args: replica.Args{Key: "tenant-a", MS: 1}}
+	}
+	enqueueLimited(t, db, replica.FairLimit(total), items)
+	items = make([]queue.EnqueueItem, bJobs)
+	for i := range items {
+		items[i] = queue.EnqueueItem{Args: replica.Args{Key: "tenant-b", MS: 1}}
+	}
+	enqueueLimited(t, db, replica.FairLimit(total), items)
+
+	pgtest.WaitFor(t, 3*time.Minute, "every job of tenant B started", func() (bool, error) {
+		var n int
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job
+WHERE args ->> 'key' = 'tenant-b' AND attempted_at IS NOT NULL`)).Scan(&n)
+		return n == bJobs, err
+	})
+	var aStarted, aDone int
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`
+WITH last_b AS (SELECT max(attempted_at) AS at FROM /*schema*/river_job WHERE args ->> 'key' = 'tenant-b')
+SELECT count(*) FILTER (WHERE attempted_at <= last_b.at), count(*) FILTER (WHERE finalized_at <= last_b.at)
+FROM /*schema*/river_job, last_b WHERE args ->> 'key' = 'tenant-a'`)).Scan(&aStarted, &aDone))
+	t.Logf("fairness: tenant A %d queued, tenant B %d after them, %d at once over all tenants, 3 processes: when B's last job started, A had %d started (%.2f%% of its backlog) and %d completed",
+		aJobs, bJobs, total, aStarted, 100*float64(aStarted)/aJobs, aDone)
+	require.Less(t, aStarted, aJobs/10, "tenant B waited behind a tenth of tenant A's backlog")
+}
+
 // runningUnderPID counts the running jobs attempted last by the worker
 // process with pid (its River client id holds its pid).
 func runningUnderPID(t *testing.T, db *pgtest.DB, pid string) int {

@@ -24,10 +24,12 @@ type Status struct {
 	KeyArg string `json:"key_arg,omitempty"`
 	// DeclaredMax is what the code declares; Override what `limits set`
 	// put in its place (nil: none); Max the one in force (0 on a rate
-	// limit declared without one: no cap).
+	// limit or a Total declared without one: no cap).
 	DeclaredMax int  `json:"declared_max"`
 	Override    *int `json:"override,omitempty"`
 	Max         int  `json:"max"`
+	// Total is the cap over all keys (0: none).
+	Total int `json:"total,omitempty"`
 	// Rate and Period are the rate limit (0: none); Started the weight of
 	// the starts within the period and of the jobs admitted to start, over
 	// all keys.
@@ -58,7 +60,7 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
 		var s Status
 		var periodMS int64
-		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.Rate, &periodMS, &s.UpdatedAt)
+		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.Total, &s.Rate, &periodMS, &s.UpdatedAt)
 		s.Max = s.DeclaredMax
 		if s.Override != nil {
 			s.Max = *s.Override

@@ -63,6 +63,9 @@ func printLimits(a *app, all []limits.Status) error {
 		if s.KeyArg != "" {
 			applies += " per " + s.KeyArg
 		}
+		if s.Total > 0 {
+			applies += fmt.Sprintf(", %d over all keys round-robin", s.Total)
+		}
 		maxText := strconv.Itoa(s.Max)
 		if s.Max == 0 && s.Override == nil {
 			maxText = "-"

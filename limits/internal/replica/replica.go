@@ -34,6 +34,12 @@ func RateLimit(rate int) limits.Limit {
 	return limits.Limit{Name: "replica-rate", Kind: Args{}.Kind(), Rate: rate, WeightArg: "weight"}
 }
 
+// FairLimit is the limit of the fairness test: total jobs at once over
+// all keys, served round-robin across keys.
+func FairLimit(total int) limits.Limit {
+	return limits.Limit{Name: "replica-fair", Kind: Args{}.Kind(), KeyArg: "key", Total: total}
+}
+
 // Worker sleeps for the job's MS.
 type Worker struct {
 	river.WorkerDefaults[Args]

@@ -1,7 +1,8 @@
 // Command limitworker is one worker process of the limits replica tests:
 // it works internal/replica's jobs under its limit until SIGTERM.
 // Configuration comes from DATABASE_URL, TRIBUTARY_SCHEMA, LIMIT_MAX (per
-// key) or LIMIT_RATE (starts a second), WORKERS (the queue's concurrency
+// key), LIMIT_RATE (starts a second) or LIMIT_TOTAL (over all keys,
+// round-robin), WORKERS (the queue's concurrency
 // in this process) and LIVENESS_TIMEOUT.
 package main
 
@@ -43,6 +44,12 @@ func run() error {
 			return fmt.Errorf("LIMIT_RATE: %w", err)
 		}
 		limit = replica.RateLimit(n)
+	} else if total := os.Getenv("LIMIT_TOTAL"); total != "" {
+		n, err := strconv.Atoi(total)
+		if err != nil {
+			return fmt.Errorf("LIMIT_TOTAL: %w", err)
+		}
+		limit = replica.FairLimit(n)
 	} else {
 		n, err := strconv.Atoi(os.Getenv("LIMIT_MAX"))
 		if err != nil {
