@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -32,8 +33,10 @@ type App struct {
 	coord     *workflow.Coordinator
 	workflows *workflow.Client
 	emitter   *events.Emitter
-	stager    *batch.Stager
-	publisher *amqpbridge.Publisher // nil with the AMQP bridge off
+	// dispatcher runs the consumers; On adds to it before Start.
+	dispatcher *events.Dispatcher
+	stager     *batch.Stager
+	publisher  *amqpbridge.Publisher // nil with the AMQP bridge off
 
 	// ownsPool: Open made the pool, and Stop (or the end of Run) closes
 	// it.
@@ -99,6 +102,52 @@ func Open(ctx context.Context, cfg Config) (*App, error) {
 //	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[SendEmailArgs]) error { ... }))
 func AddWorker[T river.JobArgs](app *App, w river.Worker[T]) {
 	queue.AddWorker(app.rt, w)
+}
+
+// On subscribes fn to def in the App's consumer named consumer, as
+// AddWorker registers a worker: the consumer of that name in
+// Config.Consumers gets the handler, or, when there is none, On adds one
+// with events.ConsumerConfig's defaults (ordered by aggregate, on the
+// "events" queue). Emit accepts def from then on. Subscribe every handler
+// before Start, from the goroutine that built the App:
+//
+//	tributary.On(app, "billing", OrderPlaced, func(ctx context.Context, m events.Message[Order]) error { ... })
+//
+// On panics, as AddWorker and events.On do, for an invalid consumer name,
+// after Start, and when the new consumer's queue is not one of
+// Config.Queues (put it there, or pass an events.Consumer configured as
+// needed in Config.Consumers).
+func On[T any](app *App, consumer string, def events.Event[T], fn events.HandlerFunc[T]) {
+	if err := app.on(consumer, events.Handle(def, fn)); err != nil {
+		panic(fmt.Errorf("tributary.On: %w", err))
+	}
+}
+
+func (a *App) on(name string, sub events.Subscription) error {
+	i := slices.IndexFunc(a.cfg.Consumers, func(c *events.Consumer) bool { return c.Name() == name })
+	if i >= 0 {
+		if err := a.cfg.Consumers[i].Subscribe(sub); err != nil {
+			return err
+		}
+		return a.newEmitter()
+	}
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: name})
+	if err != nil {
+		return err
+	}
+	if q := c.Config().Queue; a.cfg.Queues[q] == 0 {
+		return &queue.ConfigError{Name: "Queues", Value: queuesString(a.cfg.Queues),
+			Reason: fmt.Sprintf("consumer %s dispatches on queue %q, which this process does not work: add it", name, q)}
+	}
+	if err := c.Subscribe(sub); err != nil {
+		return err
+	}
+	if err := a.dispatcher.AddConsumer(c); err != nil {
+		return err
+	}
+	// Clipped: the caller's Config.Consumers array is never written.
+	a.cfg.Consumers = append(slices.Clip(a.cfg.Consumers), c)
+	return a.newEmitter()
 }
 
 // Migrate applies River's and tributary's pending migrations to the
@@ -225,9 +274,9 @@ func (a *App) EnqueueManyTx(ctx context.Context, tx pgx.Tx, items []queue.Enqueu
 }
 
 // Emit writes one event into the outbox in a transaction of its own and
-// returns its id. def must be an event type one of Config.Consumers
-// subscribes to or one of Config.Events.Types (else the error is
-// events.ErrUnknownEventType); meta.AggregateID
+// returns its id. def must be an event type one of the App's consumers
+// subscribes to (Config.Consumers, On) or one of Config.Events.Types (else
+// the error is events.ErrUnknownEventType); meta.AggregateID
 // orders the event among the others of its aggregate for every consumer.
 func (a *App) Emit(ctx context.Context, def events.Definition, payload any, meta events.Meta) (string, error) {
 	return a.emitter.Emit(ctx, a.pool, def, payload, meta)

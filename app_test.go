@@ -253,3 +253,70 @@ func TestServiceContract(t *testing.T) {
 			Runtime: queue.RuntimeConfig{ShutdownTimeout: time.Second}})
 	})
 }
+
+// TestOn: On adds a consumer with the default configuration, or a handler
+// to a consumer of Config.Consumers, after New; Emit accepts their event
+// types from then on, and the handlers run. On panics after Start, for an
+// invalid name, and for a new consumer on a queue the App does not work.
+func TestOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	shipped := events.Define[pingArgs]("test.shipped", nil)
+	var billed, audited atomic.Int64
+	audit := newConsumer(t, "audit", "", func(ctx context.Context, m events.Message[pingArgs]) error { return nil })
+	app, err := tributary.Open(ctx, tributary.Config{
+		DatabaseURL: pgtest.DatabaseURL(), Schema: db.Schema, Logger: pgtest.Logger(t),
+		Runtime:   queue.RuntimeConfig{FetchPollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
+		Consumers: []*events.Consumer{audit},
+		Events:    tributary.EventsConfig{Forwarder: events.ForwarderConfig{PollInterval: 100 * time.Millisecond}},
+	})
+	require.NoError(t, err)
+	_, err = app.Emit(ctx, shipped, pingArgs{N: 1}, events.Meta{AggregateID: "a-1"})
+	require.ErrorIs(t, err, events.ErrUnknownEventType, "no consumer subscribes to it yet")
+
+	tributary.On(app, "billing", shipped, func(ctx context.Context, m events.Message[pingArgs]) error {
+		billed.Add(1)
+		return nil
+	})
+	tributary.On(app, "audit", shipped, func(ctx context.Context, m events.Message[pingArgs]) error {
+		audited.Add(1)
+		return nil
+	})
+	require.Equal(t, []string{"audit", "billing"}, func() (names []string) {
+		for _, c := range app.Config().Consumers {
+			names = append(names, c.Name())
+		}
+		return names
+	}())
+	require.Equal(t, events.QueueDefault, app.Config().Consumers[1].Config().Queue)
+	require.PanicsWithError(t, `tributary.On: invalid consumer name "no spaces": use letters, digits and . _ : -`, func() {
+		tributary.On(app, "no spaces", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+	for i := range 2 {
+		_, err = app.Emit(ctx, shipped, pingArgs{N: i}, events.Meta{AggregateID: "a-1"})
+		require.NoError(t, err)
+	}
+
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, app.Stop(ctx))
+	})
+	pgtest.WaitFor(t, 30*time.Second, "both consumers handle both events", func() (bool, error) {
+		return billed.Load() == 2 && audited.Load() == 2, nil
+	})
+	require.PanicsWithError(t, "tributary.On: consumer late: cannot add a consumer after the dispatcher started", func() {
+		tributary.On(app, "late", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+	require.PanicsWithError(t, "tributary.On: consumer audit: cannot subscribe after the dispatcher started", func() {
+		tributary.On(app, "audit", pinged, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+
+	jobsOnly, err := tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 1}})
+	require.NoError(t, err)
+	require.PanicsWithError(t, `tributary.On: invalid Queues "default=1": consumer billing dispatches on queue "events", which this process does not work: add it`, func() {
+		tributary.On(jobsOnly, "billing", shipped, func(context.Context, events.Message[pingArgs]) error { return nil })
+	})
+}

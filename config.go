@@ -111,8 +111,10 @@ type Config struct {
 	Runtime queue.RuntimeConfig
 
 	// Consumers are the event consumers this process runs (events.NewConsumer
-	// and events.On build them). Each consumer handles an event type's
-	// events with the same aggregate id one at a time, in emit order.
+	// and events.On build them; On, after New, adds handlers and consumers
+	// with the default configuration without them). Each consumer handles
+	// an event type's events with the same aggregate id one at a time, in
+	// emit order.
 	//
 	// Defaults to none: the process still forwards emitted events.
 	Consumers []*events.Consumer

@@ -114,18 +114,8 @@ func (a *App) install() error {
 		return runtimeError(err)
 	}
 	a.rt, a.coord, a.workflows = rt, coord, workflow.NewClient(rt.Client)
-	// The consumers' event types are read now: subscribe every handler
-	// (events.On) before New.
-	reg, err := cfg.eventRegistry()
-	if err != nil {
-		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
-	}
-	a.emitter, err = events.NewEmitter(events.EmitterConfig{
-		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService,
-		MaxPayloadBytes: cfg.Events.MaxPayloadBytes, NoNotify: cfg.Events.NoNotify,
-	})
-	if err != nil {
-		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
+	if err := a.newEmitter(); err != nil {
+		return err
 	}
 	// One stager per process, shared by App.Stage and the AMQP batch queue.
 	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
@@ -136,6 +126,25 @@ func (a *App) install() error {
 		if err := inst.install(in); err != nil {
 			return fmt.Errorf("error setting up %s: %w", inst.name, err)
 		}
+	}
+	return nil
+}
+
+// newEmitter (re)builds the emitter behind App.Emit from the event types
+// of Config.Events.Types and of the consumers' subscriptions as they are
+// now: New calls it, and On again after each handler it adds.
+func (a *App) newEmitter() error {
+	cfg := a.cfg
+	reg, err := cfg.eventRegistry()
+	if err != nil {
+		return &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
+	}
+	a.emitter, err = events.NewEmitter(events.EmitterConfig{
+		Schema: cfg.Schema, Registry: reg, SourceService: cfg.Events.SourceService,
+		MaxPayloadBytes: cfg.Events.MaxPayloadBytes, NoNotify: cfg.Events.NoNotify,
+	})
+	if err != nil {
+		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
 	}
 	return nil
 }
@@ -295,6 +304,7 @@ func installEvents(in *installation) error {
 	if err != nil {
 		return err
 	}
+	in.app.dispatcher = inst.Dispatcher
 	in.collectors = append(in.collectors, events.NewCollector(inst.Forwarder, inst.Dispatcher))
 	return nil
 }

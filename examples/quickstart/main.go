@@ -17,38 +17,33 @@ func (Hello) Kind() string { return "hello" }
 
 func main() {
 	ctx := context.Background()
-	cfg, err := tributary.ConfigFromEnv() // DATABASE_URL, TRIBUTARY_SCHEMA, ...
-	check(err)
-
-	placed := events.Define[Hello]("order.placed", nil)
-	billing, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
-	check(err)
-	events.On(billing, placed, func(ctx context.Context, m events.Message[Hello]) error {
-		log.Println("billing", m.Payload.Name) // in emit order per aggregate
-		return nil
-	})
-	cfg.Consumers = []*events.Consumer{billing}
+	cfg := must(tributary.ConfigFromEnv()) // DATABASE_URL, TRIBUTARY_SCHEMA, ...
 	cfg.Schedules = []scheduler.Schedule{{Name: "hello", Spec: "@every 5s", Args: Hello{"cron"}}}
+	app := must(tributary.Open(ctx, cfg)) // connects and migrates
 
-	app, err := tributary.Open(ctx, cfg) // connects and migrates
-	check(err)
 	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[Hello]) error {
 		log.Println("hello", job.Args.Name)
 		return nil
 	}))
+	placed := events.Define[Hello]("order.placed", nil)
+	tributary.On(app, "billing", placed, func(ctx context.Context, m events.Message[Hello]) error {
+		log.Println("billing", m.Payload.Name) // in emit order per aggregate
+		return nil
+	})
 
 	wf := workflow.New("greetings", nil)
 	wf.Add("first", Hello{"first"}, nil)
 	wf.Add("second", Hello{"second"}, &workflow.TaskOpts{Deps: []string{"first"}})
-	_, err = app.Workflows().Insert(ctx, wf)
-	check(err)
-	_, err = app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"})
-	check(err)
-	check(app.Run(ctx)) // until SIGINT or SIGTERM
+	must(app.Workflows().Insert(ctx, wf))
+	must(app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"}))
+	if err := app.Run(ctx); err != nil { // until SIGINT or SIGTERM
+		log.Fatal(err)
+	}
 }
 
-func check(err error) {
+func must[T any](v T, err error) T {
 	if err != nil {
 		log.Fatal(err)
 	}
+	return v
 }

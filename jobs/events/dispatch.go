@@ -145,6 +145,25 @@ func (d *Dispatcher) Register(rt *queue.Runtime) error {
 	return rt.AddService(d)
 }
 
+// AddConsumer adds c to the dispatcher's consumers, as if it had been in
+// DispatcherConfig.Consumers: a process assembles its consumers before it
+// starts (tributary.On adds them one handler at a time). It returns an error
+// for a nil consumer, a name the dispatcher has already, and once the
+// dispatcher started (the consumers are recorded at Start). Call it before
+// Start, not concurrently with it.
+func (d *Dispatcher) AddConsumer(c *Consumer) error {
+	switch {
+	case c == nil:
+		return errors.New("nil consumer")
+	case d.life.Running():
+		return fmt.Errorf("consumer %s: cannot add a consumer after the dispatcher started", c.Name())
+	case d.consumers[c.Name()] != nil:
+		return fmt.Errorf("consumer %q is given twice", c.Name())
+	}
+	d.consumers[c.Name()] = c
+	return nil
+}
+
 // Stats returns the dispatcher's counters.
 func (d *Dispatcher) Stats() DispatcherStats {
 	return DispatcherStats{Handled: d.handled.Load(), Failed: d.failed.Load(), Panics: d.panics.Load(),

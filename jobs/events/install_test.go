@@ -3,6 +3,7 @@ package events_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -44,4 +45,51 @@ func TestInstallConsumerQueueWorked(t *testing.T) {
 	require.Equal(t, map[string]int{"default": 1, "events": 1}, rt.Queues())
 	_, err = events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}})
 	require.NoError(t, err)
+}
+
+// TestDispatcherAddConsumer: a consumer added before Start is recorded and
+// runs as one given in the config; a nil one, a second of one name and one
+// added after Start are refused.
+func TestDispatcherAddConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 1, "events": 1}})
+	require.NoError(t, err)
+	inst, err := events.Install(rt, events.InstallConfig{})
+	require.NoError(t, err)
+	placed := events.Define[struct{}]("order.placed", nil)
+	handled := make(chan struct{}, 1)
+	c, err := events.NewConsumer(events.ConsumerConfig{Name: "billing"})
+	require.NoError(t, err)
+	events.On(c, placed, func(context.Context, events.Message[struct{}]) error {
+		handled <- struct{}{}
+		return nil
+	})
+	require.EqualError(t, inst.Dispatcher.AddConsumer(nil), "nil consumer")
+	require.NoError(t, inst.Dispatcher.AddConsumer(c))
+	require.EqualError(t, inst.Dispatcher.AddConsumer(c), `consumer "billing" is given twice`)
+	require.Equal(t, []*events.Consumer{c}, inst.Dispatcher.Consumers())
+
+	require.NoError(t, rt.Start(ctx))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, rt.Stop(ctx))
+	})
+	late, err := events.NewConsumer(events.ConsumerConfig{Name: "late"})
+	require.NoError(t, err)
+	require.EqualError(t, inst.Dispatcher.AddConsumer(late), "consumer late: cannot add a consumer after the dispatcher started")
+
+	reg, err := events.NewRegistry(placed)
+	require.NoError(t, err)
+	em, err := events.NewEmitter(events.EmitterConfig{Schema: db.Schema, Registry: reg})
+	require.NoError(t, err)
+	_, err = em.Emit(ctx, db.Pool, placed, struct{}{}, events.Meta{AggregateID: "o-1"})
+	require.NoError(t, err)
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the added consumer did not handle the event within 30s")
+	}
 }
