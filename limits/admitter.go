@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
@@ -24,6 +25,7 @@ import (
 // PollInterval.
 type Admitter struct {
 	pool    *pgxpool.Pool
+	river   *river.Client[pgx.Tx]
 	schema  string
 	logger  *slog.Logger
 	limits  []Limit
@@ -43,7 +45,7 @@ type Admitter struct {
 // NewAdmitter returns the admitter of l's limits on c's pool and schema.
 func (l *Limiter) NewAdmitter(c *queue.Client) *Admitter {
 	return &Admitter{
-		pool: c.Pool(), schema: l.cfg.Schema, logger: l.cfg.Logger, limits: l.cfg.Limits, poll: l.cfg.PollInterval,
+		pool: c.Pool(), river: c.River(), schema: l.cfg.Schema, logger: l.cfg.Logger, limits: l.cfg.Limits, poll: l.cfg.PollInterval,
 		channel: l.cfg.Schema + ".tributary_limit", sql: newStatements(l.cfg.Schema),
 		wake: make(chan struct{}, 1), dirty: map[string]bool{},
 	}
@@ -188,7 +190,8 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		var override *int
 		var periodMS int64
 		var cursor string
-		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &cursor)
+		var onBusy Busy
+		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &onBusy, &cursor)
 		if err == pgx.ErrNoRows {
 			return nil // not declared (yet): its jobs wait
 		}
@@ -199,16 +202,27 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		if rate == 0 {
 			period = 0
 		}
-		use, err := riverjob.LimitUse(ctx, tx, a.schema, name, period)
+		perKey := effectiveMax(declared, override)
+		use, keys, err := a.use(ctx, tx, name, period)
 		if err != nil {
 			return err
 		}
-		keys := make([]keyUse, len(use))
-		for i, u := range use {
-			keys[i] = keyUse{key: u.Key, used: u.Used, waiting: u.Waiting, started: u.Started}
+		if cs := cancelBeforeAdmission(onBusy, keys, perKey); len(cs) > 0 {
+			n, err := a.cancel(ctx, tx, name, cs)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				if use, keys, err = a.use(ctx, tx, name, period); err != nil {
+					return err
+				}
+			}
 		}
-		gs, next := plan(keys, effectiveMax(declared, override), total, int64(rate), cursor)
+		gs, next := plan(keys, perKey, total, int64(rate), cursor)
 		wait = rateWait(use, gs, rate)
+		if _, err := a.cancel(ctx, tx, name, cancelAfterAdmission(onBusy, keys, gs, perKey)); err != nil {
+			return err
+		}
 		if len(gs) == 0 {
 			return nil
 		}
@@ -237,6 +251,42 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 	}
 	a.logger.DebugContext(ctx, "admitted limited jobs", "limit", name, "count", len(queues))
 	return len(queues), wait, nil
+}
+
+// use counts limit name's keys in tx.
+func (a *Admitter) use(ctx context.Context, tx pgx.Tx, name string, period time.Duration) ([]riverjob.LimitKeyUse, []keyUse, error) {
+	use, err := riverjob.LimitUse(ctx, tx, a.schema, name, period)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys := make([]keyUse, len(use))
+	for i, u := range use {
+		keys[i] = keyUse{key: u.Key, used: u.Used, waiting: u.Waiting, started: u.Started}
+	}
+	return use, keys, nil
+}
+
+// cancel cancels, in tx and through River's JobCancelTx, what a busy-key
+// strategy chose, and returns how many jobs it cancelled. A cancelled
+// running job keeps its slot until its worker returns.
+func (a *Admitter) cancel(ctx context.Context, tx pgx.Tx, name string, cs []busyCancel) (int, error) {
+	n := 0
+	for _, c := range cs {
+		ids, err := riverjob.LimitCancelCandidates(ctx, tx, a.schema, name, c.key, c.keepWaiting, c.holding)
+		if err != nil {
+			return n, err
+		}
+		for _, id := range ids {
+			if _, err := a.river.JobCancelTx(ctx, tx, id); err != nil {
+				return n, fmt.Errorf("error cancelling job %d of limit %q key %q: %w", id, name, c.key, err)
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		a.logger.InfoContext(ctx, "cancelled jobs of busy keys", "limit", name, "count", n)
+	}
+	return n, nil
 }
 
 // rateWait is how long until a rate limit may admit more of the jobs this

@@ -49,6 +49,10 @@ type Limit struct {
 	// job's weight against Rate, 1 to Rate (missing: 1). Args implementing
 	// Weigher give their weight instead. Defaults to every job weighing 1.
 	WeightArg string
+	// OnBusy is what a job does when its key has no free slot: wait
+	// (BusyQueue), or BusyCancelNewest, or BusyCancelRunning; the
+	// cancelling ones need a Max. Defaults to BusyQueue.
+	OnBusy Busy
 }
 
 // Weigher is implemented by job args that give their weight against a
@@ -90,6 +94,9 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("limit %q: Period %s must be at least 1ms", l.Name, l.Period)
 	case l.WeightArg != "" && l.Rate == 0:
 		return fmt.Errorf("limit %q: WeightArg %q needs a Rate", l.Name, l.WeightArg)
+	}
+	if err := l.OnBusy.validate(l); err != nil {
+		return err
 	}
 	if strings.TrimSpace(l.KeyArg) != l.KeyArg {
 		return fmt.Errorf("limit %q: KeyArg %q has surrounding spaces", l.Name, l.KeyArg)

@@ -194,3 +194,72 @@ func TestAdmitterContract(t *testing.T) {
 		return lim.NewAdmitter(b.rt.Client), nil
 	})
 }
+
+func jobStates(t *testing.T, b *testBundle, ids ...int64) []string {
+	t.Helper()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = gjson(t, b, id, `state::text`)
+	}
+	return out
+}
+
+// TestBusyCancelNewest: with the key's one slot taken, later jobs are
+// cancelled instead of waiting.
+func TestBusyCancelNewest(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, limits.Limit{Name: "doc", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1, OnBusy: limits.BusyCancelNewest})
+	ctx := context.Background()
+	require.NoError(t, b.rt.Start(ctx))
+	t.Cleanup(func() { _ = b.rt.Stop(context.Background()) })
+	first, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 30*time.Second, "the first job running", func() (bool, error) {
+		return gjson(t, b, first.Job.ID, `state::text`) == "running", nil
+	})
+	second, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 30*time.Second, "the second job cancelled", func() (bool, error) {
+		return gjson(t, b, second.Job.ID, `state::text`) == "cancelled", nil
+	})
+	close(b.worker.gate)
+	pgtest.WaitFor(t, 30*time.Second, "the first job completed", func() (bool, error) {
+		return gjson(t, b, first.Job.ID, `state::text`) == "completed", nil
+	})
+}
+
+// TestBusyCancelRunning: a newer job of the key cancels the running one
+// and the older waiting ones, and runs.
+func TestBusyCancelRunning(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t, limits.Limit{Name: "doc", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1, OnBusy: limits.BusyCancelRunning})
+	ctx := context.Background()
+	first, err := b.rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.rt.Start(ctx))
+	t.Cleanup(func() { _ = b.rt.Stop(context.Background()) })
+	pgtest.WaitFor(t, 30*time.Second, "the first job running", func() (bool, error) {
+		return gjson(t, b, first.Job.ID, `state::text`) == "running", nil
+	})
+	items := []queue.EnqueueItem{{Args: keyedArgs{Customer: "c-1"}}, {Args: keyedArgs{Customer: "c-1"}}}
+	_, err = b.rt.EnqueueMany(ctx, items)
+	require.NoError(t, err)
+	var ids []int64
+	rows, err := b.db.Pool.Query(ctx, b.db.Q(`SELECT id FROM /*schema*/river_job WHERE id > $1 ORDER BY id`), first.Job.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ids, 2)
+	pgtest.WaitFor(t, 30*time.Second, "the newest job running, the others cancelled", func() (bool, error) {
+		s := jobStates(t, b, first.Job.ID, ids[0], ids[1])
+		return s[0] == "cancelled" && s[1] == "cancelled" && s[2] == "running", nil
+	})
+	close(b.worker.gate)
+	pgtest.WaitFor(t, 30*time.Second, "the newest job completed", func() (bool, error) {
+		return gjson(t, b, ids[1], `state::text`) == "completed", nil
+	})
+}

@@ -26,26 +26,26 @@ func newStatements(schema string) statements {
 // declareSQL writes what the code declares and keeps the run-time
 // override and the cursor.
 const declareSQL = `
-INSERT INTO /*schema*/tributary_limit (name, kind, queue, key_arg, declared_max, total, rate, period_ms, max_override, cursor_key, declared_at, updated_at)
-SELECT n, k, q, a, m, t, r, p, NULL, '', now(), now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::int[], $8::bigint[]) AS d(n, k, q, a, m, t, r, p)
+INSERT INTO /*schema*/tributary_limit (name, kind, queue, key_arg, declared_max, total, rate, period_ms, on_busy, max_override, cursor_key, declared_at, updated_at)
+SELECT n, k, q, a, m, t, r, p, b, NULL, '', now(), now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::int[], $8::bigint[], $9::text[]) AS d(n, k, q, a, m, t, r, p, b)
 ON CONFLICT (name) DO UPDATE
 SET kind = excluded.kind, queue = excluded.queue, key_arg = excluded.key_arg,
-    declared_max = excluded.declared_max, total = excluded.total, rate = excluded.rate, period_ms = excluded.period_ms,
+    declared_max = excluded.declared_max, total = excluded.total, rate = excluded.rate, period_ms = excluded.period_ms, on_busy = excluded.on_busy,
     declared_at = excluded.declared_at`
 
 // lockSQL serialises the admission of one limit: the row lock is held to
 // the pass's commit, and a second admitter waits for it, then counts what
 // the first committed.
 const lockSQL = `
-SELECT declared_max, max_override, total, rate, period_ms, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
+SELECT declared_max, max_override, total, rate, period_ms, on_busy, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
 
 const setCursorSQL = `UPDATE /*schema*/tributary_limit SET cursor_key = $2 WHERE name = $1`
 
 const namesSQL = `SELECT name FROM /*schema*/tributary_limit ORDER BY name`
 
 const listSQL = `
-SELECT name, kind, queue, key_arg, declared_max, max_override, total, rate, period_ms, updated_at FROM /*schema*/tributary_limit ORDER BY name`
+SELECT name, kind, queue, key_arg, declared_max, max_override, total, rate, period_ms, on_busy, updated_at FROM /*schema*/tributary_limit ORDER BY name`
 
 const setOverrideSQL = `UPDATE /*schema*/tributary_limit SET max_override = $2, updated_at = now() WHERE name = $1`
 
@@ -55,12 +55,12 @@ func declare(ctx context.Context, db queue.DBTX, sql statements, limits []Limit)
 	}
 	n := len(limits)
 	names, kinds, queues, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	maxes, totals, rates, periods := make([]int32, n), make([]int32, n), make([]int32, n), make([]int64, n)
+	maxes, totals, rates, periods, busy := make([]int32, n), make([]int32, n), make([]int32, n), make([]int64, n), make([]string, n)
 	for i, l := range limits {
-		names[i], kinds[i], queues[i], args[i] = l.Name, l.Kind, l.Queue, l.KeyArg
+		names[i], kinds[i], queues[i], args[i], busy[i] = l.Name, l.Kind, l.Queue, l.KeyArg, string(l.OnBusy)
 		maxes[i], totals[i], rates[i], periods[i] = int32(l.Max), int32(l.Total), int32(l.Rate), l.period().Milliseconds()
 	}
-	if _, err := db.Exec(ctx, sql.declare, names, kinds, queues, args, maxes, totals, rates, periods); err != nil {
+	if _, err := db.Exec(ctx, sql.declare, names, kinds, queues, args, maxes, totals, rates, periods, busy); err != nil {
 		return fmt.Errorf("error declaring limits: %w", err)
 	}
 	return nil

@@ -28,6 +28,8 @@ type Status struct {
 	DeclaredMax int  `json:"declared_max"`
 	Override    *int `json:"override,omitempty"`
 	Max         int  `json:"max"`
+	// OnBusy is the busy-key strategy ("": queue).
+	OnBusy Busy `json:"on_busy,omitempty"`
 	// Total is the cap over all keys (0: none).
 	Total int `json:"total,omitempty"`
 	// Rate and Period are the rate limit (0: none); Started the weight of
@@ -60,7 +62,7 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Status, error) {
 		var s Status
 		var periodMS int64
-		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.Total, &s.Rate, &periodMS, &s.UpdatedAt)
+		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.Total, &s.Rate, &periodMS, &s.OnBusy, &s.UpdatedAt)
 		s.Max = s.DeclaredMax
 		if s.Override != nil {
 			s.Max = *s.Override

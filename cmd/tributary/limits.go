@@ -66,6 +66,9 @@ func printLimits(a *app, all []limits.Status) error {
 		if s.Total > 0 {
 			applies += fmt.Sprintf(", %d over all keys round-robin", s.Total)
 		}
+		if s.OnBusy != limits.BusyQueue {
+			applies += ", busy: " + string(s.OnBusy)
+		}
 		maxText := strconv.Itoa(s.Max)
 		if s.Max == 0 && s.Override == nil {
 			maxText = "-"

@@ -169,3 +169,29 @@ SELECT id, scheduled_at FROM /*schema*/river_job
 WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND state = 'pending'
 ORDER BY scheduled_at, id
 LIMIT 1`
+
+// LimitCancelCandidates returns the ids of key's jobs under limit that a
+// busy-key strategy cancels: its due pending jobs but the newest
+// keepWaiting (by id), and, with holding, its available and running jobs
+// whose cancellation nobody asked for yet.
+func LimitCancelCandidates(ctx context.Context, db DBTX, schema, limit, key string, keepWaiting int, holding bool) ([]int64, error) {
+	rows, err := db.Query(ctx, q(schema, limitCancelCandidatesSQL), customPlan, limit, key, keepWaiting, holding)
+	if err != nil {
+		return nil, fmt.Errorf("error finding the jobs of limit %q key %q to cancel: %w", limit, key, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("error finding the jobs of limit %q key %q to cancel: %w", limit, key, err)
+	}
+	return ids, nil
+}
+
+const limitCancelCandidatesSQL = `
+(SELECT id FROM /*schema*/river_job
+ WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+   AND state = 'pending' AND scheduled_at <= now()
+ ORDER BY id DESC OFFSET $3)
+UNION ALL
+(SELECT id FROM /*schema*/river_job
+ WHERE $4 AND metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+   AND state IN ('available', 'running') AND NOT metadata ? 'cancel_attempted_at')`

@@ -6,7 +6,8 @@
 --
 -- One row per declared limit: what the code declared (declared_max: 0
 -- for no per-key cap; total: the cap over all keys, served round-robin,
--- 0 for none; rate: starts per period_ms, 0 for none), the run-time
+-- 0 for none; rate: starts per period_ms, 0 for none; on_busy: the
+-- busy-key strategy, '' to queue), the run-time
 -- override (`tributary limits set`; NULL: none), and the round-robin
 -- cursor of the admitter. The admitter locks the row (FOR UPDATE) for one
 -- pass, which makes admission of one limit serial across processes.
@@ -18,6 +19,7 @@ CREATE TABLE tributary_limit (
     declared_max integer     NOT NULL CHECK (declared_max >= 0),
     total        integer     NOT NULL CHECK (total >= 0),
     rate         integer     NOT NULL CHECK (rate >= 0),
+    on_busy      text        NOT NULL,
     period_ms    bigint      NOT NULL CHECK (period_ms >= 0),
     max_override integer     CHECK (max_override >= 0),
     cursor_key   text        NOT NULL,
