@@ -149,12 +149,17 @@ func (a *App) newEmitter() error {
 	return nil
 }
 
-// installLimits adds the admitter of Config.Limits.
+// installLimits adds the admitter of Config.Limits and its metrics.
 func installLimits(in *installation) error {
 	if in.limiter == nil {
 		return nil
 	}
-	return in.limiter.Register(in.app.rt)
+	adm, err := in.limiter.Register(in.app.rt)
+	if err != nil {
+		return err
+	}
+	in.collectors = append(in.collectors, limits.NewCollector(adm))
+	return nil
 }
 
 // installWorkflows adds the coordinator's repair sweep.

@@ -33,9 +33,10 @@ type Admitter struct {
 	channel string
 	sql     statements
 
-	life queue.Lifecycle
-	wake chan struct{}
-	mu   sync.Mutex
+	life  queue.Lifecycle
+	stats stats
+	wake  chan struct{}
+	mu    sync.Mutex
 	// dirty are the limits notifications named since the last pass; all
 	// says every limit is due (the poll, a reconnect).
 	dirty map[string]bool
@@ -220,6 +221,7 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		}
 		gs, next := plan(keys, perKey, total, int64(rate), cursor)
 		wait = rateWait(use, gs, rate)
+		a.record(name, perKey, keys, gs)
 		if _, err := a.cancel(ctx, tx, name, cancelAfterAdmission(onBusy, keys, gs, perKey)); err != nil {
 			return err
 		}
@@ -250,7 +252,32 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		a.logger.WarnContext(ctx, "error waking River for admitted jobs; its poll finds them", "limit", name, "error", err)
 	}
 	a.logger.DebugContext(ctx, "admitted limited jobs", "limit", name, "count", len(queues))
+	a.stats.update(name, func(st *LimitStats) { st.Admitted += uint64(len(queues)) })
 	return len(queues), wait, nil
+}
+
+// record keeps what a pass saw and planned for Stats.
+func (a *Admitter) record(name string, perKey int, keys []keyUse, gs []grant) {
+	granted := map[string]int{}
+	admitted := 0
+	for _, g := range gs {
+		granted[g.key] = g.n
+		admitted += g.n
+	}
+	var used, waiting, full int
+	var started int64
+	for _, k := range keys {
+		used += k.used
+		waiting += k.waiting
+		started += k.started
+		if k.waiting > granted[k.key] {
+			full++
+		}
+	}
+	a.stats.update(name, func(st *LimitStats) {
+		st.Max, st.Used, st.Waiting, st.FullKeys, st.Started = perKey, used+admitted, waiting-admitted, full, started
+		st.Passes++
+	})
 }
 
 // use counts limit name's keys in tx.
@@ -285,6 +312,7 @@ func (a *Admitter) cancel(ctx context.Context, tx pgx.Tx, name string, cs []busy
 	}
 	if n > 0 {
 		a.logger.InfoContext(ctx, "cancelled jobs of busy keys", "limit", name, "count", n)
+		a.stats.update(name, func(st *LimitStats) { st.Cancelled += uint64(n) })
 	}
 	return n, nil
 }

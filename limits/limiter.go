@@ -73,14 +73,14 @@ func (l *Limiter) Limits() []Limit { return slices.Clone(l.cfg.Limits) }
 // Client.EnqueueManyTx inserts through River rather than by COPY.
 func (l *Limiter) Middleware() rivertype.Middleware { return l.mw }
 
-// Register adds the admitter to rt. Every worker process should run one:
-// they take turns per limit, and one is enough for all limits in the
-// schema.
-func (l *Limiter) Register(rt *queue.Runtime) error {
+// Register adds an admitter to rt and returns it (for NewCollector).
+// Every worker process should run one: they take turns per limit, and one
+// is enough for all limits in the schema.
+func (l *Limiter) Register(rt *queue.Runtime) (*Admitter, error) {
 	adm := l.NewAdmitter(rt.Client)
 	if err := rt.AddService(adm); err != nil {
-		return err
+		return nil, err
 	}
 	l.mw.completer.Store(&completer{pool: rt.Pool(), admitter: adm})
-	return nil
+	return adm, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
@@ -51,9 +52,10 @@ func (w *gateWorker) Work(ctx context.Context, job *river.Job[keyedArgs]) error 
 }
 
 type testBundle struct {
-	db     *pgtest.DB
-	rt     *queue.Runtime
-	worker *gateWorker
+	db       *pgtest.DB
+	rt       *queue.Runtime
+	worker   *gateWorker
+	admitter *limits.Admitter
 }
 
 func setup(t *testing.T, lims ...limits.Limit) (*limits.Limiter, *testBundle) {
@@ -69,8 +71,9 @@ func setup(t *testing.T, lims ...limits.Limit) (*limits.Limiter, *testBundle) {
 	require.NoError(t, err)
 	w := &gateWorker{gate: make(chan struct{})}
 	queue.AddWorker(rt, w)
-	require.NoError(t, lim.Register(rt))
-	return lim, &testBundle{db: db, rt: rt, worker: w}
+	adm, err := lim.Register(rt)
+	require.NoError(t, err)
+	return lim, &testBundle{db: db, rt: rt, worker: w, admitter: adm}
 }
 
 func states(t *testing.T, db *pgtest.DB) map[string]int {
@@ -90,7 +93,8 @@ func states(t *testing.T, db *pgtest.DB) map[string]int {
 
 // TestWaitingSpendsNoAttempt: jobs behind a busy key wait pending with no
 // attempt counted; each runs with its first attempt once admitted, and a
-// retry goes back through admission.
+// retry due at once keeps its slot (a later one waits for admission again:
+// TestDoor).
 func TestWaitingSpendsNoAttempt(t *testing.T) {
 	t.Parallel()
 	_, b := setup(t, limits.Limit{Name: "per-customer", Kind: "limits_test_keyed", KeyArg: "customer", Max: 1})
@@ -132,6 +136,24 @@ func TestWaitingSpendsNoAttempt(t *testing.T) {
 		attempts = append(attempts, a)
 	}
 	require.Equal(t, []int{2, 2, 2}, attempts)
+
+	// Each job was admitted once: a retry due at once goes from running
+	// straight back to available, keeping its slot. The metrics say so.
+	require.Equal(t, uint64(3), b.admitter.Stats()["per-customer"].Admitted)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(limits.NewCollector(b.admitter)))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			require.Equal(t, "per-customer", m.GetLabel()[0].GetValue())
+			got[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	require.Equal(t, 3.0, got["tributary_limit_admitted_jobs_total"])
+	require.Equal(t, 1.0, got["tributary_limit_max"])
+	require.Zero(t, got["tributary_limit_waiting"])
 }
 
 // TestDoor: a limited job that would become available other than by

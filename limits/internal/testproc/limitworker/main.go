@@ -79,7 +79,7 @@ func run() error {
 		return err
 	}
 	queue.AddWorker(rt, replica.Worker{})
-	if err := lim.Register(rt); err != nil {
+	if _, err := lim.Register(rt); err != nil {
 		return err
 	}
 	return rt.Run(ctx)
