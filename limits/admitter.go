@@ -35,8 +35,12 @@ type Admitter struct {
 
 	life  queue.Lifecycle
 	stats stats
-	wake  chan struct{}
-	mu    sync.Mutex
+	// waiting holds, per limit, the keys this admitter's last pass left
+	// with jobs waiting: the keys whose slots someone waits for.
+	waitingMu sync.Mutex
+	waiting   map[string]map[string]bool
+	wake      chan struct{}
+	mu        sync.Mutex
 	// dirty are the limits notifications named since the last pass; all
 	// says every limit is due (the poll, a reconnect).
 	dirty map[string]bool
@@ -256,7 +260,8 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 	return len(queues), wait, nil
 }
 
-// record keeps what a pass saw and planned for Stats.
+// record keeps what a pass saw and planned for Stats and for
+// keyHasWaiters.
 func (a *Admitter) record(name string, perKey int, keys []keyUse, gs []grant) {
 	granted := map[string]int{}
 	admitted := 0
@@ -266,18 +271,34 @@ func (a *Admitter) record(name string, perKey int, keys []keyUse, gs []grant) {
 	}
 	var used, waiting, full int
 	var started int64
+	behind := map[string]bool{}
 	for _, k := range keys {
 		used += k.used
 		waiting += k.waiting
 		started += k.started
 		if k.waiting > granted[k.key] {
 			full++
+			behind[k.key] = true
 		}
 	}
+	a.waitingMu.Lock()
+	if a.waiting == nil {
+		a.waiting = map[string]map[string]bool{}
+	}
+	a.waiting[name] = behind
+	a.waitingMu.Unlock()
 	a.stats.update(name, func(st *LimitStats) {
 		st.Max, st.Used, st.Waiting, st.FullKeys, st.Started = perKey, used+admitted, waiting-admitted, full, started
 		st.Passes++
 	})
+}
+
+// keyHasWaiters reports whether this admitter's last pass over limit left
+// jobs of key waiting.
+func (a *Admitter) keyHasWaiters(limit, key string) bool {
+	a.waitingMu.Lock()
+	defer a.waitingMu.Unlock()
+	return a.waiting[limit][key]
 }
 
 // use counts limit name's keys in tx.

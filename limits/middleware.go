@@ -24,11 +24,14 @@ import (
 // pending itself (a workflow task waiting for its dependencies) is left
 // alone: admission must not release it early.
 //
-// At work, a limited job that succeeded is completed at once in a
-// transaction of its own (river.JobCompleteTx) and its process's admitter
-// is woken: River's completer would write the completion, and so give the
-// slot back, up to 250 ms later (it batches), which would cap a key at Max
-// jobs per quarter second whatever their length.
+// At work, a limited job that succeeded while jobs of its key wait (as its
+// process's admitter last saw) is completed at once in a transaction of
+// its own (river.JobCompleteTx) and the admitter is woken: River's
+// completer would write the completion, and so give the slot back, up to
+// 250 ms later (it batches), which would cap a key at Max jobs per quarter
+// second whatever their length. With nothing waiting River's batched
+// completion is the cheaper one: a transaction per job costs a commit
+// each (docs/decisions/0030-flow-control.md).
 type middleware struct {
 	river.MiddlewareDefaults
 	limits []Limit
@@ -58,8 +61,9 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 	}
 	var meta struct {
 		Limit string `json:"tributary_limit"`
+		Key   string `json:"tributary_limit_key"`
 	}
-	if json.Unmarshal(job.Metadata, &meta) != nil || meta.Limit == "" {
+	if json.Unmarshal(job.Metadata, &meta) != nil || meta.Limit == "" || !c.admitter.keyHasWaiters(meta.Limit, meta.Key) {
 		return nil
 	}
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {

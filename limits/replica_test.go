@@ -67,7 +67,7 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 					if held := runningUnderPID(t, db, fmt.Sprint(procs[0].Process.Pid)); held > 0 {
 						require.NoError(t, procs[0].Process.Signal(syscall.SIGKILL))
 						killed = true
-						t.Logf("SIGKILLed w0 after %d of %d jobs completed, holding %d running jobs", done, total, held)
+						t.Logf("SIGKILLed w0 after %d of %d jobs completed; it had %d jobs running a moment before", done, total, held)
 					}
 				}
 				require.True(t, time.Now().Before(deadline), "only %d of %d jobs completed", done, total)
