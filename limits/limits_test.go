@@ -285,3 +285,54 @@ func TestBusyCancelRunning(t *testing.T) {
 		return gjson(t, b, ids[1], `state::text`) == "completed", nil
 	})
 }
+
+// laterRetryWorker fails its first attempt with a retry due after River's
+// scheduler interval (5 s), so River's scheduler, not the executor, makes
+// it available (a retry due sooner goes from running straight to
+// available, keeping its slot).
+type laterRetryWorker struct {
+	river.WorkerDefaults[keyedArgs]
+}
+
+func (laterRetryWorker) NextRetry(*river.Job[keyedArgs]) time.Time {
+	return time.Now().Add(6 * time.Second)
+}
+
+func (laterRetryWorker) Work(ctx context.Context, job *river.Job[keyedArgs]) error {
+	if job.Attempt == 1 {
+		return errors.New("first attempt fails")
+	}
+	return nil
+}
+
+// TestRetryWaitsForAdmission: a retry that comes due later goes through
+// River's scheduler, meets the door and waits pending for admission like a
+// new job, then runs.
+func TestRetryWaitsForAdmission(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	lim, err := limits.New(limits.Config{Schema: db.Schema, Logger: pgtest.Logger(t), PollInterval: 100 * time.Millisecond,
+		Limits: []limits.Limit{{Name: "retries", Kind: "limits_test_keyed", Max: 1}}})
+	require.NoError(t, err)
+	rt, err := queue.NewRuntime(db.Pool, queue.RuntimeConfig{
+		Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 2},
+		Middleware: []rivertype.Middleware{lim.Middleware()}, FetchPollInterval: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	queue.AddWorker(rt, laterRetryWorker{})
+	adm, err := lim.Register(rt)
+	require.NoError(t, err)
+	ctx := context.Background()
+	res, err := rt.Enqueue(ctx, keyedArgs{Customer: "c-1"}, nil)
+	require.NoError(t, err)
+	require.NoError(t, rt.Start(ctx))
+	t.Cleanup(func() { _ = rt.Stop(context.Background()) })
+	var state string
+	var attempt int
+	pgtest.WaitFor(t, 60*time.Second, "the job completed on its second attempt", func() (bool, error) {
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT state::text, attempt FROM /*schema*/river_job WHERE id = $1`), res.Job.ID).Scan(&state, &attempt)
+		return state == "completed", err
+	})
+	require.Equal(t, 2, attempt)
+	require.Equal(t, uint64(2), adm.Stats()["retries"].Admitted, "admitted at insert and again for its retry")
+}
