@@ -171,6 +171,29 @@ func (a *Admitter) admitLoop(ctx context.Context) {
 	}
 }
 
+// admitPassMax bounds the jobs one pass admits. A backlog admitted in one
+// statement starts only once the whole statement committed; in passes of
+// this size River starts working the first while the next is admitted.
+const admitPassMax = 1000
+
+// capGrants trims gs, in order, to at most n jobs in all, and says
+// whether it trimmed.
+func capGrants(gs []grant, n int) ([]grant, bool) {
+	total := 0
+	for i, g := range gs {
+		if total+g.n > n {
+			out := append([]grant(nil), gs[:i]...)
+			if left := n - total; left > 0 {
+				g.n = left
+				out = append(out, g)
+			}
+			return out, true
+		}
+		total += g.n
+	}
+	return gs, false
+}
+
 // rateRetryDefault is when a rate limit whose budget is taken by jobs
 // admitted but not started yet is looked at again: once they start, their
 // starts say when the period frees them.
@@ -225,7 +248,11 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		}
 		gs, next := plan(keys, perKey, total, int64(rate), cursor)
 		wait = rateWait(use, gs, rate)
-		a.record(name, perKey, keys, gs)
+		var capped bool
+		if gs, capped = capGrants(gs, admitPassMax); capped {
+			wait = time.Millisecond // the rest at once, in a pass of its own
+		}
+		a.record(name, perKey, total, keys, gs)
 		if _, err := a.cancel(ctx, tx, name, cancelAfterAdmission(onBusy, keys, gs, perKey)); err != nil {
 			return err
 		}
@@ -261,8 +288,11 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 }
 
 // record keeps what a pass saw and planned for Stats and for
-// keyHasWaiters.
-func (a *Admitter) record(name string, perKey int, keys []keyUse, gs []grant) {
+// keyHasWaiters: the keys left with jobs waiting for a slot (their own
+// Max, or the limit's Total, full), whose slots are worth returning at
+// once. Jobs left waiting for a rate, or for the next pass of a large
+// backlog, are not waiting for a slot.
+func (a *Admitter) record(name string, perKey, total int, keys []keyUse, gs []grant) {
 	granted := map[string]int{}
 	admitted := 0
 	for _, g := range gs {
@@ -271,14 +301,22 @@ func (a *Admitter) record(name string, perKey int, keys []keyUse, gs []grant) {
 	}
 	var used, waiting, full int
 	var started int64
+	for _, k := range keys {
+		used += k.used
+	}
+	totalFull := total > 0 && used+admitted >= total
+	used = 0
 	behind := map[string]bool{}
 	for _, k := range keys {
 		used += k.used
 		waiting += k.waiting
 		started += k.started
-		if k.waiting > granted[k.key] {
+		g := granted[k.key]
+		if k.waiting > g {
 			full++
-			behind[k.key] = true
+			if totalFull || k.used+g >= perKey {
+				behind[k.key] = true
+			}
 		}
 	}
 	a.waitingMu.Lock()

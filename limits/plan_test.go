@@ -185,3 +185,17 @@ func TestValidate(t *testing.T) {
 	_, err = New(Config{Limits: []Limit{{Name: "a", Max: 1}}})
 	require.NoError(t, err)
 }
+
+func TestCapGrants(t *testing.T) {
+	t.Parallel()
+	gs := []grant{{key: "a", n: 600}, {key: "b", n: 600}, {key: "c", n: 5}}
+	got, capped := capGrants(gs, 1000)
+	require.True(t, capped)
+	require.Equal(t, []grant{{key: "a", n: 600}, {key: "b", n: 400}}, got)
+	got, capped = capGrants(gs[:1], 1000)
+	require.False(t, capped)
+	require.Equal(t, gs[:1], got)
+	got, capped = capGrants([]grant{{key: "a", n: 1000}, {key: "b", n: 1}}, 1000)
+	require.True(t, capped)
+	require.Equal(t, []grant{{key: "a", n: 1000}}, got)
+}

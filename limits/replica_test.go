@@ -64,7 +64,7 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 					break
 				}
 				if !killed && done >= total/3 {
-					if held := runningUnderPID(t, db, fmt.Sprint(procs[0].Process.Pid)); held > 0 {
+					if held := runningUnderPID(t, db, fmt.Sprint(procs[0].Process.Pid)); held >= 3 {
 						require.NoError(t, procs[0].Process.Signal(syscall.SIGKILL))
 						killed = true
 						t.Logf("SIGKILLed w0 after %d of %d jobs completed; it had %d jobs running a moment before", done, total, held)
@@ -77,6 +77,7 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 			t.Logf("%s: %d jobs over %d keys, limit %d per key, 3 processes: %d samples, max running per key %d, max running+available per key %d, jobs made available again by liveness %d",
 				tt.name, total, keys, maxPerKey, samples, maxRunning, maxHolding, rescued)
 			if tt.kill {
+				require.True(t, killed, "w0 never had three jobs running to be killed with")
 				require.Positive(t, rescued, "the killed process held jobs that ran again")
 			}
 		})

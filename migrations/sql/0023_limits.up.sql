@@ -48,18 +48,19 @@ CREATE INDEX tributary_river_job_limit_started_index ON river_job
 -- A retry or a snooze coming due, or JobRetry of a finished job, would
 -- make it available behind the limit's back: it goes to pending instead
 -- and waits for admission with the others.
+-- The setting is tested in the WHEN clause, so the admitter's own updates
+-- call no function at all.
 CREATE FUNCTION tributary_limit_door() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF current_setting('tributary.admitting', true) IS DISTINCT FROM 'on' THEN
-        NEW.state := 'pending';
-    END IF;
+    NEW.state := 'pending';
     RETURN NEW;
 END
 $$;
 
 CREATE TRIGGER tributary_limit_door BEFORE UPDATE OF state ON river_job
     FOR EACH ROW
-    WHEN (NEW.state = 'available' AND OLD.state NOT IN ('available', 'running') AND NEW.metadata ? 'tributary_limit')
+    WHEN (NEW.state = 'available' AND OLD.state NOT IN ('available', 'running') AND NEW.metadata ? 'tributary_limit'
+          AND current_setting('tributary.admitting', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION tributary_limit_door();
 
 -- Wakes the admitters (channel "<schema>.tributary_limit", payload: the
