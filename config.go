@@ -127,8 +127,10 @@ type Config struct {
 	Events EventsConfig
 
 	// Workflows are the named workflows this process may start by name with
-	// JSON input (App.StartWorkflow). The workflow coordinator runs in every
-	// App whatever this says: it is what advances workflows.
+	// JSON input (App.StartWorkflow), and that schedules start
+	// (workflow.StartArgs as a schedule's Args: this process works those
+	// jobs). The workflow coordinator runs in every App whatever this says:
+	// it is what advances workflows.
 	//
 	// Defaults to none.
 	Workflows *workflow.Registry
@@ -272,6 +274,19 @@ type CleanupConfig struct {
 	//
 	// Defaults to "default".
 	Queue string
+
+	// ArchiveWorkflows writes each finished workflow the "workflows" target
+	// deletes (its row, tasks with outputs, step records, signals and
+	// attributes) as one JSON line into the batch stream
+	// workflow.ArchiveStream ("tributary.workflows"), in the transaction of
+	// the delete (workflow.ArchiveCleanup). The lines land in the object
+	// store through the batch flushes of a process with a sink (Batch.Sink
+	// or Batch.SinkURL, this one or another); `tributary workflows
+	// archived` lists the objects.
+	//
+	// Defaults to false: retention deletes finished workflows without a
+	// copy.
+	ArchiveWorkflows bool
 }
 
 // BatchConfig configures batch streams.

@@ -162,9 +162,14 @@ func installLimits(in *installation) error {
 	return nil
 }
 
-// installWorkflows adds the coordinator's repair sweep.
+// installWorkflows adds the coordinator's repair sweep and, with
+// Config.Workflows, the worker of workflow.StartArgs (schedules that start
+// workflows).
 func installWorkflows(in *installation) error {
 	in.collectors = append(in.collectors, dashboard.NewWorkflowCollector(in.app.coord))
+	if in.app.cfg.Workflows != nil {
+		workflow.AddStartWorker(in.app.rt, in.app.cfg.Workflows)
+	}
 	return in.app.coord.Register(in.app.rt)
 }
 
@@ -176,6 +181,13 @@ func installScheduler(in *installation) error {
 	var cleaner *scheduler.Cleaner
 	if !cfg.Cleanup.Disabled {
 		ccfg := cfg.cleanupConfig()
+		if cfg.Cleanup.ArchiveWorkflows {
+			for i, t := range ccfg.Targets {
+				if t.Name == workflow.Cleanup().Name {
+					ccfg.Targets[i] = workflow.ArchiveCleanup(in.app.stager, workflow.ArchiveStream)
+				}
+			}
+		}
 		var err error
 		if cleaner, err = scheduler.RegisterCleanup(rt, scheduler.CleanerConfig{Targets: ccfg.Targets, Logger: cfg.Logger}); err != nil {
 			return err

@@ -135,7 +135,7 @@ func TestBrowser(t *testing.T) {
 	insertBatchRows(t, db)
 	// A workflow whose middle task gives up: prepare -> charge -> ship.
 	wfc := workflow.NewClient(rt.Client)
-	wf := workflow.New("order", &workflow.Opts{ID: "order-42"})
+	wf := workflow.New("order", &workflow.Opts{ID: "order-42", Attributes: map[string]string{"customer": "c-42"}})
 	wf.Add("prepare", noopArgs{}, nil)
 	wf.Add("charge", gateArgs{}, &workflow.TaskOpts{Deps: []string{"prepare"}})
 	wf.Add("ship", noopArgs{}, &workflow.TaskOpts{Deps: []string{"charge"}})
@@ -235,6 +235,25 @@ func TestBrowser(t *testing.T) {
 	// Workflows: the failed one is listed; its page draws the graph.
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/workflows"), chromedp.WaitVisible(`a[href="/workflows/`+wfRes.ID+`"]`)))
 	screenshot(t, b, "13-workflows")
+	// The attribute filter field: a customer's workflows, with their counts.
+	require.NoError(t, chromedp.Do(b,
+		chromedp.SendKeys("#filter-attr", "customer=c-41"),
+		chromedp.Click("#filter-apply"),
+		chromedp.WaitVisible(`input.filter-attr[value="customer=c-41"]`),
+	))
+	none, err := chromedp.Run(b, chromedp.Evaluate[int](`document.querySelectorAll("a.workflow-link").length`))
+	require.NoError(t, err)
+	require.Zero(t, none, "no workflow of customer c-41")
+	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/workflows"),
+		chromedp.SendKeys("#filter-attr", "customer=c-42"),
+		chromedp.Click("#filter-apply"),
+		chromedp.WaitVisible(`input.filter-attr[value="customer=c-42"]`),
+		chromedp.WaitVisible(`a[href="/workflows/`+wfRes.ID+`"]`),
+	))
+	failedCount, err := chromedp.Run(b, chromedp.Text("#count-failed .value"))
+	require.NoError(t, err)
+	require.Equal(t, "1", failedCount)
+	screenshot(t, b, "13b-workflows-by-attribute")
 	require.NoError(t, chromedp.Do(b,
 		chromedp.Click(`a[href="/workflows/`+wfRes.ID+`"]`),
 		chromedp.WaitVisible("#workflow-graph"),

@@ -16,7 +16,8 @@ import (
 // every job), a parameter the page does not take (`cursor=` for `before=`
 // would be ignored the same way), a parameter given twice, and a value
 // that is not text (see checkText). params are the parameters the page
-// takes; empty form fields are fine.
+// takes (repeatable(name) for one it takes several times); empty form
+// fields are fine.
 func pageQuery(r *http.Request, params ...string) (url.Values, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -25,19 +26,24 @@ func pageQuery(r *http.Request, params ...string) (url.Values, error) {
 	// In order, so the same query gets the same message.
 	for _, key := range slices.Sorted(maps.Keys(v)) {
 		switch {
-		case !slices.Contains(params, key) && len(params) == 0:
+		case !slices.Contains(params, key) && !slices.Contains(params, repeatable(key)) && len(params) == 0:
 			return nil, badRequestf("unknown parameter %q: this page takes no parameters", key)
-		case !slices.Contains(params, key):
+		case !slices.Contains(params, key) && !slices.Contains(params, repeatable(key)):
 			return nil, badRequestf("unknown parameter %q: this page takes %s", key, strings.Join(params, ", "))
-		case len(v[key]) > 1:
+		case len(v[key]) > 1 && !slices.Contains(params, repeatable(key)):
 			return nil, badRequestf("parameter %q given %d times: give it once", key, len(v[key]))
 		}
-		if err := checkText(key, v[key][0]); err != nil {
-			return nil, err
+		for _, val := range v[key] {
+			if err := checkText(key, val); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return v, nil
 }
+
+// repeatable names a parameter pageQuery takes more than once.
+func repeatable(name string) string { return name + "..." }
 
 // checkText refuses a value Postgres cannot hold in a text parameter
 // (invalid UTF-8, NUL: it would answer 500 with its own error) and other

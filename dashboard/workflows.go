@@ -21,6 +21,9 @@ import (
 type WorkflowFilter struct {
 	Status string `json:"status,omitempty"`
 	Name   string `json:"name,omitempty"`
+	// Attr keeps workflows with every one of these attributes, each
+	// "key=value" (attr= repeated; an empty one is ignored).
+	Attr []string `json:"attr,omitempty"`
 	// After is the keyset cursor: only workflows older than this one.
 	After string `json:"after,omitempty"`
 	// Limit is the page size. Defaults to 50, at most 500.
@@ -48,6 +51,19 @@ func ParseWorkflowFilter(v url.Values) (WorkflowFilter, error) {
 	if len(f.Name) > workflow.NameMaxLen {
 		return f, badRequestf("invalid name %q: longer than %d characters", truncateUTF8(f.Name, 32)+"...", workflow.NameMaxLen)
 	}
+	for _, raw := range v["attr"] {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		if _, _, err := workflow.ParseAttribute(raw); err != nil {
+			return f, badRequestf("%v", err)
+		}
+		f.Attr = append(f.Attr, raw)
+	}
+	if _, err := f.attributes(); err != nil {
+		return f, err
+	}
 	if f.After != "" {
 		if _, err := uuid.Parse(f.After); err != nil {
 			return f, badRequestf("invalid cursor after=%q: want a workflow id", truncateUTF8(f.After, 64))
@@ -63,9 +79,32 @@ func ParseWorkflowFilter(v url.Values) (WorkflowFilter, error) {
 	return f, nil
 }
 
+// attributes returns Attr as ListParams.Attributes; a key given twice is
+// an error.
+func (f WorkflowFilter) attributes() (map[string]string, error) {
+	if len(f.Attr) == 0 {
+		return nil, nil
+	}
+	attrs := make(map[string]string, len(f.Attr))
+	for _, raw := range f.Attr {
+		k, val, err := workflow.ParseAttribute(raw)
+		if err != nil {
+			return nil, badRequestf("%v", err)
+		}
+		if _, dup := attrs[k]; dup {
+			return nil, badRequestf("invalid attr: key %q given twice", k)
+		}
+		attrs[k] = val
+	}
+	return attrs, nil
+}
+
 // Query returns the filter as a query string, without the cursor.
 func (f WorkflowFilter) Query() url.Values {
 	v := url.Values{}
+	for _, a := range f.Attr {
+		v.Add("attr", a)
+	}
 	if f.Status != "" {
 		v.Set("status", f.Status)
 	}
@@ -95,6 +134,10 @@ type WorkflowsPage struct {
 // its filters and counts would scan the table.
 const workflowIndex = "tributary_workflow_status_idx"
 
+// workflowAttributeIndex is created by the migration of workflow
+// attributes (workflow_attribute).
+const workflowAttributeIndex = "tributary_workflow_attribute_kv_idx"
+
 const workflowsNotEnabled = "the workflow tables are not in this schema or not migrated (run `tributary migrate up`)"
 
 // workflows returns the workflow client of the dashboard's schema.
@@ -110,11 +153,33 @@ func (s *Server) ListWorkflows(ctx context.Context, f WorkflowFilter) (*Workflow
 		page.Filter.Limit = f.Limit
 	}
 	wfc := s.workflows()
-	err := s.readTx(ctx, func(tx pgx.Tx) error {
+	attrs, err := f.attributes()
+	if err != nil {
+		return nil, err
+	}
+	p := workflow.ListParams{Name: f.Name, After: f.After, Limit: f.Limit, Attributes: attrs}
+	err = s.readTx(ctx, func(tx pgx.Tx) error {
 		ok, err := s.tableExists(ctx, tx, workflowIndex)
 		if err != nil || !ok {
 			page.Enabled, page.Reason = false, workflowsNotEnabled
 			return err
+		}
+		if len(attrs) > 0 {
+			// The counts of the attribute filter: the cards say how
+			// the customer's (or order's) workflows stand.
+			ok, err := s.tableExists(ctx, tx, workflowAttributeIndex)
+			if err != nil || !ok {
+				page.Enabled, page.Reason = false, workflowsNotEnabled
+				return err
+			}
+			counts, err := wfc.CountByStatus(ctx, workflow.ListParams{Name: f.Name, Attributes: attrs}, s.cfg.CountCap)
+			if err != nil {
+				return err
+			}
+			for st, c := range counts {
+				page.Counts[string(st)] = c
+			}
+			return nil
 		}
 		counts, err := wfc.StatusCounts(ctx, tx, s.cfg.CountCap)
 		if err != nil {
@@ -128,7 +193,6 @@ func (s *Server) ListWorkflows(ctx context.Context, f WorkflowFilter) (*Workflow
 	if err != nil || !page.Enabled {
 		return page, err
 	}
-	p := workflow.ListParams{Name: f.Name, After: f.After, Limit: f.Limit}
 	if f.Status != "" {
 		p.Statuses = []workflow.Status{workflow.Status(f.Status)}
 	}
@@ -149,7 +213,7 @@ type workflowsView struct {
 }
 
 func (s *Server) handleWorkflows(w http.ResponseWriter, r *http.Request) error {
-	q, err := pageQuery(r, "status", "name", "after", "limit")
+	q, err := pageQuery(r, "status", "name", repeatable("attr"), "after", "limit")
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // has room. Any number of processes may run one: each pass over a limit
 // locks the limit's row, so admission of one limit is serial across them,
 // and counts committed job states, so the limit holds at every commit.
-// Notifications (migration 0023's triggers) wake it when a limited job
+// Notifications (migration 0027's triggers) wake it when a limited job
 // gives its slot back or starts waiting; it also looks at every limit each
 // PollInterval.
 type Admitter struct {

@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // CleanupTarget is a table whose old rows its feature lets the scheduled
@@ -34,6 +37,15 @@ type CleanupTarget struct {
 	// Retention is how long rows are kept, measured from the time Where
 	// compares with the cut-off; -1 keeps them (no schedule).
 	Retention time.Duration
+
+	// DeleteFunc, when set, deletes one batch in place of the generic
+	// DELETE of Where's rows: at most limit rows older than cutoff, in tx,
+	// returning how many. A target that archives its rows writes the
+	// archive in tx as well, so the archive and the delete commit together
+	// or not at all.
+	//
+	// Defaults to the generic DELETE.
+	DeleteFunc func(ctx context.Context, tx pgx.Tx, schema string, cutoff time.Time, limit int) (int64, error)
 }
 
 var cleanupIdentRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)

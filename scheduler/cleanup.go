@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/tributary-run/tributary/queue"
@@ -230,7 +231,7 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 	size := batchSize
 	for {
 		batchStart := time.Now()
-		tag, err := conn.Exec(ctx, sql, res.Cutoff, size)
+		n, err := deleteBatch(ctx, conn, t, sql, schema, res.Cutoff, size)
 		took := time.Since(batchStart)
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == sqlstateQueryCanceled && ctx.Err() == nil {
@@ -246,7 +247,6 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 		if err != nil {
 			return res, fmt.Errorf("error deleting %s rows from %s (after %d deleted): %w", target, t.Table, res.Deleted, err)
 		}
-		n := tag.RowsAffected()
 		res.MaxBatch = max(res.MaxBatch, took)
 		res.Batches++
 		res.Deleted += n
@@ -275,6 +275,22 @@ func (c *Cleaner) Clean(ctx context.Context, target string, retention time.Durat
 	c.logger.InfoContext(ctx, "cleaned up", "target", target, "table", t.Table, "deleted", res.Deleted,
 		"batches", res.Batches, "timeouts", res.Timeouts, "cutoff", res.Cutoff, "max_batch", res.MaxBatch, "duration", time.Since(start))
 	return res, nil
+}
+
+// deleteBatch deletes one batch of t's rows: the generic statement, or the
+// target's DeleteFunc in a transaction of its own.
+func deleteBatch(ctx context.Context, conn *pgxpool.Conn, t queue.CleanupTarget, sql, schema string, cutoff time.Time, size int) (int64, error) {
+	if t.DeleteFunc == nil {
+		tag, err := conn.Exec(ctx, sql, cutoff, size)
+		return tag.RowsAffected(), err
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		var err error
+		n, err = t.DeleteFunc(ctx, tx, schema, cutoff, size)
+		return err
+	})
+	return n, err
 }
 
 func (c *Cleaner) record(target string, res CleanupResult, err error) {

@@ -130,6 +130,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "tributary: "+msg)
 	var ue *usageError
 	var ce *queue.ConfigError
+	var xe *exitCodeError
+	if errors.As(err, &xe) {
+		return xe.code
+	}
 	if errors.As(err, &ue) || errors.As(err, &ce) || isCobraUsageError(err) {
 		return exitUsage
 	}

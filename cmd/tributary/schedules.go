@@ -30,7 +30,7 @@ run, paused) is in the database, so these commands work from any machine.
 An unknown schedule NAME is a runtime failure (exit 1), like an unknown job id;
 an empty NAME is a usage error (exit 2).`,
 	})
-	cmd.AddCommand(newSchedulesListCmd(a), newSchedulesTriggerCmd(a))
+	cmd.AddCommand(newSchedulesListCmd(a), newSchedulesTriggerCmd(a), newSchedulesBackfillCmd(a))
 	for _, action := range []struct {
 		name, short string
 		fn          func(ctx context.Context, c *queue.Client, name string) error

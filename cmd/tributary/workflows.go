@@ -23,7 +23,7 @@ import (
 func newWorkflowsCmd(a *app) *cobra.Command {
 	cmd := subcommandsOnly(&cobra.Command{
 		Use:   "workflows",
-		Short: "List, show, cancel, retry, start or signal workflows",
+		Short: "List, show, cancel, retry, fork, start, signal or wait for workflows",
 	})
 	cmd.AddCommand(
 		newWorkflowsListCmd(a),
@@ -32,6 +32,9 @@ func newWorkflowsCmd(a *app) *cobra.Command {
 		newWorkflowsRetryCmd(a),
 		newWorkflowsStartCmd(a),
 		newWorkflowsSignalCmd(a),
+		newWorkflowsWaitCmd(a),
+		newWorkflowsForkCmd(a),
+		newWorkflowsArchivedCmd(a),
 	)
 	return cmd
 }
@@ -83,10 +86,10 @@ func workflowActionError(err error) error {
 }
 
 func newWorkflowsListCmd(a *app) *cobra.Command {
-	var statuses []string
+	var statuses, attrs []string
 	var name, after string
 	var limit int
-	var asJSON bool
+	var asJSON, withCounts bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List workflows, newest first, with their task counts",
@@ -113,17 +116,39 @@ func newWorkflowsListCmd(a *app) *cobra.Command {
 					return usagef("invalid --name %q: %v", name, err)
 				}
 			}
+			var err error
+			if p.Attributes, err = parseAttrFlags(attrs); err != nil {
+				return err
+			}
 			wfc, done, err := a.workflowClient(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
 			res, err := wfc.List(cmd.Context(), p)
+			if errors.Is(err, workflow.ErrInvalidAttribute) || errors.Is(err, workflow.ErrLimit) {
+				return usagef("invalid --attr: %v", err)
+			}
 			if err != nil {
 				return err
 			}
+			var counts map[workflow.Status]queue.Count
+			if withCounts {
+				if counts, err = wfc.CountByStatus(cmd.Context(), p, workflowCountCap); err != nil {
+					return err
+				}
+			}
 			if asJSON {
+				if withCounts {
+					return a.printJSON(struct {
+						*workflow.ListResult
+						Counts map[workflow.Status]queue.Count `json:"counts"`
+					}{res, counts})
+				}
 				return a.printJSON(res)
+			}
+			if withCounts {
+				fmt.Fprintln(a.stdout, statusCountsLine(counts))
 			}
 			return printWorkflows(a.stdout, res)
 		},
@@ -131,6 +156,8 @@ func newWorkflowsListCmd(a *app) *cobra.Command {
 	f := cmd.Flags()
 	f.StringSliceVar(&statuses, "status", nil, "only workflows in these statuses ("+joinStatuses()+")")
 	f.StringVar(&name, "name", "", "only workflows of this name")
+	f.StringArrayVar(&attrs, "attr", nil, "only workflows with this attribute, key=value (repeat: all of them)")
+	f.BoolVar(&withCounts, "counts", false, fmt.Sprintf("also count the matching workflows per status (the newest %d)", workflowCountCap))
 	f.StringVar(&after, "after", "", "continue after this workflow id (the last one listed)")
 	f.IntVar(&limit, "limit", workflow.ListLimitDefault, fmt.Sprintf("at most this many workflows (up to %d)", workflow.ListLimitMax))
 	f.BoolVar(&asJSON, "json", false, "print one JSON document")
@@ -217,6 +244,12 @@ func printWorkflow(w io.Writer, d *workflow.Details) error {
 	}
 	if len(d.Input) > 0 && string(d.Input) != "null" {
 		fmt.Fprintf(w, "  input:    %s\n", oneLine(string(d.Input), 200))
+	}
+	if len(d.Attributes) > 0 {
+		fmt.Fprintf(w, "  attrs:    %s\n", attributesLine(d.Attributes))
+	}
+	if d.Origin != nil {
+		fmt.Fprintf(w, "  forked:   from %s at task %s\n", d.Origin.WorkflowID, d.Origin.Task)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -318,6 +351,7 @@ func workflowRegistry() (*workflow.Registry, error) { return demoworkflows.NewRe
 
 func newWorkflowsStartCmd(a *app) *cobra.Command {
 	var key string
+	var attrs []string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "start NAME JSON",
@@ -364,6 +398,9 @@ nothing is inserted; an empty KEY is a usage error.
 				return err
 			}
 			opts := &workflow.Opts{ID: key, OnConflict: workflow.ConflictReturnExisting}
+			if opts.Attributes, err = parseAttrFlags(attrs); err != nil {
+				return err
+			}
 			// Built before connecting: a bad name or input is a usage error
 			// whatever the database.
 			if _, err := reg.Build(name, raw, opts); err != nil {
@@ -390,6 +427,7 @@ nothing is inserted; an empty KEY is a usage error.
 		},
 	}
 	cmd.Flags().StringVar(&key, "id", "", "the workflow's key (idempotent start: an existing workflow with it is returned)")
+	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "an attribute of the workflow, key=value (repeatable)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

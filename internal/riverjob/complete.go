@@ -83,6 +83,17 @@ func CompleteRunningUpdate(ids, attempts, now string) string {
 RETURNING j.id`
 }
 
+// RunningAttempts is a query for the body of a caller's CTE: the ids of
+// the given jobs (ids a bigint[], attempts an int[] in the same order)
+// still running at that attempt, read without writing them. The workflow's
+// completion records a success when its job is still running at the
+// attempt and leaves the job's completion to River's completer.
+func RunningAttempts(ids, attempts string) string {
+	return `SELECT j.id FROM /*schema*/river_job j
+WHERE j.id = ANY(` + ids + `::bigint[]) AND (j.state = 'running') IS TRUE
+  AND j.attempt = (` + attempts + `::int[])[array_position(` + ids + `::bigint[], j.id)]`
+}
+
 func completeRunningBody(ids, attempts, now string) string {
 	return `UPDATE /*schema*/river_job j
 SET state = 'completed', finalized_at = ` + now + `

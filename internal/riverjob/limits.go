@@ -9,7 +9,7 @@ import (
 )
 
 // Metadata keys of a limited job (package limits, docs/decisions/0030-flow-control.md):
-// the limit's name and the job's partition value. Migration 0023's index
+// the limit's name and the job's partition value. Migration 0027's index
 // and triggers name them too.
 const (
 	LimitMetaName   = "tributary_limit"
@@ -33,7 +33,7 @@ type LimitKeyUse struct {
 
 // LimitUse counts, per partition key of limit with a job holding a slot or
 // waiting, in key order, the jobs holding a slot (available, running) and
-// the due pending ones, through migration 0023's partial index. With
+// the due pending ones, through migration 0027's partial index. With
 // period > 0 it also counts the key's starts within the period, by weight:
 // each job whose latest attempt started within it, once, plus once per
 // earlier attempt whose error (River records one per failed attempt) falls
@@ -67,7 +67,7 @@ func LimitUse(ctx context.Context, db DBTX, schema, limit string, period time.Du
 // scheduled time, id) while their weights add up to at most weights[i],
 // and returns the queues of the jobs it moved. It sets
 // tributary.admitting for the rest of tx, which lets the moves pass
-// migration 0023's door; run it in the transaction that holds the limit's
+// migration 0027's door; run it in the transaction that holds the limit's
 // lock and counted its use.
 func AdmitLimited(ctx context.Context, tx pgx.Tx, schema, limit string, keys []string, counts []int32, weights []int64) ([]string, error) {
 	if len(keys) == 0 {

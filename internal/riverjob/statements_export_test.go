@@ -14,6 +14,7 @@ func Statements() map[string]string {
 		"(JobListSQL filtered)":    JobListSQL + "\nWHERE state = $1::" + StateType + " AND kind = $2 AND queue = $3 AND id < $4\nORDER BY id DESC LIMIT $5",
 		"JobStateEstimateSQL":      JobStateEstimateSQL,
 		"(CompleteRunningUpdate)":  "WITH done AS (" + CompleteRunningUpdate("$1", "$2", "$3") + ") SELECT id FROM done",
+		"(RunningAttempts)":        "WITH done AS (" + RunningAttempts("$1", "$2") + ") SELECT id FROM done",
 		"(PromoteUpdate)":          "WITH prom AS (" + PromoteUpdate("$1::bigint[]") + ") SELECT id, queue FROM prom",
 		"JobStateQueueEstimateSQL": JobStateQueueEstimateSQL,
 		"(NewJobInsert)":           "WITH j AS (" + NewJobInsert("(VALUES (1)) AS v(n)", "$1::jsonb", "$2::text", "$3::text", "$4::smallint") + ") SELECT id FROM j",

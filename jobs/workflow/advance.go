@@ -158,16 +158,16 @@ func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error)
 	return done, err
 }
 
-// completeFinish is finish for outcomes whose successful attempts' jobs are
-// not completed yet (attempts; nil: finish itself): one statement
-// (completeReleaseSQL instead of finishReleaseSQL) completes those jobs
-// (riverjob.CompleteRunning's guard: running at that attempt), records the
-// outcomes of the ones it completed and of the other outcomes (failures
-// whose jobs the caller finalized), tells their dependents and releases the
-// dependents' jobs. Then it records the completions of tasks an operator
-// cancelled while they ran and settles the dependents. It returns the ids
-// of the jobs it completed and the outcomes it recorded; a success whose
-// job it did not complete is stale and not recorded.
+// completeFinish is finish for outcomes whose successful attempts' jobs
+// River's completer completes after the commit (attempts; nil: finish
+// itself): one statement (completeReleaseSQL instead of finishReleaseSQL)
+// checks that those jobs are still running at the attempt, records the
+// outcomes of those and of the other outcomes (failures whose jobs the
+// caller finalized), tells their dependents and releases the dependents'
+// jobs. Then it records the completions of tasks an operator cancelled
+// while they ran and settles the dependents. It returns the ids of the
+// jobs still running at their attempt and the outcomes it recorded; a
+// success whose job is not is stale and not recorded.
 func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
 	if len(outs) == 0 {
 		return nil, nil, nil
@@ -220,8 +220,8 @@ func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attemp
 					a.delta(d.wf).move(from, d.state)
 				}
 				if attempts != nil && d.state == TaskCompleted {
-					// completeReleaseSQL records a success only with its job
-					// completed.
+					// completeReleaseSQL records a success only when its job
+					// is running at the attempt.
 					completed = append(completed, d.jobID)
 				}
 			case rowDependent:
@@ -369,28 +369,29 @@ const tellDependentsSQL = `deps AS (
 )`
 
 // completeReleaseSQL is a completion batch's work in one statement: it
-// completes the jobs of the successful attempts ($3 ids, $4 attempts;
-// riverjob.CompleteRunningUpdate, CompleteRunning's statement), records the
-// outcomes (outcomesDoc) of the successes whose jobs it completed and of
-// the failures (the caller finalized their jobs), tells the dependents
+// finds the jobs of the successful attempts still running at the attempt
+// ($3 ids, $4 attempts; riverjob.RunningAttempts, a read), records the
+// outcomes (outcomesDoc) of those successes and of the failures (the
+// caller finalized their jobs), tells the dependents
 // (tellDependentsSQL), releases the jobs of those that became active
 // (riverjob.PromoteUpdate, Promote's statement) and adds the moves of the
 // tasks it recorded and decided to their workflows' counts (countsSet; the
 // caller's advance leaves those moves out of its deltas). Beside
-// finishReleaseSQL's rows it returns the jobs it completed whose tasks it
-// did not record (rowCompleted: the completions of tasks an operator
-// cancelled while they ran; a recorded success's job is its rowFinished
-// row's), the distinct queues of the jobs it released (rowPromoted) and
+// finishReleaseSQL's rows it returns the running jobs whose tasks it did
+// not record (rowCompleted: the completions of tasks an operator cancelled
+// while they ran; a recorded success's job is its rowFinished row's), the distinct queues of the jobs it released (rowPromoted) and
 // the workflows its count update finished (rowWorkflowEnded). Its
 // rowFinished rows carry only what the caller reads of them (workflow,
 // name, state, job). Four statements in one: each cost a round trip, its
 // planning and its executor's start per batch, and the count update a
-// chain's hop. The job updates never meet on a row: done changes running
-// jobs, prom pending ones. The ids of the jobs to release come as an array
+// chain's hop. A success's job is left running for River's completer
+// (record 0023): completing it here put its update, which touches every
+// index of river_job, inside the batch's transaction, on the path from a
+// task's completion to its dependents' start. The ids of the jobs to release come as an array
 // (ANY(ARRAY(...))), which the planner reaches through the primary key.
 var completeReleaseSQL = `
 WITH done AS (
-    ` + riverjob.CompleteRunningUpdate("$3", "$4", "$2") + `
+    ` + riverjob.RunningAttempts("$3", "$4") + `
 ), fin AS (
     UPDATE /*schema*/tributary_workflow_task t` + finishSetSQL + `
       AND (u.new_state <> 'completed' OR u.job_id IN (SELECT id FROM done))

@@ -162,9 +162,9 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
 		a.probeCounts = true
 		if !expanding && len(completions) > 0 {
-			// The common case: the successes' jobs are completed in the
-			// statement that records the outcomes and releases the
-			// dependents (completeReleaseSQL).
+			// The common case: one statement records the outcomes and
+			// releases the dependents (completeReleaseSQL); River's
+			// completer completes the successes' jobs after the commit.
 			outs := make([]outcome, 0, len(batch))
 			for _, req := range batch {
 				if req.jobState == rivertype.JobStateCompleted {

@@ -67,8 +67,9 @@ type CoordinatorStats struct {
 // (Middleware, to put in queue.RuntimeConfig.Middleware) wraps every job:
 // for a workflow task it gives the task's context its workflow (Output,
 // SetOutput), and when the job ends for good it records the outcome and
-// releases, skips or cancels the dependents in the same transaction that
-// completes or finalizes the job. Register adds its repair sweep to the
+// releases, skips or cancels the dependents in one transaction, which
+// finalizes a failed or cancelled task's job; River's completer completes a
+// successful task's job after it. Register adds its repair sweep to the
 // runtime.
 //
 //	coord, _ := workflow.NewCoordinator(pool, workflow.CoordinatorConfig{Schema: schema})

@@ -1,7 +1,7 @@
 // Package workflow runs DAGs of River jobs: named tasks, each a normal River
 // job (any args, any worker), with dependencies, inserted together in the
 // caller's transaction. A task waits in River's pending state until its
-// dependencies finished and is released in the transaction that completes
+// dependencies finished and is released in the transaction that records
 // the last of them; tasks read their dependencies' outputs; per-task
 // policies say what a failed dependency does; Cancel and Retry act on a
 // whole workflow. The record (tributary_workflow, tributary_workflow_task)

@@ -82,9 +82,9 @@ func TestExpandErrors(t *testing.T) {
 // in the transaction that records the expanding task's completion, never
 // scheduled (which would leave it to River's leader-only scheduler), with
 // the tasks staged for the completion (tx nil) and inserted in a StepTx
-// before it. A trigger logs every state change of the schema's jobs with
-// its transaction, so the test sees the transition itself rather than a
-// state the scheduler may have moved on since.
+// before it. Triggers log every state change of the schema's jobs and
+// tasks with its transaction, so the test sees the transition itself
+// rather than a state the scheduler may have moved on since.
 func TestExpandReleasedAvailable(t *testing.T) {
 	t.Parallel()
 	t.Run("WithCompletion", func(t *testing.T) { t.Parallel(); testExpandReleasedAvailable(t, false) })
@@ -102,7 +102,15 @@ BEGIN
     RETURN NEW;
 END $$;
 CREATE TRIGGER wftest_log_job_state AFTER UPDATE ON /*schema*/river_job
-    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION /*schema*/wftest_log_job_state()`))
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION /*schema*/wftest_log_job_state();
+CREATE TABLE /*schema*/wftest_task_state (name text NOT NULL, new_state text NOT NULL, xid bigint NOT NULL);
+CREATE FUNCTION /*schema*/wftest_log_task_state() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO /*schema*/wftest_task_state (name, new_state, xid) VALUES (NEW.name, NEW.state, txid_current());
+    RETURN NEW;
+END $$;
+CREATE TRIGGER wftest_log_task_state AFTER UPDATE ON /*schema*/tributary_workflow_task
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION /*schema*/wftest_log_task_state()`))
 	require.NoError(t, err)
 	b := setupDurable(t, db, queue.RuntimeConfig{})
 	const n = 3
@@ -113,9 +121,8 @@ CREATE TRIGGER wftest_log_job_state AFTER UPDATE ON /*schema*/river_job
 	d := b.waitStatus(t, res.ID, workflow.StatusCompleted)
 	require.Equal(t, workflow.Counts{Completed: n + 1}, d.Counts)
 
-	split := taskByName(t, d, "split")
 	var completedIn int64
-	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT xid FROM /*schema*/wftest_job_state WHERE job_id = $1 AND new_state = 'completed'`), split.JobID).Scan(&completedIn))
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT xid FROM /*schema*/wftest_task_state WHERE name = 'split' AND new_state = 'completed'`)).Scan(&completedIn))
 	for i := range n {
 		x := taskByName(t, d, fmt.Sprintf("split-x%d", i))
 		rows, err := db.Pool.Query(ctx, db.Q(`SELECT old_state, new_state, xid FROM /*schema*/wftest_job_state WHERE job_id = $1 ORDER BY id`), x.JobID)
@@ -132,6 +139,6 @@ CREATE TRIGGER wftest_log_job_state AFTER UPDATE ON /*schema*/river_job
 		require.NotEmpty(t, changes, "%s's job changed state", x.Name)
 		require.Equal(t, "pending", changes[0].from, "%s's job was pending first: %v", x.Name, changes)
 		require.Equal(t, "available", changes[0].to, "%s's job left pending for available, not scheduled: %v", x.Name, changes)
-		require.Equal(t, completedIn, changes[0].xid, "%s's job was released in the transaction that completed split's", x.Name)
+		require.Equal(t, completedIn, changes[0].xid, "%s's job was released in the transaction that recorded split's completion", x.Name)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/queue"
 )
@@ -36,6 +37,7 @@ type Client struct {
 	logger *slog.Logger
 	sql    statements
 	rc     *river.Client[pgx.Tx] // set for a client made inside a task (child workflows); else qc's
+	hub    *awaitHub             // Await's listener; nil on a client made inside a task
 }
 
 func (c *Client) riverClient() *river.Client[pgx.Tx] {
@@ -47,7 +49,9 @@ func (c *Client) riverClient() *river.Client[pgx.Tx] {
 
 // NewClient returns a workflow client on qc's pool and schema.
 func NewClient(qc *queue.Client) *Client {
-	return &Client{qc: qc, schema: qc.Schema(), logger: qc.Logger().With("component", "workflow"), sql: qualify(qc.Schema())}
+	logger := qc.Logger().With("component", "workflow")
+	return &Client{qc: qc, schema: qc.Schema(), logger: logger, sql: qualify(qc.Schema()),
+		hub: newAwaitHub(qc.Pool(), qc.Schema(), logger, func(s string) string { return queue.Qualify(qc.Schema(), s) })}
 }
 
 // InsertResult is what InsertTx did.
@@ -111,14 +115,32 @@ func (c *Client) InsertTx(ctx context.Context, tx pgx.Tx, wf *Workflow) (*Insert
 }
 
 func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertResult, error) {
+	return c.insertWith(ctx, tx, wf, nil)
+}
+
+// insertWith inserts wf; with fork set (Fork), the tasks fork copies are
+// inserted finished, with their records, and without jobs, and the others
+// wait only for their dependencies that run again.
+func (c *Client) insertWith(ctx context.Context, tx pgx.Tx, wf *Workflow, fork *forkPlan) (*InsertResult, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("error making a workflow id: %w", err)
 	}
 	now := time.Now().UTC()
+	// waitsFor is how many of a task's dependencies it waits for: all, or
+	// in a fork those that run again.
+	waitsFor := func(t *taskDef) int {
+		n := 0
+		for _, d := range t.deps {
+			if !fork.copies(d) {
+				n++
+			}
+		}
+		return n
+	}
 	roots := 0
 	for _, t := range wf.tasks {
-		if len(t.deps) == 0 {
+		if !fork.copies(t.name) && waitsFor(t) == 0 {
 			roots++
 		}
 	}
@@ -152,14 +174,22 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		// The slot reserved above is rolled back with the savepoint.
 		return c.onConflict(ctx, tx, wf)
 	}
+	if len(wf.opts.Attributes) > 0 {
+		if err := setAttributes(ctx, tx, queue.Qualify(c.schema, insertAttributesSQL), id.String(), wf.opts.Attributes); err != nil {
+			return nil, err
+		}
+	}
 	if wf.opts.ConcurrencyKey != "" {
 		if _, err := tx.Exec(ctx, c.sql.setQueued, customPlan, id, wf.opts.ConcurrencyKey, max(wf.opts.ConcurrencyLimit, 1), queued); err != nil {
 			return nil, fmt.Errorf("error inserting workflow %q: %w", wf.name, err)
 		}
 	}
 
-	params := make([]river.InsertManyParams, len(wf.tasks))
-	for i, t := range wf.tasks {
+	params := make([]river.InsertManyParams, 0, len(wf.tasks))
+	for _, t := range wf.tasks {
+		if fork.copies(t.name) {
+			continue
+		}
 		opts := river.InsertOpts{}
 		if t.opts.InsertOpts != nil {
 			opts = *t.opts.InsertOpts
@@ -167,15 +197,21 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		if err := identify(&opts, t.args, id.String(), t.name, t.metadata); err != nil {
 			return nil, err
 		}
-		opts.Pending = len(t.deps) > 0 || queued
-		params[i] = river.InsertManyParams{Args: t.args, InsertOpts: &opts}
+		opts.Pending = waitsFor(t) > 0 || queued || (fork != nil && t.opts.RunIf != nil)
+		params = append(params, river.InsertManyParams{Args: t.args, InsertOpts: &opts})
 	}
-	results, err := c.riverClient().InsertManyTx(ctx, tx, params)
+	jobResults, err := c.riverClient().InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("error inserting the jobs of workflow %q: %w", wf.name, err)
 	}
-	if len(results) != len(wf.tasks) {
-		return nil, fmt.Errorf("inserting the jobs of workflow %q: River returned %d jobs for %d tasks", wf.name, len(results), len(wf.tasks))
+	if len(jobResults) != len(params) {
+		return nil, fmt.Errorf("inserting the jobs of workflow %q: River returned %d jobs for %d tasks", wf.name, len(jobResults), len(params))
+	}
+	results := make([]*rivertype.JobInsertResult, len(wf.tasks))
+	for i, next := 0, 0; i < len(wf.tasks); i++ {
+		if !fork.copies(wf.tasks[i].name) {
+			results[i], next = jobResults[next], next+1
+		}
 	}
 
 	dependents := make(map[string][]string, len(wf.tasks))
@@ -187,6 +223,15 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 	rows := make([]taskRow, len(wf.tasks))
 	jobs := make(map[string]int64, len(wf.tasks))
 	for i, t := range wf.tasks {
+		if rec := fork.copied(t.name); rec != nil {
+			rows[i] = taskRow{
+				Name: t.name, Position: t.position, Kind: rec.Kind, Args: rec.Args, Queue: rec.Queue,
+				Priority: rec.Priority, MaxAttempts: rec.MaxAttempts, Tags: nonNil(rec.Tags), Metadata: t.metadata,
+				Deps: nonNil(t.deps), Dependents: nonNil(dependents[t.name]), OnDepFailure: t.opts.OnDepFailure,
+				RunIf: t.opts.RunIf, State: rec.State, JobID: rec.JobID,
+			}
+			continue
+		}
 		job := results[i].Job
 		if results[i].UniqueSkippedAsDuplicate {
 			// The args' own InsertOpts() asked for uniqueness.
@@ -196,9 +241,11 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 		jobs[t.name] = job.ID
 		state := TaskActive
 		var readyAt *time.Time
-		pendingDeps := len(t.deps)
+		pendingDeps := waitsFor(t)
 		switch {
-		case len(t.deps) > 0:
+		case pendingDeps > 0 || (fork != nil && t.opts.RunIf != nil):
+			// In a fork, a condition whose tasks were all copied is
+			// decided once the rows are in (forkPlan.finish).
 			state = TaskPending
 		case queued:
 			state, pendingDeps = TaskPending, 1
@@ -218,6 +265,11 @@ func (c *Client) insert(ctx context.Context, tx pgx.Tx, wf *Workflow) (*InsertRe
 	}
 	if _, err := tx.Exec(ctx, c.sql.insertTasks, customPlan, id, string(doc), now); err != nil {
 		return nil, fmt.Errorf("error inserting the tasks of workflow %q: %w", wf.name, err)
+	}
+	if fork != nil {
+		if err := c.finishFork(ctx, tx, id.String(), wf, fork, now); err != nil {
+			return nil, err
+		}
 	}
 	return &InsertResult{ID: id.String(), Key: wf.opts.ID, Status: StatusRunning, Jobs: jobs, Queued: queued}, nil
 }

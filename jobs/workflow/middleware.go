@@ -20,15 +20,32 @@ type middleware struct{ c *Coordinator }
 func (middleware) IsMiddleware() bool { return true }
 
 // Work runs a job; for a workflow task it records the end of the job's
-// last attempt (success, attempts used up, cancelled) with the job's
-// finalization, in one transaction, before River sees the result. River's
-// completer then finds the job finalized and only merges metadata.
+// last attempt (success, attempts used up, cancelled) in one transaction
+// before River sees the result. A failure's or a cancel's job is finalized
+// in that transaction; a success's job is completed by River's completer
+// after it (record 0023), so a job can run again after its task was
+// recorded (the process died before River's completer wrote it): such an
+// attempt does not run the task's code again and ends as a success.
 func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(ctx context.Context) error) error {
 	meta, ok := taskMetaOf(job)
 	if !ok {
 		return doInner(ctx)
 	}
 	c := m.c
+	if job.Attempt > 1 {
+		done, err := c.recordedSuccess(ctx, meta.Workflow, meta.Task, job.ID)
+		if err != nil && riverjob.ConnectionError(err) && ctx.Err() == nil {
+			// Not the task's failure: it runs again without spending an
+			// attempt.
+			return river.JobSnooze(riverjob.RecordRetryDelay(job.Metadata))
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
 	tc := &taskContext{c: c, ref: TaskRef{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID}}
 	start := time.Now().UTC()
 	err := runRecovered(withTask(ctx, tc), doInner)
@@ -140,4 +157,20 @@ func attemptErrors(job *rivertype.JobRow) []AttemptError {
 		out = append(out, AttemptError{Attempt: e.Attempt, At: e.At, Error: e.Error, Trace: e.Trace})
 	}
 	return out
+}
+
+// taskRecordedSQL says whether a task's success with this job is recorded.
+const taskRecordedSQL = `
+SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_workflow_task
+               WHERE workflow_id = $1::uuid AND name = $2 AND job_id = $3 AND state = 'completed')`
+
+// recordedSuccess says whether the task's success with job jobID is
+// recorded: the first attempt never finds one, so only a job's later
+// attempts ask.
+func (c *Coordinator) recordedSuccess(ctx context.Context, workflowID, task string, jobID int64) (bool, error) {
+	var done bool
+	if err := c.pool.QueryRow(ctx, c.sql.taskRecorded, workflowID, task, jobID).Scan(&done); err != nil {
+		return false, fmt.Errorf("error reading task %q of workflow %s: %w", task, workflowID, err)
+	}
+	return done, nil
 }

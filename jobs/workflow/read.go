@@ -46,7 +46,13 @@ type Details struct {
 	// Input is the JSON a registered builder was started with (Start), if
 	// any.
 	Input json.RawMessage `json:"input,omitempty"`
-	Tasks []TaskInfo      `json:"tasks"`
+	// Attributes are the workflow's attributes (Opts.Attributes,
+	// SetAttributes).
+	Attributes map[string]string `json:"attributes,omitempty"`
+	// Origin is, for a workflow Fork started, the workflow and task it
+	// started from.
+	Origin *Origin    `json:"origin,omitempty"`
+	Tasks  []TaskInfo `json:"tasks"`
 }
 
 // TaskInfo is one task: its definition, where it stands and what it did.
@@ -113,7 +119,8 @@ func scanSummary(row pgx.Row, s *Summary, extra ...any) error {
 		&c.Failed, &c.Cancelled, &c.Skipped, &s.CreatedAt, &s.UpdatedAt, &s.FinishedAt}, extra...)...)
 }
 
-const selectWorkflowSQL = `SELECT ` + summaryColumns + `, input FROM /*schema*/tributary_workflow WHERE id = $1::uuid`
+const selectWorkflowSQL = `SELECT ` + summaryColumns + `, input, ` + selectAttributesSQL + `, forked_from::text, forked_from_task
+FROM /*schema*/tributary_workflow w WHERE id = $1::uuid`
 
 const selectIDByKeySQL = `SELECT id::text FROM /*schema*/tributary_workflow WHERE key = $1`
 
@@ -147,8 +154,9 @@ func (c *Client) Summary(ctx context.Context, ref string) (*Summary, error) {
 		return nil, err
 	}
 	var s Summary
-	var input []byte
-	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &s, &input); err != nil {
+	var input, attrs []byte
+	var from, fromTask *string
+	if err := scanSummary(c.qc.Pool().QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &s, &input, &attrs, &from, &fromTask); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, &NotFoundError{Ref: ref}
 		}
@@ -266,6 +274,11 @@ type ListParams struct {
 	//
 	// Defaults to all.
 	Name string
+	// Attributes keeps workflows that have every one of these attributes
+	// (key and value equal).
+	//
+	// Defaults to none: all workflows.
+	Attributes map[string]string
 	// After continues a listing after this workflow id (ListResult.Next).
 	//
 	// Defaults to the newest workflow.
@@ -309,36 +322,13 @@ func (c *Client) List(ctx context.Context, p ListParams) (*ListResult, error) {
 	if limit < 1 || limit > ListLimitMax {
 		return nil, fmt.Errorf("invalid limit %d: want 1 to %d", limit, ListLimitMax)
 	}
-	var sb strings.Builder
-	sb.WriteString(c.sql.listWorkflows)
-	var args []any
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
+	sql, args, err := c.listQuery(p)
+	if err != nil {
+		return nil, err
 	}
-	if len(p.Statuses) > 0 {
-		// Literals, so the planner can match the partial index of running
-		// workflows.
-		quoted := make([]string, len(p.Statuses))
-		for i, s := range p.Statuses {
-			if _, err := ParseStatus(string(s)); err != nil {
-				return nil, err
-			}
-			quoted[i] = "'" + string(s) + "'"
-		}
-		sb.WriteString(" AND status IN (" + strings.Join(quoted, ", ") + ")")
-	}
-	if p.Name != "" {
-		sb.WriteString(" AND name = " + arg(p.Name))
-	}
-	if p.After != "" {
-		if _, err := uuid.Parse(p.After); err != nil {
-			return nil, fmt.Errorf("invalid cursor %q: want a workflow id", p.After)
-		}
-		sb.WriteString(" AND w.id < " + arg(p.After) + "::uuid")
-	}
-	sb.WriteString(" ORDER BY w.id DESC LIMIT " + arg(limit+1))
-	rows, err := c.qc.Pool().Query(ctx, sb.String(), append([]any{customPlan}, args...)...)
+	args = append(args, limit+1)
+	sql += " LIMIT $" + strconv.Itoa(len(args))
+	rows, err := c.qc.Pool().Query(ctx, sql, append([]any{customPlan}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("error listing workflows: %w", err)
 	}
@@ -359,6 +349,47 @@ func (c *Client) List(ctx context.Context, p ListParams) (*ListResult, error) {
 		res.Next = res.Workflows[limit-1].ID
 	}
 	return res, nil
+}
+
+// listQuery is the listing of p's filters, newest first, without a limit.
+func (c *Client) listQuery(p ListParams) (string, []any, error) {
+	var sb strings.Builder
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	base := c.sql.listWorkflows
+	if len(p.Attributes) > 0 {
+		if err := checkAttributes(p.Attributes); err != nil {
+			return "", nil, err
+		}
+		base = strings.Replace(base, " w WHERE true", " w"+attributeJoins(c.schema, p.Attributes, arg)+" WHERE true", 1)
+	}
+	sb.WriteString(base)
+	if len(p.Statuses) > 0 {
+		// Literals, so the planner can match the partial index of running
+		// workflows.
+		quoted := make([]string, len(p.Statuses))
+		for i, s := range p.Statuses {
+			if _, err := ParseStatus(string(s)); err != nil {
+				return "", nil, err
+			}
+			quoted[i] = "'" + string(s) + "'"
+		}
+		sb.WriteString(" AND status IN (" + strings.Join(quoted, ", ") + ")")
+	}
+	if p.Name != "" {
+		sb.WriteString(" AND name = " + arg(p.Name))
+	}
+	if p.After != "" {
+		if _, err := uuid.Parse(p.After); err != nil {
+			return "", nil, fmt.Errorf("invalid cursor %q: want a workflow id", p.After)
+		}
+		sb.WriteString(" AND w.id < " + arg(p.After) + "::uuid")
+	}
+	sb.WriteString(" ORDER BY w.id DESC")
+	return sb.String(), args, nil
 }
 
 // addWaits adds the steps and the open wait of each task's current run.

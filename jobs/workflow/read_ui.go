@@ -145,14 +145,21 @@ func (c *Client) readDetails(ctx context.Context, ref string, readTasks func(ctx
 	// beside counts that still say active.
 	var d Details
 	err = pgx.BeginTxFunc(ctx, c.qc.Pool(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var input []byte
-		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input); err != nil {
+		var input, attrs []byte
+		var from, fromTask *string
+		if err := scanSummary(tx.QueryRow(ctx, c.sql.selectWorkflow, customPlan, id), &d.Summary, &input, &attrs, &from, &fromTask); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return &NotFoundError{Ref: ref}
 			}
 			return fmt.Errorf("error reading workflow %s: %w", id, err)
 		}
 		d.Input = input
+		if d.Attributes, err = decodeAttributes(attrs); err != nil {
+			return err
+		}
+		if from != nil && fromTask != nil {
+			d.Origin = &Origin{WorkflowID: *from, Task: *fromTask}
+		}
 		tasks, err := readTasks(ctx, tx, id)
 		if err != nil {
 			return err

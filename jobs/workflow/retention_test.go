@@ -31,6 +31,21 @@ func TestRecordOutlivesRiverJobs(t *testing.T) {
 	res, err := b.client.Insert(ctx, wf)
 	require.NoError(t, err)
 	before := b.waitStatus(t, res.ID, workflow.StatusFailed)
+	// A success's job is completed by River's completer after the task's
+	// record commits.
+	pgtest.WaitFor(t, 30*time.Second, "the three jobs finalized", func() (bool, error) {
+		n := 0
+		for _, id := range res.Jobs {
+			job, err := b.rt.River().JobGet(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			if job.FinalizedAt != nil {
+				n++
+			}
+		}
+		return n == 3, nil
+	})
 
 	// What River's job cleaner does to finalized jobs, all at once.
 	del, err := b.rt.River().JobDeleteMany(ctx, river.NewJobDeleteManyParams().

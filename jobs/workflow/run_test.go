@@ -259,3 +259,42 @@ func TestTaskJobEventsAreTheirRows(t *testing.T) {
 	require.Equal(t, `"river output"`, string(row.Output()))
 	b.waitStatus(t, res.ID, workflow.StatusCompleted)
 }
+
+// A task's success is recorded before River's completer completes its job
+// (record 0023). A job that runs again after that (its process died in
+// between) ends as a success without running the task's code again.
+func TestRecordedSuccessNotRunAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	wf := workflow.New("rerun", nil)
+	wf.Add("a", stepArgs{Name: "a"}, nil)
+	res, err := b.client.Insert(ctx, wf)
+	require.NoError(t, err)
+	b.waitStatus(t, res.ID, workflow.StatusCompleted)
+	jobID := res.Jobs["a"]
+	jobState := func() (rivertype.JobState, int) {
+		job, err := b.rt.River().JobGet(ctx, jobID)
+		require.NoError(t, err)
+		return job.State, job.Attempt
+	}
+	pgtest.WaitFor(t, 30*time.Second, "task a's job completed by River", func() (bool, error) {
+		st, _ := jobState()
+		return st == rivertype.JobStateCompleted, nil
+	})
+	require.Len(t, b.worker.Starts("a"), 1)
+
+	// The job as a rescue leaves it when its process died after the task's
+	// commit and before River's completer wrote the job.
+	_, err = b.db.Pool.Exec(ctx, b.db.Q(`UPDATE /*schema*/river_job SET state = 'available', finalized_at = NULL, scheduled_at = now() WHERE id = $1`), jobID)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 30*time.Second, "task a's job completed again", func() (bool, error) {
+		st, attempt := jobState()
+		return st == rivertype.JobStateCompleted && attempt == 2, nil
+	})
+	require.Len(t, b.worker.Starts("a"), 1, "the recorded task's code did not run again")
+	d, err := b.client.Get(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, workflow.StatusCompleted, d.Status)
+	require.Equal(t, 1, taskByName(t, d, "a").Attempts)
+}

@@ -19,6 +19,7 @@ type statements struct {
 	setParent, runningChildren, parentOf                                 string
 	ensureKey, reserveSlot, releaseSlot, setRunning, nextQueued          string
 	admitWorkflow, setQueued, queuedRoots, cancelledLinks, taskSteps     string
+	taskRecorded                                                         string
 }
 
 func qualify(schema string) statements {
@@ -41,6 +42,6 @@ func qualify(schema string) statements {
 		ensureKey: q(ensureKeySQL), reserveSlot: q(reserveSlotSQL), releaseSlot: q(releaseSlotSQL),
 		setRunning: q(setRunningSQL), nextQueued: q(nextQueuedSQL), admitWorkflow: q(admitWorkflowSQL),
 		setQueued: q(setQueuedSQL), queuedRoots: q(queuedRootsSQL), cancelledLinks: q(cancelledLinksSQL),
-		taskSteps: q(taskStepsSQL),
+		taskSteps: q(taskStepsSQL), taskRecorded: q(taskRecordedSQL),
 	}
 }

@@ -131,6 +131,9 @@ func userStepName(name string) error {
 	if strings.HasPrefix(name, signalStepPrefix) {
 		return fmt.Errorf("step name %q starts with %q, which AwaitSignal's records use", name, signalStepPrefix)
 	}
+	if strings.HasPrefix(name, patchStepPrefix) {
+		return fmt.Errorf("step name %q starts with %q, which Patched's records use", name, patchStepPrefix)
+	}
 	return nil
 }
 
@@ -138,8 +141,10 @@ func userStepName(name string) error {
 // (name, output as JSON, time) in its own transaction, and a later attempt
 // of the same run (a retry after an error, a job rescued after its process
 // died) gets the recorded output without running fn again. Steps are keyed
-// by name, not position, so a deploy that adds or reorders steps does not
-// confuse runs in flight; a name used twice in one run is ErrDuplicateStep.
+// by name, not position, so a deploy that reorders steps does not confuse
+// runs in flight (a step a deploy adds goes behind Patched, which tells the
+// runs that went past its place on older code); a name used twice in one
+// run is ErrDuplicateStep.
 // An error from fn is returned and nothing is recorded: the step runs again
 // on the next attempt. When the record itself fails because the database
 // connection did, the error returned says so to the task's middleware: a

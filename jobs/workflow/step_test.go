@@ -149,7 +149,10 @@ func TestSleepSurvivesRestart(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT at FROM /*schema*/wftest_effect WHERE task = 't' AND step = 'woke'`)).Scan(&woke))
 	require.False(t, woke.Before(wake), "woke at %s, before the wake-up time %s", woke, wake)
 	require.Equal(t, 1, task.Attempts, "the sleep used no attempt of the job's one")
-	require.Equal(t, rivertype.JobStateCompleted, task.JobState)
+	pgtest.WaitFor(t, 30*time.Second, "task t's job completed by River's completer", func() (bool, error) {
+		job, err := second.rt.River().JobGet(ctx, res.Jobs["t"])
+		return err == nil && job.State == rivertype.JobStateCompleted, err
+	})
 }
 
 // TestStepOutputLimit: a step whose output is over StepOutputMaxBytes

@@ -179,6 +179,14 @@ type Opts struct {
 	//
 	// Defaults to 1 when ConcurrencyKey is set.
 	ConcurrencyLimit int
+
+	// Attributes are key/value strings to find the workflow by
+	// ("customer": "c-42"): ListParams.Attributes, `workflows list --attr`.
+	// Tasks add more with SetAttributes. At most MaxAttributes; keys and
+	// values at most NameMaxLen characters, keys without '='.
+	//
+	// Defaults to none.
+	Attributes map[string]string
 }
 
 // TaskOpts are a task's options.
@@ -312,6 +320,9 @@ func (w *Workflow) validate() (map[string]*taskDef, error) {
 	}
 	if w.opts.ConcurrencyLimit < 0 || (w.opts.ConcurrencyLimit > 0 && w.opts.ConcurrencyKey == "") {
 		return nil, w.errf("", ErrInvalidWorkflow, "has invalid ConcurrencyLimit %d: want at least 1, with a ConcurrencyKey", w.opts.ConcurrencyLimit)
+	}
+	if err := checkAttributes(w.opts.Attributes); err != nil {
+		return nil, w.errf("", ErrInvalidWorkflow, "%v", err)
 	}
 	if w.opts.OnConflict != ConflictFail && w.opts.OnConflict != ConflictReturnExisting {
 		return nil, w.errf("", ErrInvalidWorkflow, "invalid OnConflict %d", w.opts.OnConflict)

@@ -7,11 +7,13 @@
 //     one of its headings (GitHub's anchors);
 //   - imports: no package under the top-level internal/ imports a package
 //     above it (a feature package such as jobs/..., scheduler, amqpbridge or
-//     outbox, the dashboard, the commands or the root package).
+//     outbox, the dashboard, the commands or the root package);
+//   - lengths: README.md, docs/ARCHITECTURE.md and docs/BENCHMARKS.md stay
+//     within their line limits (250, 800, 300).
 //
 // It prints one sentence per problem and exits 1 when there is any.
 //
-//	go run ./scripts/repocheck [-C dir] [files|links|imports ...]
+//	go run ./scripts/repocheck [-C dir] [files|links|imports|lengths ...]
 package main
 
 import (
@@ -33,6 +35,7 @@ func checks() []check {
 		{"files", checkFiles},
 		{"links", checkLinks},
 		{"imports", checkImports},
+		{"lengths", checkLengths},
 	}
 }
 
@@ -60,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			if !found {
-				fmt.Fprintf(stderr, "repocheck: unknown check %q (want files, links or imports)\n", name)
+				fmt.Fprintf(stderr, "repocheck: unknown check %q (want files, links, imports or lengths)\n", name)
 				return 2
 			}
 		}

@@ -229,3 +229,28 @@ func TestImportsCheck(t *testing.T) {
 		"internal/up imports jobs/feat" + tail,
 	}, problems, "a test's imports do not count; an allowed package is skipped")
 }
+
+func TestLengthsCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(path string, lines int) {
+		t.Helper()
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, path), []byte(strings.Repeat("line\n", lines)), 0o644))
+	}
+	write("README.md", 250)
+	write("docs/ARCHITECTURE.md", 800)
+	write("docs/BENCHMARKS.md", 300)
+	problems, err := checkLengths(dir)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+
+	write("docs/ARCHITECTURE.md", 801)
+	require.NoError(t, os.Remove(filepath.Join(dir, "docs/BENCHMARKS.md")))
+	problems, err = checkLengths(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"docs/ARCHITECTURE.md has 801 lines, more than its limit of 800; move reference material into a page of docs/.",
+		"docs/BENCHMARKS.md is missing.",
+	}, problems)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tributary-run/tributary/dashboard"
 	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -207,6 +208,21 @@ func measureDashboard(ctx context.Context, pool *pgxpool.Pool, res *DashboardRes
 		show(r)
 	}
 
+	if res.Workflows > 0 {
+		wfc := workflow.NewClient(client)
+		for _, l := range attrListings(res.Workflows) {
+			r, err := timeIt(l.name, requests, func() (int, error) {
+				_, err := wfc.List(ctx, workflow.ListParams{Attributes: l.attrs})
+				return 200, err
+			})
+			if err != nil {
+				return nil, err
+			}
+			res.Dashboard = append(res.Dashboard, r)
+			show(r)
+		}
+	}
+
 	printf("\nbaselines in the same run:\n")
 	full, err := timeIt("full count: GROUP BY queue, state", requests/10, func() (int, error) {
 		return 200, countJobsByQueueAndState(ctx, pool, schema)
@@ -327,7 +343,35 @@ func deepPages(get func(string) (*httptest.ResponseRecorder, error), workflows i
 		endpoint{fmt.Sprintf("dashboard GET /workflows/ID (%d tasks, HTML)", WideTasks+2), "/workflows/" + wide},
 		endpoint{fmt.Sprintf("dashboard GET /workflows/ID?tasks=900 (%d tasks, HTML)", WideTasks+2), "/workflows/" + wide + "?tasks=900"},
 		endpoint{fmt.Sprintf("dashboard GET /api/workflows/ID (%d tasks)", WideTasks+2), "/api/workflows/" + wide},
+		endpoint{"dashboard GET /api/workflows?attr=customer=<c> (10 matches)", "/api/workflows?attr=customer%3D" + benchCustomer(workflows)},
+		endpoint{"dashboard GET /api/workflows?attr=region=eu (a quarter)", "/api/workflows?attr=region%3Deu"},
+		endpoint{"dashboard GET /api/workflows?attr=cohort=early (oldest 2 %)", "/api/workflows?attr=cohort%3Dearly"},
+		endpoint{"dashboard GET /api/workflows?attr=customer=<c>&attr=region=<r>", "/api/workflows?attr=customer%3D" + benchCustomer(workflows) + "&attr=region%3D" + benchRegion(workflows)},
 	), nil
+}
+
+// benchCustomer is the customer the attribute listings look up, and
+// benchRegion the region of its workflows (every one, when n/10 is a
+// multiple of four).
+func benchCustomer(n int) string { return seededCustomer(42 % max(n/10, 1)) }
+func benchRegion(n int) string   { return seededRegions[(42%max(n/10, 1))%len(seededRegions)] }
+
+// attrListings are the listings `tributary workflows list --attr` runs
+// (workflow.Client.List, the newest 50), timed on their own: the dashboard
+// pages above add the counts per status of the filter.
+func attrListings(n int) []struct {
+	name  string
+	attrs map[string]string
+} {
+	return []struct {
+		name  string
+		attrs map[string]string
+	}{
+		{"workflows list --attr customer=<c> (10 matches)", map[string]string{"customer": benchCustomer(n)}},
+		{"workflows list --attr region=eu (a quarter)", map[string]string{"region": "eu"}},
+		{"workflows list --attr cohort=early (oldest 2 %)", map[string]string{"cohort": "early"}},
+		{"workflows list --attr customer=<c> --attr region=<r>", map[string]string{"customer": benchCustomer(n), "region": benchRegion(n)}},
+	}
 }
 
 // timeIt runs fn a few times to warm up, then n times, and returns the

@@ -59,8 +59,8 @@ var seededWorkflowNames = []string{"order.fulfil", "invoice.run", "account.close
 
 // seedWorkflows writes n five-task workflows (90 % completed, 4 % failed
 // with the task after the failed one cancelled, 1 % cancelled, 5 % running)
-// and one running fan-out of wide tasks, with their task rows, by COPY, then
-// VACUUM ANALYZEs both tables. Workflow i has the key seededWorkflowKey(i),
+// and one running fan-out of wide tasks, with their task rows and
+// attributes (seededAttributes), by COPY, then VACUUM ANALYZEs the tables. Workflow i has the key seededWorkflowKey(i),
 // the fan-out seededWorkflowKey(n). Task job ids point at seeded river_job
 // rows (jobs up to maxJobID), so the workflow page's job lookups find jobs
 // as they would for recent workflows.
@@ -71,15 +71,18 @@ func seedWorkflows(ctx context.Context, pool *pgxpool.Pool, schema string, n, wi
 		deps, outs []string
 		state      string
 	}
-	var wfRows, taskRows [][]any
+	var wfRows, taskRows, attrRows [][]any
 	flush := func() error {
 		if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "tributary_workflow"}, workflowColumns, pgx.CopyFromRows(wfRows)); err != nil {
 			return fmt.Errorf("error seeding tributary_workflow with COPY: %w", err)
 		}
+		if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "tributary_workflow_attribute"}, []string{"workflow_id", "key", "value"}, pgx.CopyFromRows(attrRows)); err != nil {
+			return fmt.Errorf("error seeding tributary_workflow_attribute with COPY: %w", err)
+		}
 		if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "tributary_workflow_task"}, workflowTaskColumns, pgx.CopyFromRows(taskRows)); err != nil {
 			return fmt.Errorf("error seeding tributary_workflow_task with COPY: %w", err)
 		}
-		wfRows, taskRows = wfRows[:0], taskRows[:0]
+		wfRows, taskRows, attrRows = wfRows[:0], taskRows[:0], attrRows[:0]
 		return nil
 	}
 	add := func(i int, name, status string, created time.Time, tasks []task) {
@@ -95,6 +98,9 @@ func seedWorkflows(ctx context.Context, pool *pgxpool.Pool, schema string, n, wi
 		wfRows = append(wfRows, []any{id, seededWorkflowKey(i), name, status, []byte(fmt.Sprintf(`{"order_id": %d}`, i)),
 			int32(len(tasks)), int32(counts["pending"]), int32(counts["active"]), int32(counts["completed"]), int32(counts["failed"]),
 			int32(counts["cancelled"]), int32(counts["skipped"]), created, created.Add(2 * time.Second), finished})
+		for _, a := range seededAttributes(i, n) {
+			attrRows = append(attrRows, []any{id, a[0], a[1]})
+		}
 		for pos, t := range tasks {
 			var output, started, done any
 			attempts := int32(0)
@@ -177,13 +183,32 @@ func seedWorkflows(ctx context.Context, pool *pgxpool.Pool, schema string, n, wi
 	if err := flush(); err != nil {
 		return err
 	}
-	for _, table := range []string{"tributary_workflow", "tributary_workflow_task"} {
+	for _, table := range []string{"tributary_workflow", "tributary_workflow_task", "tributary_workflow_attribute"} {
 		if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+pgx.Identifier{schema, table}.Sanitize()); err != nil {
 			return fmt.Errorf("error vacuuming %s: %w", table, err)
 		}
 	}
 	return nil
 }
+
+// seededRegions are the values of the seeded "region" attribute: a
+// quarter of the workflows each.
+var seededRegions = []string{"eu", "us", "ap", "sa"}
+
+// seededAttributes are the attributes of seeded workflow i of n: a
+// customer of ten workflows (spread over the day), a region of a quarter
+// of them, and, for the oldest 2 %, a cohort: a value whose every match is
+// far from the newest workflows.
+func seededAttributes(i, n int) [][2]string {
+	attrs := [][2]string{{"customer", seededCustomer(i % max(n/10, 1))}, {"region", seededRegions[i%len(seededRegions)]}}
+	if i < n/50 {
+		attrs = append(attrs, [2]string{"cohort", "early"})
+	}
+	return attrs
+}
+
+// seededCustomer is the customer attribute of seeded customer c.
+func seededCustomer(c int) string { return fmt.Sprintf("c-%d", c) }
 
 // seededWorkflowKey is the caller key of seeded workflow i.
 func seededWorkflowKey(i int) string { return fmt.Sprintf("seed-%d", i) }

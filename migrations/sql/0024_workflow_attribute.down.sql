@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS tributary_workflow_attribute;

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS tributary_workflow_signal_workflow_idx;
