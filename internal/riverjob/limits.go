@@ -195,3 +195,29 @@ UNION ALL
 (SELECT id FROM /*schema*/river_job
  WHERE $4 AND metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
    AND state IN ('available', 'running') AND NOT metadata ? 'cancel_attempted_at')`
+
+// StartSpread describes when a schema's jobs started (by the start of
+// their latest attempt): the first and last start, and the most starts any
+// window of one second beginning at a start held. For benchmarks of rate
+// limits.
+type StartSpread struct {
+	First, Last time.Time
+	Busiest     int
+}
+
+// JobStartSpread reads the StartSpread of every started job in schema.
+func JobStartSpread(ctx context.Context, db DBTX, schema string) (StartSpread, error) {
+	var s StartSpread
+	err := db.QueryRow(ctx, q(schema, jobStartSpreadSQL)).Scan(&s.First, &s.Last, &s.Busiest)
+	if err != nil {
+		return s, fmt.Errorf("error reading the jobs' starts: %w", err)
+	}
+	return s, nil
+}
+
+const jobStartSpreadSQL = `
+SELECT min(attempted_at), max(attempted_at),
+       coalesce((SELECT max(c) FROM (
+           SELECT count(*) OVER (ORDER BY attempted_at RANGE BETWEEN CURRENT ROW AND '999999 microseconds' FOLLOWING) AS c
+           FROM /*schema*/river_job WHERE attempted_at IS NOT NULL) w), 0)::int
+FROM /*schema*/river_job WHERE attempted_at IS NOT NULL`

@@ -33,6 +33,7 @@ func Statements() map[string]string {
 		"admitLimitedSQL":          admitLimitedSQL,
 		"limitOldestWaitingSQL":    limitOldestWaitingSQL,
 		"limitCancelCandidatesSQL": limitCancelCandidatesSQL,
+		"jobStartSpreadSQL":        jobStartSpreadSQL,
 		"jobStateSQL":              jobStateSQL,
 		"jobStatesSQL":             jobStatesSQL,
 		"lockJobSQL":               lockJobSQL,

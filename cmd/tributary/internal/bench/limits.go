@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/tributary-run/tributary/cmd/tributary/internal/demojobs"
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -159,16 +160,12 @@ func runLimited(ctx context.Context, base *pgxpool.Pool, opts LimitsOptions, nam
 		// Rate jobs may start at once; the other n-Rate take the time from
 		// the first start to the last. The busiest one-second window of
 		// starts (each window beginning at a start) must hold at most Rate.
-		var first, lastStart time.Time
-		err := base.QueryRow(ctx, queue.Qualify(schema, `
-SELECT min(attempted_at), max(attempted_at),
-       (SELECT max(c) FROM (SELECT count(*) OVER (ORDER BY attempted_at RANGE BETWEEN CURRENT ROW AND '999999 microseconds' FOLLOWING) AS c
-                            FROM /*schema*/river_job) w)
-FROM /*schema*/river_job`)).Scan(&first, &lastStart, &res.busiest)
+		spread, err := riverjob.JobStartSpread(ctx, base, schema)
 		if err != nil {
-			return limitedResult{}, fmt.Errorf("error reading the starts: %w", err)
+			return limitedResult{}, err
 		}
-		res.startsPerSec = float64(n-limit.Rate) / lastStart.Sub(first).Seconds()
+		res.busiest = spread.Busiest
+		res.startsPerSec = float64(n-limit.Rate) / spread.Last.Sub(spread.First).Seconds()
 	}
 	return res, nil
 }
@@ -178,13 +175,12 @@ FROM /*schema*/river_job`)).Scan(&first, &lastStart, &res.busiest)
 // by tributary's middleware before River's completer sees it, so River's
 // completion events are not the measure here.
 func waitCompletedRows(ctx context.Context, pool *pgxpool.Pool, schema string, n int) (time.Time, error) {
-	sql := queue.Qualify(schema, `SELECT count(*) FROM /*schema*/river_job WHERE state = 'completed'`)
 	for {
-		var done int
-		if err := pool.QueryRow(ctx, sql).Scan(&done); err != nil {
-			return time.Time{}, fmt.Errorf("error counting completed jobs: %w", err)
+		done, err := riverjob.CountJobs(ctx, pool, schema, rivertype.JobStateCompleted)
+		if err != nil {
+			return time.Time{}, err
 		}
-		if done >= n {
+		if done >= int64(n) {
 			return time.Now(), nil
 		}
 		select {
