@@ -20,8 +20,8 @@ import (
 )
 
 // TestAppArchivesWorkflows: with Cleanup.ArchiveWorkflows, the workflows
-// clean-up writes a finished workflow into the archive stream, which the
-// App's batch sink flushes, and deletes it.
+// clean-up writes a finished workflow into an object of the App's batch
+// sink, records it and deletes the workflow.
 func TestAppArchivesWorkflows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -31,8 +31,7 @@ func TestAppArchivesWorkflows(t *testing.T) {
 		Schema: db.Schema, Logger: pgtest.Logger(t),
 		Runtime: queue.RuntimeConfig{FetchPollInterval: 100 * time.Millisecond, ShutdownTimeout: 5 * time.Second},
 		Cleanup: tributary.CleanupConfig{ArchiveWorkflows: true},
-		Batch: tributary.BatchConfig{SinkURL: "file://" + dir, TimerInterval: 200 * time.Millisecond,
-			Streams: batch.Config{Streams: map[string]batch.StreamConfig{workflow.ArchiveStream: {MaxAge: time.Second}}}},
+		Batch:   tributary.BatchConfig{SinkURL: "file://" + dir},
 	})
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, db.Q(`INSERT INTO /*schema*/tributary_workflow (id, key, name, status, task_count, tasks_pending, tasks_active,
@@ -67,4 +66,10 @@ func TestAppArchivesWorkflows(t *testing.T) {
 		}
 		return rows == 0 && objects == 1, err
 	})
+	objs, err := batch.ListObjects(ctx, db.Pool, db.Schema, batch.ListObjectsParams{Stream: workflow.ArchiveStream})
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	require.Equal(t, 1, objs[0].Items)
+	_, err = os.Stat(filepath.Join(dir, filepath.FromSlash(objs[0].Key)))
+	require.NoError(t, err, "the recorded object is the one in the sink")
 }

@@ -60,6 +60,7 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"Limits[0]", "l", tributary.Config{Limits: []limits.Limit{{Name: "l", Max: 0}}}},
 		{"Limits[1].Name", "l", tributary.Config{Limits: []limits.Limit{{Name: "l", Max: 1}, {Name: "l", Max: 2}}}},
 		{"Batch.SinkURL", "ftp://x", tributary.Config{Batch: tributary.BatchConfig{SinkURL: "ftp://x"}}},
+		{"Cleanup.ArchiveWorkflows", "true", tributary.Config{Cleanup: tributary.CleanupConfig{ArchiveWorkflows: true}}},
 		{"AMQP.OutboxExchange", "events", tributary.Config{AMQP: tributary.AMQPConfig{OutboxExchange: "events"}}},
 		{"AMQP.Bridge.RetryMax", "1s", tributary.Config{AMQP: tributary.AMQPConfig{Bridge: amqpbridge.Config{URL: "amqp://127.0.0.1/", RetryBase: 5 * time.Second, RetryMax: time.Second}}}},
 		{"Dashboard.Addr", "nope:nope:nope", tributary.Config{Dashboard: tributary.DashboardConfig{Addr: "nope:nope:nope"}}},

@@ -275,14 +275,16 @@ type CleanupConfig struct {
 	// Defaults to "default".
 	Queue string
 
-	// ArchiveWorkflows writes each finished workflow the "workflows" target
-	// deletes (its row, tasks with outputs, step records, signals and
-	// attributes) as one JSON line into the batch stream
-	// workflow.ArchiveStream ("tributary.workflows"), in the transaction of
-	// the delete (workflow.ArchiveCleanup). The lines land in the object
-	// store through the batch flushes of a process with a sink (Batch.Sink
-	// or Batch.SinkURL, this one or another); `tributary workflows
-	// archived` lists the objects.
+	// ArchiveWorkflows writes the finished workflows the "workflows"
+	// target deletes (each one's row, tasks with outputs, step records,
+	// signals and attributes, one JSON line) into the batch sink before
+	// deleting them: one JSONL.gz object per clean-up batch under the
+	// stream workflow.ArchiveStream ("tributary.workflows"), recorded in
+	// the transaction of the delete (workflow.ArchiveCleanup). The process
+	// that runs the clean-up writes the object, so it needs Batch.Sink or
+	// Batch.SinkURL; give every process that runs clean-up jobs the same
+	// setting. `tributary workflows archived` lists the objects.
+	// TRIBUTARY_WORKFLOW_ARCHIVE sets it.
 	//
 	// Defaults to false: retention deletes finished workflows without a
 	// copy.
@@ -564,6 +566,10 @@ func (c Config) withDefaults() (Config, error) {
 		if err := batch.CheckSinkURL(c.Batch.SinkURL); err != nil {
 			return c, &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(c.Batch.SinkURL), Reason: err.Error()}
 		}
+	}
+	if c.Cleanup.ArchiveWorkflows && !c.Cleanup.Disabled && c.Batch.Sink == nil && c.Batch.SinkURL == "" {
+		return c, &queue.ConfigError{Name: "Cleanup.ArchiveWorkflows", Value: "true",
+			Reason: "needs Batch.Sink or Batch.SinkURL: the clean-up writes the archive objects itself"}
 	}
 	if c.Batch.TimerInterval < 0 {
 		return c, &queue.ConfigError{Name: "Batch.TimerInterval", Value: c.Batch.TimerInterval.String(), Reason: "must not be negative"}

@@ -255,6 +255,10 @@ func variables() []variable {
 		retentionVariable("TRIBUTARY_EVENT_LANE_RETENTION", events.IdleLaneCleanup()),
 		retentionVariable("TRIBUTARY_BATCH_OBJECT_RETENTION", batch.ObjectCleanup()),
 		retentionVariable("TRIBUTARY_WORKFLOW_RETENTION", workflow.Cleanup()),
+		{name: "TRIBUTARY_WORKFLOW_ARCHIVE", field: "Cleanup.ArchiveWorkflows", set: func(c *Config, v string) (err error) {
+			c.Cleanup.ArchiveWorkflows, err = parseBool(v)
+			return err
+		}},
 		{name: "TRIBUTARY_CLEANUP_SPEC", field: "Cleanup.Spec", set: func(c *Config, v string) error {
 			if _, err := scheduler.ParseSpec(v, ""); err != nil {
 				return err
@@ -302,6 +306,15 @@ func parseInt(raw string, lo, hi int) (int, error) {
 		return 0, fmt.Errorf("want a whole number from %d to %d", lo, hi)
 	}
 	return n, nil
+}
+
+// parseBool parses true or false (also 1/0, t/f, in any case).
+func parseBool(raw string) (bool, error) {
+	b, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, errors.New("want true or false")
+	}
+	return b, nil
 }
 
 // millisInto sets every duration dst returns from a whole number of

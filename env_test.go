@@ -84,6 +84,7 @@ func TestConfigFromLookup(t *testing.T) {
 			"TRIBUTARY_EVENT_LANE_RETENTION":    "forever",
 			"TRIBUTARY_CLEANUP_SPEC":            "*/15 * * * *",
 			"TRIBUTARY_CLEANUP_BATCH_SIZE":      "2000",
+			"TRIBUTARY_WORKFLOW_ARCHIVE":        "true",
 			"TRIBUTARY_DASHBOARD_AMQP_QUEUES":   "orders, emails,",
 			"TRIBUTARY_OUTBOX_EXCHANGE":         "events",
 			"TRIBUTARY_AMQP_BATCH_QUEUE":        "access-logs:access_logs",
@@ -113,7 +114,7 @@ func TestConfigFromLookup(t *testing.T) {
 				events.OutboxSentCleanup().Name: 72 * time.Hour, events.OutboxFailedCleanup().Name: -1,
 				batch.ObjectCleanup().Name: 36 * time.Hour, events.IdleLaneCleanup().Name: -1,
 			},
-			Spec: "*/15 * * * *", BatchSize: 2000,
+			Spec: "*/15 * * * *", BatchSize: 2000, ArchiveWorkflows: true,
 		}, cfg.Cleanup)
 		require.Equal(t, DashboardConfig{Addr: "127.0.0.1:9090", Token: "tok", AMQPQueues: []string{"orders", "emails"}}, cfg.Dashboard)
 		require.Equal(t, "events", cfg.AMQP.OutboxExchange)
@@ -156,6 +157,7 @@ func TestConfigFromLookup(t *testing.T) {
 			{"TRIBUTARY_BATCH_OBJECT_RETENTION", "500ms"},
 			{"TRIBUTARY_CLEANUP_SPEC", "every hour"},
 			{"TRIBUTARY_CLEANUP_BATCH_SIZE", "0"},
+			{"TRIBUTARY_WORKFLOW_ARCHIVE", "sometimes"},
 			{"TRIBUTARY_DASHBOARD_AMQP_QUEUES", "ok,bad name"},
 			{"TRIBUTARY_OUTBOX_EXCHANGE", "a/b"},
 			{"TRIBUTARY_AMQP_BATCH_QUEUE", ":logs"},
@@ -285,6 +287,7 @@ func TestREADMEConfigurationTables(t *testing.T) {
 		"TRIBUTARY_BATCH_OBJECT_RETENTION":  days(batch.ObjectCleanup().Retention),
 		"TRIBUTARY_CLEANUP_SPEC":            "`" + scheduler.CleanupSpecDefault + "`",
 		"TRIBUTARY_CLEANUP_BATCH_SIZE":      "`" + strconv.Itoa(scheduler.CleanupBatchSizeDefault) + "`",
+		"TRIBUTARY_WORKFLOW_ARCHIVE":        "`false`",
 	}
 	for name, want := range defaults {
 		require.Contains(t, rows[name], want, "%s's default for %s", doc, name)

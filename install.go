@@ -39,6 +39,10 @@ type installation struct {
 
 	// ampqCollector counts the AMQP bridge's publisher and consumers.
 	amqpCollector *amqpbridge.Collector
+
+	// sink is Batch.Sink, or the sink Batch.SinkURL names, opened once for
+	// the flushes and the workflow archive; nil without either.
+	sink batch.Sink
 }
 
 // installer registers a feature's workers and adds its services to the
@@ -122,6 +126,9 @@ func (a *App) install() error {
 		return prefixed("Batch.Streams", err)
 	}
 	in := &installation{app: a, limiter: lim}
+	if in.sink, err = cfg.openSink(); err != nil {
+		return err
+	}
 	for _, inst := range installers() {
 		if err := inst.install(in); err != nil {
 			return fmt.Errorf("error setting up %s: %w", inst.name, err)
@@ -184,7 +191,8 @@ func installScheduler(in *installation) error {
 		if cfg.Cleanup.ArchiveWorkflows {
 			for i, t := range ccfg.Targets {
 				if t.Name == workflow.Cleanup().Name {
-					ccfg.Targets[i] = workflow.ArchiveCleanup(in.app.stager, workflow.ArchiveStream)
+					// Validate made sure of a sink.
+					ccfg.Targets[i] = workflow.ArchiveCleanup(in.sink, workflow.ArchiveStream)
 				}
 			}
 		}
@@ -208,20 +216,26 @@ func installScheduler(in *installation) error {
 	return rt.AddService(s)
 }
 
+// openSink returns Batch.Sink, or opens the sink Batch.SinkURL names; nil
+// without either.
+func (c Config) openSink() (batch.Sink, error) {
+	if c.Batch.Sink != nil || c.Batch.SinkURL == "" {
+		return c.Batch.Sink, nil
+	}
+	// Opening a sink checks its URL and, for a directory, creates it; it
+	// does not connect anywhere.
+	s, err := batch.OpenSink(context.Background(), c.Batch.SinkURL)
+	if err != nil {
+		return nil, &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(c.Batch.SinkURL), Reason: err.Error()}
+	}
+	return s, nil
+}
+
 // installBatch registers the flush worker and the age timer when the
 // process has a sink.
 func installBatch(in *installation) error {
 	cfg := in.app.cfg.Batch
-	sink := cfg.Sink
-	if sink == nil && cfg.SinkURL != "" {
-		// Opening a sink checks its URL and, for a directory, creates it;
-		// it does not connect anywhere.
-		s, err := batch.OpenSink(context.Background(), cfg.SinkURL)
-		if err != nil {
-			return &queue.ConfigError{Name: "Batch.SinkURL", Value: queue.RedactURL(cfg.SinkURL), Reason: err.Error()}
-		}
-		sink = s
-	}
+	sink := in.sink
 	if sink == nil {
 		in.collectors = append(in.collectors, batch.NewCollector(in.app.stager, nil))
 		return nil

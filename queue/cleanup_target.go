@@ -40,9 +40,10 @@ type CleanupTarget struct {
 
 	// DeleteFunc, when set, deletes one batch in place of the generic
 	// DELETE of Where's rows: at most limit rows older than cutoff, in tx,
-	// returning how many. A target that archives its rows writes the
-	// archive in tx as well, so the archive and the delete commit together
-	// or not at all.
+	// returning how many. A target that archives its rows records the
+	// archive in tx (workflow.ArchiveCleanup writes an object before the
+	// delete and records it in tx), so the record and the delete commit
+	// together or not at all.
 	//
 	// Defaults to the generic DELETE.
 	DeleteFunc func(ctx context.Context, tx pgx.Tx, schema string, cutoff time.Time, limit int) (int64, error)

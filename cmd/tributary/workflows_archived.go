@@ -8,8 +8,9 @@ import (
 )
 
 // newWorkflowsArchivedCmd lists the archive of finished workflows: the
-// objects of the batch stream workflow.ArchiveStream, and what is staged
-// for the next one.
+// recorded objects of the batch stream workflow.ArchiveStream (the
+// clean-up writes and records them, workflow.ArchiveCleanup), and any
+// items staged into that stream.
 func newWorkflowsArchivedCmd(a *app) *cobra.Command {
 	var limit int
 	var asJSON bool

@@ -208,3 +208,35 @@ func ReadStaged(ctx context.Context, db queue.DBTX, schema, stream string, limit
 	}
 	return out, nil
 }
+
+const recordObjectSQL = `
+INSERT INTO /*schema*/tributary_batch_object
+    (batch_id, stream, key, status, first_item_id, last_item_id, item_count, bytes,
+     compressed_bytes, first_item_at, last_item_at, claimed_by_job, claimed_at, written_at)
+VALUES ($1, $2, $3, 'written', 0, 0, $4, $5, $6, $7, $8, 0, $9, $9)
+RETURNING id`
+
+// RecordObjectTx records, in tx, an object that code other than a flush
+// wrote to the sink (the workflow archive), so ListObjects, `tributary
+// batches` and the object retention see it as they see a flush's: a
+// tributary_batch_object row with status "written" (no staged items, no
+// flush job: item ids and ClaimedByJob are 0). BatchID, Stream, Key, Items,
+// Bytes, CompressedBytes, FirstItemAt and LastItemAt come from o;
+// ClaimedAt and WrittenAt are now. Recording the object in the transaction
+// that deletes its source rows is what makes the object and the delete
+// commit together. A key or batch id already recorded is an error.
+func RecordObjectTx(ctx context.Context, tx pgx.Tx, schema string, o Object) (int64, error) {
+	if err := ValidateStream(o.Stream); err != nil {
+		return 0, err
+	}
+	if o.Key == "" || o.Items < 1 {
+		return 0, fmt.Errorf("invalid object %q of stream %q: want a key and at least one item", o.Key, o.Stream)
+	}
+	var id int64
+	err := tx.QueryRow(ctx, queue.Qualify(schema, recordObjectSQL), o.BatchID, o.Stream, o.Key, o.Items, o.Bytes, o.CompressedBytes,
+		o.FirstItemAt, o.LastItemAt, time.Now().UTC()).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("error recording object %q of stream %q: %w", o.Key, o.Stream, err)
+	}
+	return id, nil
+}
