@@ -19,6 +19,7 @@ import (
 	"github.com/tributary-run/tributary/internal/servicetest"
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -56,6 +57,8 @@ func TestValidateNamesFieldAndValue(t *testing.T) {
 		{"LogLevel", "loud", tributary.Config{LogLevel: "loud"}},
 		{"Schedules[0].Spec", "every hour", tributary.Config{Schedules: []scheduler.Schedule{{Name: "s", Spec: "every hour", Args: pingArgs{}}}}},
 		{"Schedules[1].Name", "s", tributary.Config{Schedules: []scheduler.Schedule{{Name: "s", Spec: "@every 1m", Args: pingArgs{}}, {Name: "s", Spec: "@every 1m", Args: pingArgs{}}}}},
+		{"Limits[0]", "l", tributary.Config{Limits: []limits.Limit{{Name: "l", Max: 0}}}},
+		{"Limits[1].Name", "l", tributary.Config{Limits: []limits.Limit{{Name: "l", Max: 1}, {Name: "l", Max: 2}}}},
 		{"Batch.SinkURL", "ftp://x", tributary.Config{Batch: tributary.BatchConfig{SinkURL: "ftp://x"}}},
 		{"Cleanup.ArchiveWorkflows", "true", tributary.Config{Cleanup: tributary.CleanupConfig{ArchiveWorkflows: true}}},
 		{"AMQP.OutboxExchange", "events", tributary.Config{AMQP: tributary.AMQPConfig{OutboxExchange: "events"}}},

@@ -24,6 +24,7 @@ import (
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/inbox"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
 )
@@ -145,6 +146,14 @@ type Config struct {
 	//
 	// Defaults to none.
 	Schedules []scheduler.Schedule
+
+	// Limits cap how many jobs run at once across every process: globally,
+	// per queue, per kind or per partition key (docs/limits.md). The App
+	// marks their jobs at insert and admits them while it runs; declare the
+	// same limits in every process that enqueues or works their jobs.
+	//
+	// Defaults to none.
+	Limits []limits.Limit
 
 	// Cleanup configures the scheduled deletion of old rows of tributary's
 	// tables.
@@ -518,6 +527,17 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if _, err := c.eventRegistry(); err != nil {
 		return c, &queue.ConfigError{Name: "Events.Types", Reason: err.Error()}
+	}
+
+	limitNames := map[string]bool{}
+	for i, l := range c.Limits {
+		if err := l.Validate(); err != nil {
+			return c, &queue.ConfigError{Name: fmt.Sprintf("Limits[%d]", i), Value: l.Name, Reason: err.Error()}
+		}
+		if limitNames[l.Name] {
+			return c, &queue.ConfigError{Name: fmt.Sprintf("Limits[%d].Name", i), Value: l.Name, Reason: "limit given twice"}
+		}
+		limitNames[l.Name] = true
 	}
 
 	if !c.Cleanup.Disabled {

@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/jobs/inbox"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
 	"github.com/tributary-run/tributary/scheduler"
@@ -32,6 +33,9 @@ type installation struct {
 	// outboxPublishers are the forwarder's destinations besides the
 	// in-database bus (the AMQP outbound bridge).
 	outboxPublishers []outbox.Publisher
+
+	// limiter holds Config.Limits; nil without limits.
+	limiter *limits.Limiter
 
 	// ampqCollector counts the AMQP bridge's publisher and consumers.
 	amqpCollector *amqpbridge.Collector
@@ -53,6 +57,7 @@ type installer struct {
 // reverse, so each feature starts after what it feeds and stops before it.
 func installers() []installer {
 	return []installer{
+		{name: "limits", install: installLimits},
 		{name: "workflows", install: installWorkflows},
 		{name: "scheduler", install: installScheduler},
 		// Before the AMQP batch queue, which stages into it: the flushes
@@ -88,6 +93,15 @@ func (a *App) install() error {
 	rcfg := cfg.Runtime
 	rcfg.Schema, rcfg.Logger, rcfg.Queues, rcfg.Workers = cfg.Schema, cfg.Logger, cfg.Queues, cfg.Workers
 	rcfg.Middleware = append([]rivertype.Middleware{coord.Middleware()}, cfg.Middleware...)
+	// The limits' middleware marks limited jobs at insert and completes
+	// them at once when they succeed (docs/decisions/0030-flow-control.md).
+	var lim *limits.Limiter
+	if len(cfg.Limits) > 0 {
+		if lim, err = limits.New(limits.Config{Limits: cfg.Limits, Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+			return &queue.ConfigError{Name: "Limits", Reason: err.Error()}
+		}
+		rcfg.Middleware = append(rcfg.Middleware, lim.Middleware())
+	}
 	// The process that enqueues a kind need not be one that works it (a web
 	// process enqueues, workers work), so River's check that a kind has a
 	// worker here before inserting it is off; Runtime.RiverConfigFunc,
@@ -111,7 +125,7 @@ func (a *App) install() error {
 	if a.stager, err = batch.NewStager(rt.Client, cfg.Batch.Streams); err != nil {
 		return prefixed("Batch.Streams", err)
 	}
-	in := &installation{app: a}
+	in := &installation{app: a, limiter: lim}
 	if in.sink, err = cfg.openSink(); err != nil {
 		return err
 	}
@@ -139,6 +153,19 @@ func (a *App) newEmitter() error {
 	if err != nil {
 		return &queue.ConfigError{Name: "Events", Reason: err.Error()}
 	}
+	return nil
+}
+
+// installLimits adds the admitter of Config.Limits and its metrics.
+func installLimits(in *installation) error {
+	if in.limiter == nil {
+		return nil
+	}
+	adm, err := in.limiter.Register(in.app.rt)
+	if err != nil {
+		return err
+	}
+	in.collectors = append(in.collectors, limits.NewCollector(adm))
 	return nil
 }
 

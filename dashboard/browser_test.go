@@ -21,6 +21,7 @@ import (
 
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/workflow"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/queue"
 )
 
@@ -216,6 +217,20 @@ func TestBrowser(t *testing.T) {
 		require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/"+page), chromedp.WaitVisible("main h1")))
 		screenshot(t, b, fmt.Sprintf("%02d-%s", 8+i, page))
 	}
+
+	// Limits: a declared limit is listed, and its form overrides its max.
+	lim, err := limits.New(limits.Config{Schema: db.Schema, Limits: []limits.Limit{{Name: "per-customer", Kind: "sync", KeyArg: "customer_id", Max: 2}}})
+	require.NoError(t, err)
+	adm := lim.NewAdmitter(rt.Client)
+	require.NoError(t, adm.Start(ctx))
+	require.NoError(t, adm.Stop(ctx))
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Navigate(base+"/limits"),
+		chromedp.WaitVisible(`input[name="max"]`),
+		chromedp.SendKeys(`input[name="max"]`, "5"),
+		chromedp.Click(`form[action="/limits/per-customer/max"] button`),
+		chromedp.WaitVisible(`small.override`)))
+	screenshot(t, b, "16-limits")
 
 	// Workflows: the failed one is listed; its page draws the graph.
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/workflows"), chromedp.WaitVisible(`a[href="/workflows/`+wfRes.ID+`"]`)))

@@ -96,7 +96,7 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error", "lanes", "consumers", "workflows", "workflow"}
+var pageNames = []string{"overview", "jobs", "job", "outbox", "schedules", "batches", "amqp", "login", "error", "lanes", "consumers", "workflows", "workflow", "limits"}
 
 func loadPages() (*pages, error) {
 	p := &pages{byName: map[string]*template.Template{}}

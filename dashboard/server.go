@@ -109,6 +109,7 @@ func (s *Server) routes() http.Handler {
 	page("GET /consumers", s.handleConsumers)
 	page("GET /workflows", s.handleWorkflows)
 	page("GET /workflows/{id}", s.handleWorkflow)
+	page("GET /limits", s.handleLimits)
 
 	action := func(pattern string, h handlerFunc) {
 		path := strings.TrimPrefix(pattern, "POST ")
@@ -122,6 +123,7 @@ func (s *Server) routes() http.Handler {
 	action("POST /amqp/{queue}/replay", s.handleDLQReplay)
 	action("POST /lanes/{consumer}/{aggregate}/{action}", s.handleLaneAction)
 	action("POST /workflows/{id}/{action}", s.handleWorkflowAction)
+	action("POST /limits/{name}/max", s.handleLimitMax)
 
 	mux.Handle("GET /login", s.wrap(s.handleLoginForm))
 	mux.Handle("POST /login", s.wrap(s.handleLogin))

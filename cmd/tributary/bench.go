@@ -24,6 +24,7 @@ func benchCommands(a *app) []*cobra.Command {
 		newBenchCleanupCmd(a),
 		newBenchWorkflowStepsCmd(a),
 		newBenchWorkflowsCmd(a),
+		newBenchLimitsCmd(a),
 	}
 }
 

@@ -21,6 +21,7 @@ func commands(a *app) []*cobra.Command {
 		newLanesCmd(a),
 		newConsumersCmd(a),
 		newWorkflowsCmd(a),
+		newLimitsCmd(a),
 		newVersionCmd(a),
 	}
 }

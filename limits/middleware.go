@@ -1,0 +1,132 @@
+package limits
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/tributary-run/tributary/internal/riverjob"
+)
+
+// middleware is the limits' River middleware, for inserts and for work.
+//
+// At insert it marks the jobs of declared limits: their limit and key go
+// into the job's metadata, and a job that would be available or scheduled
+// is inserted pending, to wait for admission. A job its inserter made
+// pending itself (a workflow task waiting for its dependencies) is left
+// alone: admission must not release it early.
+//
+// At work, a limited job that succeeded while jobs of its key wait (as its
+// process's admitter last saw) is completed at once in a transaction of
+// its own (river.JobCompleteTx) and the admitter is woken: River's
+// completer would write the completion, and so give the slot back, up to
+// 250 ms later (it batches), which would cap a key at Max jobs per quarter
+// second whatever their length. With nothing waiting River's batched
+// completion is the cheaper one: a transaction per job costs a commit
+// each (docs/decisions/0030-flow-control.md).
+type middleware struct {
+	river.MiddlewareDefaults
+	limits []Limit
+	// completer is set by Limiter.Register, before the runtime starts.
+	completer atomic.Pointer[completer]
+}
+
+// completer is what the work side needs of the process.
+type completer struct {
+	pool     *pgxpool.Pool
+	admitter *Admitter
+}
+
+// limitedArgs stands for the args of any limited job, for JobCompleteTx,
+// which reads only the job's row.
+type limitedArgs struct{}
+
+func (limitedArgs) Kind() string { return "" }
+
+func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+	if err := doInner(ctx); err != nil {
+		return err
+	}
+	c := m.completer.Load()
+	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) {
+		return nil
+	}
+	var meta struct {
+		Limit string `json:"tributary_limit"`
+		Key   string `json:"tributary_limit_key"`
+	}
+	if json.Unmarshal(job.Metadata, &meta) != nil || meta.Limit == "" || !c.admitter.keyHasWaiters(meta.Limit, meta.Key) {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, &river.Job[limitedArgs]{JobRow: job})
+		return err
+	})
+	if err != nil {
+		// River's completer completes it, later.
+		c.admitter.logger.DebugContext(ctx, "error completing a limited job early; River completes it", "job_id", job.ID, "error", err)
+		return nil
+	}
+	c.admitter.mark(meta.Limit)
+	return nil
+}
+
+var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)
+
+func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	for _, p := range manyParams {
+		if err := m.mark(p); err != nil {
+			return nil, err
+		}
+	}
+	return doInner(ctx)
+}
+
+// mark applies the first matching limit to one job's insert.
+func (m *middleware) mark(p *rivertype.JobInsertParams) error {
+	if p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
+		return nil
+	}
+	for _, l := range m.limits {
+		if !l.matches(p.Kind, p.Queue) {
+			continue
+		}
+		key, err := l.key(p.Args, p.EncodedArgs)
+		if err != nil {
+			return err
+		}
+		meta := map[string]json.RawMessage{}
+		if len(p.Metadata) > 0 {
+			if err := json.Unmarshal(p.Metadata, &meta); err != nil {
+				return fmt.Errorf("limit %q: reading the job's metadata: %w", l.Name, err)
+			}
+		}
+		meta[riverjob.LimitMetaName], _ = json.Marshal(l.Name)
+		meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+		if l.Rate > 0 {
+			w, err := l.weight(p.Args, p.EncodedArgs)
+			if err != nil {
+				return err
+			}
+			if w != 1 {
+				meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
+			}
+		}
+		b, err := json.Marshal(meta)
+		if err != nil {
+			return fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
+		}
+		p.Metadata = b
+		p.State = rivertype.JobStatePending
+		return nil
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package tributary_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tributary-run/tributary"
+	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/limits"
+)
+
+// TestAppLimits: an App with Config.Limits inserts its limited jobs
+// pending, marked, and its runtime admits and works them; other jobs are
+// inserted available as before.
+func TestAppLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	app, err := tributary.New(db.Pool, tributary.Config{
+		Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 5},
+		Limits: []limits.Limit{{Name: "pings", Kind: pingArgs{}.Kind(), KeyArg: "n", Max: 1}},
+	})
+	require.NoError(t, err)
+	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[pingArgs]) error { return nil }))
+
+	res, err := app.Enqueue(ctx, pingArgs{N: 7}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "pending", string(res.Job.State), "a limited job waits for admission")
+	require.JSONEq(t, `{"tributary_limit":"pings","tributary_limit_key":"7"}`, string(res.Job.Metadata))
+	other, err := app.Enqueue(ctx, otherArgs{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "available", string(other.Job.State))
+
+	_, err = app.Migrate(ctx)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+	pgtest.WaitFor(t, 30*time.Second, "the limited job admitted and completed", func() (bool, error) {
+		var state string
+		err := db.Pool.QueryRow(ctx, db.Q(`SELECT state::text FROM /*schema*/river_job WHERE id = $1`), res.Job.ID).Scan(&state)
+		return state == "completed", err
+	})
+	all, err := limits.List(ctx, db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, "pings", all[0].Name)
+}
+
+type otherArgs struct{}
+
+func (otherArgs) Kind() string { return "test.other" }
