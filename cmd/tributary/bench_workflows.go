@@ -29,7 +29,10 @@ coordinator's middleware:
   (b) fan-in: one workflow 1 -> --width -> 1; the time from the last
       fan-out task's recorded completion to the fan-in task's start;
   (c) chain: one workflow of --length tasks in a line; per hop, a task's
-      recorded completion to the next task's start, p50 and p99.
+      recorded completion to the next task's start, p50 and p99; beside
+      it, the baseline: --length bare River jobs, each inserting the next,
+      per hop from that insert to the next job's start. River's fetch
+      cooldown bounds both from below.
 
 With --rounds R each part runs R times (the diamonds alternating with their
 baseline) and the median round counts. The load average is printed at the

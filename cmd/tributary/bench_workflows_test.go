@@ -29,6 +29,10 @@ func TestCLIBenchWorkflows(t *testing.T) {
 			P50    int64 `json:"hop_p50_ns"`
 			P99    int64 `json:"hop_p99_ns"`
 		} `json:"chain"`
+		RiverChain struct {
+			Length int   `json:"length"`
+			P50    int64 `json:"hop_p50_ns"`
+		} `json:"chain_river"`
 		LoadAvgStart string `json:"load_avg_start"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
@@ -42,6 +46,8 @@ func TestCLIBenchWorkflows(t *testing.T) {
 	require.Equal(t, 10, out.Chain.Length)
 	require.Positive(t, out.Chain.P50, "each task starts after the one before completed")
 	require.GreaterOrEqual(t, out.Chain.P99, out.Chain.P50)
+	require.Equal(t, 10, out.RiverChain.Length, "the bare River chain is as long")
+	require.Positive(t, out.RiverChain.P50, "each bare River job starts after the one before inserted it")
 	require.NotEmpty(t, out.LoadAvgStart)
 
 	for _, bad := range [][]string{{"--width", "0"}, {"--length", "1"}, {"-n", "0"}, {"--rounds", "0"}} {

@@ -65,6 +65,11 @@ type WorkflowsReport struct {
 	FanIns []FanInResult `json:"fan_in_rounds"`
 	Chain  ChainResult   `json:"chain"`
 	Chains []ChainResult `json:"chain_rounds"`
+	// RiverChain is the chain's baseline: a chain of bare River jobs, each
+	// inserting the next (riverChain), median round; RiverChains every
+	// round.
+	RiverChain  ChainResult   `json:"chain_river"`
+	RiverChains []ChainResult `json:"chain_river_rounds"`
 
 	CPUs         int    `json:"cpus"`
 	LoadAvgStart string `json:"load_avg_start"`
@@ -110,7 +115,8 @@ type ChainResult struct {
 //   - a 1 -> Width -> 1 fan-in: the last fan-out task's recorded completion
 //     to the fan-in task's start;
 //   - a chain of Length tasks: per hop, a task's recorded completion to the
-//     next task's start.
+//     next task's start; beside it, in each round, a chain of Length bare
+//     River jobs, each inserting the next (riverChain).
 func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions, w io.Writer) (*WorkflowsReport, error) {
 	rep := &WorkflowsReport{CPUs: runtime.NumCPU(), LoadAvgStart: loadAvg()}
 	rounds := max(1, opts.Rounds)
@@ -168,11 +174,20 @@ func RunWorkflows(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(w, "round %d  hop p50 %s  p99 %s  max %s\n", r+1, ms(res.P50), ms(res.P99), ms(res.Max))
+		base, err := riverChain(ctx, pool, opts)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(w, "round %d  hop p50 %s  p99 %s  max %s  (bare River jobs, each inserting the next: p50 %s  p99 %s  max %s)\n",
+			r+1, ms(res.P50), ms(res.P99), ms(res.Max), ms(base.P50), ms(base.P99), ms(base.Max))
 		rep.Chains = append(rep.Chains, res)
+		rep.RiverChains = append(rep.RiverChains, base)
 	}
-	rep.Chain = slices.SortedFunc(slices.Values(rep.Chains), func(a, b ChainResult) int { return int(a.P50 - b.P50) })[(rounds-1)/2]
-	fmt.Fprintf(w, "median: hop p50 %s  p99 %s\n", ms(rep.Chain.P50), ms(rep.Chain.P99))
+	byP50 := func(a, b ChainResult) int { return int(a.P50 - b.P50) }
+	rep.Chain = slices.SortedFunc(slices.Values(rep.Chains), byP50)[(rounds-1)/2]
+	rep.RiverChain = slices.SortedFunc(slices.Values(rep.RiverChains), byP50)[(rounds-1)/2]
+	fmt.Fprintf(w, "median: hop p50 %s  p99 %s; bare River jobs p50 %s  p99 %s (River's fetch cooldown %s bounds both from below)\n",
+		ms(rep.Chain.P50), ms(rep.Chain.P99), ms(rep.RiverChain.P50), ms(rep.RiverChain.P99), riverBenchFetchCooldown)
 
 	rep.LoadAvgEnd = loadAvg()
 	fmt.Fprintf(w, "\nload average at end: %s\n", rep.LoadAvgEnd)
@@ -444,10 +459,5 @@ func chain(ctx context.Context, pool *pgxpool.Pool, opts WorkflowsOptions) (Chai
 	for i := 1; i < opts.Length; i++ {
 		hops = append(hops, byName[name(i)].StartedAt.Sub(*byName[name(i-1)].FinishedAt))
 	}
-	res := ChainResult{Length: opts.Length}
-	if len(hops) > 0 {
-		slices.Sort(hops)
-		res.P50, res.P99, res.Max = hops[(len(hops)-1)/2], hops[(len(hops)*99-1)/100], hops[len(hops)-1]
-	}
-	return res, nil
+	return hopStats(opts.Length, hops), nil
 }
