@@ -16,6 +16,7 @@ import (
 
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/limits/internal/replica"
 	"github.com/tributary-run/tributary/queue"
@@ -31,8 +32,12 @@ func main() {
 func run() error {
 	ctx := context.Background()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel()}))
-	schema := os.Getenv("TRIBUTARY_SCHEMA")
-	pool, err := queue.NewPool(ctx, queue.Config{DatabaseURL: os.Getenv("DATABASE_URL"), Schema: schema})
+	cfg, err := tributary.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
+	schema := cfg.Schema
+	pool, err := tributary.NewPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
