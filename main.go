@@ -15,15 +15,15 @@ import (
 // to standard error and exits with status 1. A program that sets
 // Config fields in code uses Open and Run instead.
 func Main(setup func(ctx context.Context, app *App) error) {
-	if err := run(context.Background(), os.LookupEnv, setup); err != nil {
+	if err := run(context.Background(), ConfigFromEnv, setup); err != nil {
 		fmt.Fprintln(os.Stderr, "tributary:", err)
 		os.Exit(1)
 	}
 }
 
 // run is Main without the exit.
-func run(ctx context.Context, lookup func(string) (string, bool), setup func(context.Context, *App) error) error {
-	cfg, err := ConfigFromLookup(lookup)
+func run(ctx context.Context, load func() (Config, error), setup func(context.Context, *App) error) error {
+	cfg, err := load()
 	if err != nil {
 		return err
 	}

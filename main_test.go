@@ -18,12 +18,14 @@ type mainArgs struct{ N int }
 func (mainArgs) Kind() string { return "test.main" }
 
 // lookupOf is the environment of a Main on db's schema.
-func lookupOf(db *pgtest.DB, extra map[string]string) func(string) (string, bool) {
+func lookupOf(db *pgtest.DB, extra map[string]string) func() (Config, error) {
 	env := map[string]string{"DATABASE_URL": db.URL, "TRIBUTARY_SCHEMA": db.Schema, "TRIBUTARY_SHUTDOWN_TIMEOUT": "5s"}
 	for k, v := range extra {
 		env[k] = v
 	}
-	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	return func() (Config, error) {
+		return ConfigFromLookup(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	}
 }
 
 // TestMainRunsSetupThenWorks: Main's body opens the App from the
