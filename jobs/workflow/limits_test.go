@@ -163,3 +163,36 @@ FROM /*schema*/river_job WHERE id = $1`), res.Jobs[task]).Scan(&state, &limit, &
 	_, err = client.Insert(ctx, ungoverned)
 	require.ErrorContains(t, err, `asks for limit key "k", and no declared limit governs it`)
 }
+
+// TestRepairLeavesTasksWaitingForLimit: an active task whose job waits
+// for its limit's admission (pending) is not a lost release, and the
+// repair sweep leaves it alone.
+func TestRepairLeavesTasksWaitingForLimit(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	client, coord := startLimitedRuntime(t, db, []limits.Limit{{Name: "idle-one", Queue: "idle", Max: 1}})
+	insert := func() *workflow.InsertResult {
+		wf := workflow.New("waits", nil)
+		wf.Add("a", limitedArgs{Name: "a"}, &workflow.TaskOpts{InsertOpts: idleQueue()})
+		res, err := client.Insert(ctx, wf)
+		require.NoError(t, err)
+		return res
+	}
+	first, second := insert(), insert()
+	jobState := func(id int64) (state string) {
+		require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT state::text FROM /*schema*/river_job WHERE id = $1`), id).Scan(&state))
+		return state
+	}
+	// Nobody works queue idle: the first holds the slot, the second waits.
+	pgtest.WaitFor(t, 10*time.Second, "the first task admitted", func() (bool, error) {
+		return jobState(first.Jobs["a"]) == "available", nil
+	})
+	require.Equal(t, "pending", jobState(second.Jobs["a"]))
+	_, err := db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/tributary_workflow_task SET updated_at = updated_at - interval '1 minute'`))
+	require.NoError(t, err)
+	changed, err := coord.Repair(ctx)
+	require.NoError(t, err)
+	require.Zero(t, changed, "tasks the repair sweep changed")
+	require.Equal(t, "pending", jobState(second.Jobs["a"]))
+}
