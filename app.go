@@ -20,6 +20,7 @@ import (
 	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/queue"
+	"github.com/tributary-run/tributary/scheduler"
 )
 
 // App is one tributary process: the River client and worker runtime with
@@ -36,6 +37,7 @@ type App struct {
 	// dispatcher runs the consumers; On adds to it before Start.
 	dispatcher *events.Dispatcher
 	stager     *batch.Stager
+	scheduler  *scheduler.Scheduler
 	publisher  *amqpbridge.Publisher // nil with the AMQP bridge off
 
 	// ownsPool: Open made the pool, and Stop (or the end of Run) closes
@@ -120,6 +122,17 @@ func AddWorker[T river.JobArgs](app *App, w river.Worker[T]) {
 func On[T any](app *App, consumer string, def events.Event[T], fn events.HandlerFunc[T]) {
 	if err := app.on(consumer, events.Handle(def, fn)); err != nil {
 		panic(fmt.Errorf("tributary.On: %w", err))
+	}
+}
+
+// AddSchedule declares cron schedules as Config.Schedules does, for a
+// program that builds its App first (Main's setup). Add them before
+// Start, from the goroutine that built the App. It panics, as On does, on
+// an invalid schedule (the *scheduler.ScheduleError names it and the
+// value), a name already declared, and after Start.
+func (a *App) AddSchedule(schedules ...scheduler.Schedule) {
+	if err := a.scheduler.Add(schedules...); err != nil {
+		panic(fmt.Errorf("tributary: AddSchedule: %w", err))
 	}
 }
 

@@ -23,42 +23,34 @@
 //
 //	func (Hello) Kind() string { return "hello" }
 //
-//	func main() {
-//		ctx := context.Background()
-//		cfg := must(tributary.ConfigFromEnv()) // DATABASE_URL, TRIBUTARY_SCHEMA, ...
-//		cfg.Schedules = []scheduler.Schedule{{Name: "hello", Spec: "@every 5s", Args: Hello{"cron"}}}
-//		app := must(tributary.Open(ctx, cfg)) // connects and migrates
+//	var placed = events.Define[Hello]("order.placed", nil)
 //
+//	func main() { tributary.Main(setup) } // configured by DATABASE_URL, ...; works until SIGTERM
+//
+//	func setup(ctx context.Context, app *tributary.App) error {
 //		tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[Hello]) error {
 //			log.Println("hello", job.Args.Name)
 //			return nil
 //		}))
-//		placed := events.Define[Hello]("order.placed", nil)
 //		tributary.On(app, "billing", placed, func(ctx context.Context, m events.Message[Hello]) error {
 //			log.Println("billing", m.Payload.Name) // in emit order per aggregate
 //			return nil
 //		})
-//
+//		app.AddSchedule(scheduler.Schedule{Name: "hello", Spec: "@every 5s", Args: Hello{"cron"}})
 //		wf := workflow.New("greetings", nil)
 //		wf.Add("first", Hello{"first"}, nil)
 //		wf.Add("second", Hello{"second"}, &workflow.TaskOpts{Deps: []string{"first"}})
-//		must(app.Workflows().Insert(ctx, wf))
-//		must(app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"}))
-//		if err := app.Run(ctx); err != nil { // until SIGINT or SIGTERM
-//			log.Fatal(err)
+//		if _, err := app.Workflows().Insert(ctx, wf); err != nil {
+//			return err
 //		}
+//		_, err := app.Emit(ctx, placed, Hello{"o-1"}, events.Meta{AggregateID: "o-1"})
+//		return err
 //	}
 //
-//	func must[T any](v T, err error) T {
-//		if err != nil {
-//			log.Fatal(err)
-//		}
-//		return v
-//	}
-//
-// A process declares what it runs in a Config (ConfigFromEnv reads the
-// variables of docs/configuration.md) and builds an App with Open, or with
-// New on a pool of its own. The App works jobs (Start and Stop, or Run until
+// Main is the short way: the Config from the environment (ConfigFromEnv,
+// the variables of docs/configuration.md), Open, the program's setup, Run.
+// A process that sets Config fields in code builds its App with Open, or
+// with New on a pool of its own. The App works jobs (Start and Stop, or Run until
 // SIGINT or SIGTERM) and is also how the process enqueues, emits events,
 // starts workflows and stages batch items, in its own transactions or in
 // the caller's:

@@ -180,7 +180,7 @@ func installWorkflows(in *installation) error {
 	return in.app.coord.Register(in.app.rt)
 }
 
-// installScheduler registers the clean-up worker and starts one scheduler
+// installScheduler registers the clean-up worker and adds one scheduler
 // service with the clean-up schedules and Config.Schedules.
 func installScheduler(in *installation) error {
 	cfg, rt := in.app.cfg, in.app.rt
@@ -205,13 +205,13 @@ func installScheduler(in *installation) error {
 		}
 	}
 	schedules = append(schedules, cfg.Schedules...)
-	if len(schedules) == 0 {
-		return nil
-	}
+	// Installed also with no schedule yet: App.AddSchedule adds to it
+	// before Start, in its place among the services.
 	s := scheduler.New(rt.Client, scheduler.Config{Logger: cfg.Logger})
 	if err := s.Add(schedules...); err != nil {
 		return err
 	}
+	in.app.scheduler = s
 	in.collectors = append(in.collectors, scheduler.NewCollector(s, cleaner))
 	return rt.AddService(s)
 }
