@@ -196,3 +196,28 @@ func TestRepairLeavesTasksWaitingForLimit(t *testing.T) {
 	require.Zero(t, changed, "tasks the repair sweep changed")
 	require.Equal(t, "pending", jobState(second.Jobs["a"]))
 }
+
+// TestTaskLimitScheduledRelease: a task released before its ScheduledAt
+// becomes scheduled, and River's scheduler makes it available when it is
+// due: the door stops it there too, and it runs admitted, under its limit.
+func TestTaskLimitScheduledRelease(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	client, _ := startLimitedRuntime(t, db, []limits.Limit{{Name: "later", Kind: limitedArgs{}.Kind(), Max: 1}})
+	wf := workflow.New("later", nil)
+	wf.Add("a", limitedArgs{Name: "a"}, nil)
+	wf.Add("b", limitedArgs{Name: "b"}, &workflow.TaskOpts{Deps: []string{"a"},
+		InsertOpts: &river.InsertOpts{ScheduledAt: time.Now().Add(2 * time.Second)}})
+	res, err := client.Insert(ctx, wf)
+	require.NoError(t, err)
+	pgtest.WaitFor(t, 30*time.Second, "the workflow completed", func() (bool, error) {
+		d, err := client.Get(ctx, res.ID)
+		return err == nil && d.Status == workflow.StatusCompleted, err
+	})
+	var limit, onRelease string
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`
+SELECT coalesce(metadata ->> 'tributary_limit', ''), coalesce(metadata ->> 'tributary_limit_on_release', '')
+FROM /*schema*/river_job WHERE id = $1`), res.Jobs["b"]).Scan(&limit, &onRelease))
+	require.Equal(t, []string{"later", ""}, []string{limit, onRelease}, "the scheduled task's job ran under its limit")
+}
