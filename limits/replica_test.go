@@ -52,14 +52,10 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 			total := keys * perKey
 
 			killed := !tt.kill
-			var samples, maxRunning, maxHolding int
+			ks := keySampler{limit: maxPerKey}
 			deadline := time.Now().Add(3 * time.Minute)
 			for {
-				running, holding, done := sampleReplica(t, db)
-				samples++
-				maxRunning, maxHolding = max(maxRunning, running), max(maxHolding, holding)
-				require.LessOrEqual(t, running, maxPerKey, "a key had more than %d jobs running (sample %d)", maxPerKey, samples)
-				require.LessOrEqual(t, holding, maxPerKey, "a key had more than %d jobs running or available (sample %d)", maxPerKey, samples)
+				done := ks.sample(t, db)
 				if done == total {
 					break
 				}
@@ -75,7 +71,7 @@ func TestReplicasKeepPerKeyLimit(t *testing.T) {
 			var rescued int
 			require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT count(*) FROM /*schema*/river_job WHERE errors IS NOT NULL`)).Scan(&rescued))
 			t.Logf("%s: %d jobs over %d keys, limit %d per key, 3 processes: %d samples, max running per key %d, max running+available per key %d, jobs made available again by liveness %d",
-				tt.name, total, keys, maxPerKey, samples, maxRunning, maxHolding, rescued)
+				tt.name, total, keys, maxPerKey, ks.samples, ks.maxRunning, ks.maxHolding, rescued)
 			if tt.kill {
 				require.True(t, killed, "w0 never had three jobs running to be killed with")
 				require.Positive(t, rescued, "the killed process held jobs that ran again")
@@ -102,16 +98,7 @@ func TestReplicasKeepRateLimit(t *testing.T) {
 	for i := range 3 {
 		startLimitWorker(t, bin, db, fmt.Sprintf("w%d", i), fmt.Sprintf("LIMIT_RATE=%d", rate))
 	}
-	items := make([]queue.EnqueueItem, jobs)
-	total := 0
-	for i := range items {
-		w := 1
-		if i%10 == 0 {
-			w = heavy
-		}
-		total += w
-		items[i] = queue.EnqueueItem{Args: replica.Args{Key: "k", MS: 2, Weight: w}}
-	}
+	items, total := weightedItems(jobs, replica.Args{Key: "k", MS: 2}, heavy, nil)
 	enqueueLimited(t, db, replica.RateLimit(rate), items)
 	pgtest.WaitFor(t, 3*time.Minute, "every job completed", func() (bool, error) {
 		var n int
@@ -119,10 +106,6 @@ func TestReplicasKeepRateLimit(t *testing.T) {
 		return n == jobs, err
 	})
 
-	type start struct {
-		at     time.Time
-		weight int
-	}
 	rows, err := db.Pool.Query(ctx, db.Q(`
 SELECT attempted_at, coalesce((metadata ->> 'tributary_limit_weight')::int, 1), attempt
 FROM /*schema*/river_job ORDER BY attempted_at`))
@@ -138,37 +121,9 @@ FROM /*schema*/river_job ORDER BY attempted_at`))
 	require.NoError(t, rows.Err())
 	require.Len(t, starts, jobs)
 
-	// Every window that begins at a start: the most any one-second window
-	// can hold.
-	busiest, busiestAt := 0, time.Time{}
-	for i, s := range starts {
-		sum := 0
-		for _, o := range starts[i:] {
-			if o.at.Sub(s.at) >= time.Second {
-				break
-			}
-			sum += o.weight
-		}
-		if sum > busiest {
-			busiest, busiestAt = sum, s.at
-		}
-	}
+	busiest, busiestAt := busiestWindow(starts, time.Second)
 	first := starts[0].at
-	var fixed []string
-	for w := 0; ; w++ {
-		lo, hi := first.Add(time.Duration(w)*time.Second), first.Add(time.Duration(w+1)*time.Second)
-		if !lo.Before(starts[len(starts)-1].at.Add(time.Nanosecond)) {
-			break
-		}
-		sum, n := 0, 0
-		for _, s := range starts {
-			if !s.at.Before(lo) && s.at.Before(hi) {
-				sum += s.weight
-				n++
-			}
-		}
-		fixed = append(fixed, fmt.Sprintf("%d (%d jobs)", sum, n))
-	}
+	fixed := perPeriod(starts, time.Second)
 	span := starts[len(starts)-1].at.Sub(first)
 	t.Logf("rate %d/s over 3 processes: %d jobs weighing %d started in %s; weighted starts per second from the first: %v; busiest one-second window %d (from %s)",
 		rate, jobs, total, span.Round(time.Millisecond), fixed, busiest, busiestAt.Format("15:04:05.000"))
@@ -219,6 +174,70 @@ FROM /*schema*/river_job, last_b WHERE args ->> 'key' = 'tenant-a'`)).Scan(&aSta
 	require.Less(t, aStarted, aJobs/10, "tenant B waited behind a tenth of tenant A's backlog")
 }
 
+// weightedItems returns n jobs like args, every tenth weighing heavy and
+// the others 1, inserted with opts, and their total weight.
+func weightedItems(n int, args replica.Args, heavy int, opts *queue.EnqueueOpts) ([]queue.EnqueueItem, int) {
+	items := make([]queue.EnqueueItem, n)
+	total := 0
+	for i := range items {
+		args.Weight = 1
+		if i%10 == 0 {
+			args.Weight = heavy
+		}
+		total += args.Weight
+		items[i] = queue.EnqueueItem{Args: args, Opts: opts}
+	}
+	return items, total
+}
+
+// start is one start of a rate-limited job: its attempt's attempted_at
+// (the database clock, as admission counts it) and its weight.
+type start struct {
+	at     time.Time
+	weight int
+}
+
+// busiestWindow returns the most weight a window of period holds, and
+// where it begins: of the windows beginning at a start (starts in order),
+// which bound every window.
+func busiestWindow(starts []start, period time.Duration) (busiest int, at time.Time) {
+	for i, s := range starts {
+		sum := 0
+		for _, o := range starts[i:] {
+			if o.at.Sub(s.at) >= period {
+				break
+			}
+			sum += o.weight
+		}
+		if sum > busiest {
+			busiest, at = sum, s.at
+		}
+	}
+	return busiest, at
+}
+
+// perPeriod describes the weight and the number of starts in each fixed
+// period from the first start (starts in order).
+func perPeriod(starts []start, period time.Duration) []string {
+	if len(starts) == 0 {
+		return nil
+	}
+	first, last := starts[0].at, starts[len(starts)-1].at
+	var fixed []string
+	for w := 0; !first.Add(time.Duration(w) * period).After(last); w++ {
+		lo, hi := first.Add(time.Duration(w)*period), first.Add(time.Duration(w+1)*period)
+		sum, n := 0, 0
+		for _, s := range starts {
+			if !s.at.Before(lo) && s.at.Before(hi) {
+				sum += s.weight
+				n++
+			}
+		}
+		fixed = append(fixed, fmt.Sprintf("%d (%d jobs)", sum, n))
+	}
+	return fixed
+}
+
 // runningUnderPID counts the running jobs attempted last by the worker
 // process with pid (its River client id holds its pid).
 func runningUnderPID(t *testing.T, db *pgtest.DB, pid string) int {
@@ -228,6 +247,25 @@ func runningUnderPID(t *testing.T, db *pgtest.DB, pid string) int {
 SELECT count(*) FROM /*schema*/river_job
 WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] LIKE '%-' || $1::text || '-%'`), pid).Scan(&n))
 	return n
+}
+
+// keySampler samples the keys of replica.Limit (sampleReplica), keeps the
+// most any sample saw, and fails the test at a sample with a key over
+// limit.
+type keySampler struct {
+	limit                           int
+	samples, maxRunning, maxHolding int
+}
+
+// sample takes one sample and returns how many jobs have completed.
+func (s *keySampler) sample(t *testing.T, db *pgtest.DB) (completed int) {
+	t.Helper()
+	running, holding, completed := sampleReplica(t, db)
+	s.samples++
+	s.maxRunning, s.maxHolding = max(s.maxRunning, running), max(s.maxHolding, holding)
+	require.LessOrEqual(t, running, s.limit, "a key had more than %d jobs running (sample %d)", s.limit, s.samples)
+	require.LessOrEqual(t, holding, s.limit, "a key had more than %d jobs running or available (sample %d)", s.limit, s.samples)
+	return completed
 }
 
 // sampleReplica reads, in one snapshot, the most jobs any key has running,
@@ -292,17 +330,17 @@ func buildLimitWorker(t *testing.T) string {
 // startLimitWorker starts one worker process on the test's schema, with
 // more workers than the limit leaves room for; it is stopped with SIGTERM
 // when the test ends.
-func startLimitWorker(t *testing.T, bin string, db *pgtest.DB, name string, limitEnv string) *exec.Cmd {
+func startLimitWorker(t *testing.T, bin string, db *pgtest.DB, name string, limitEnv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin)
 	pgtest.DieWithTest(cmd)
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+pgtest.URLWithPoolMax(8),
 		"TRIBUTARY_SCHEMA="+db.Schema,
-		limitEnv,
 		"WORKERS=30",
 		"LIVENESS_TIMEOUT=2s",
 	)
+	cmd.Env = append(cmd.Env, limitEnv...)
 	stderr := &pgtest.SyncBuffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())

@@ -24,7 +24,9 @@ run() {
 # Tests built only with the chaos tag (batch: a worker killed after its upload;
 # workflows: 1,000 diamonds with a replica SIGKILLed five times; 300
 # demo.approval workflows signalled while a worker is SIGKILLed five times,
-# TestChaosApprovalSIGKILL in cmd/tributary/internal/demoworkflows). One package at a time
+# TestChaosApprovalSIGKILL in cmd/tributary/internal/demoworkflows; limits:
+# 6,500 jobs under a per-key and a rate limit with a worker SIGKILLed ten
+# times, TestChaosLimitsSIGKILL). One package at a time
 # (-p 1): each run loads both cores and holds up to about 65 of Postgres's
 # 100 connections, so two side by side starve each other (the SIGKILL run
 # failed once in make chaos on a worker's exit at SIGTERM and passed alone).

@@ -34,6 +34,16 @@ func RateLimit(rate int) limits.Limit {
 	return limits.Limit{Name: "replica-rate", Kind: Args{}.Kind(), Rate: rate, WeightArg: "weight"}
 }
 
+// RatedQueue is the queue of the jobs QueueRateLimit governs.
+const RatedQueue = "rated"
+
+// QueueRateLimit is the second limit of the chaos test: rate starts a
+// second of the jobs in RatedQueue, all keys together, each job weighing
+// its Weight. It is declared before Limit, which matches any queue.
+func QueueRateLimit(rate int) limits.Limit {
+	return limits.Limit{Name: "replica-queue-rate", Kind: Args{}.Kind(), Queue: RatedQueue, Rate: rate, WeightArg: "weight"}
+}
+
 // FairLimit is the limit of the fairness test: total jobs at once over
 // all keys, served round-robin across keys.
 func FairLimit(total int) limits.Limit {

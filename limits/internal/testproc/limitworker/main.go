@@ -2,8 +2,9 @@
 // it works internal/replica's jobs under its limit until SIGTERM.
 // Configuration comes from DATABASE_URL, TRIBUTARY_SCHEMA, LIMIT_MAX (per
 // key), LIMIT_RATE (starts a second) or LIMIT_TOTAL (over all keys,
-// round-robin), WORKERS (the queue's concurrency
-// in this process) and LIVENESS_TIMEOUT.
+// round-robin), LIMIT_QUEUE_RATE (starts a second of the jobs in
+// replica.RatedQueue, declared besides the others), WORKERS (each queue's
+// concurrency in this process) and LIVENESS_TIMEOUT.
 package main
 
 import (
@@ -70,12 +71,22 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("LIVENESS_TIMEOUT: %w", err)
 	}
-	lim, err := limits.New(limits.Config{Limits: []limits.Limit{limit}, Schema: schema, Logger: logger})
+	declared, queues := []limits.Limit{limit}, map[string]int{"default": workers}
+	if rate := os.Getenv("LIMIT_QUEUE_RATE"); rate != "" {
+		n, err := strconv.Atoi(rate)
+		if err != nil {
+			return fmt.Errorf("LIMIT_QUEUE_RATE: %w", err)
+		}
+		// First: the other limits match any queue.
+		declared = append([]limits.Limit{replica.QueueRateLimit(n)}, declared...)
+		queues[replica.RatedQueue] = workers
+	}
+	lim, err := limits.New(limits.Config{Limits: declared, Schema: schema, Logger: logger})
 	if err != nil {
 		return err
 	}
 	rt, err := queue.NewRuntime(pool, queue.RuntimeConfig{
-		Schema: schema, Logger: logger, Queues: map[string]int{"default": workers},
+		Schema: schema, Logger: logger, Queues: queues,
 		Middleware:    []rivertype.Middleware{lim.Middleware()},
 		FetchCooldown: 5 * time.Millisecond, FetchPollInterval: time.Second,
 		ShutdownTimeout: 10 * time.Second, LivenessTimeout: liveness,
