@@ -16,7 +16,8 @@ import (
 // partition key when KeyArg is set or the args implement Keyer; Total caps
 // all keys together, served round-robin. A job is
 // governed by the first limit of Config.Limits that matches its kind and
-// queue.
+// queue, or by the one it names (a workflow task's TaskOpts.Limit, which
+// may also give its key: TaskOpts.LimitKey).
 type Limit struct {
 	// Name identifies the limit in tributary_limit, in `tributary limits`
 	// and in logs: 1 to 100 letters, digits, '_', '-' or '.'. Required.

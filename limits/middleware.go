@@ -21,8 +21,11 @@ import (
 // At insert it marks the jobs of declared limits: their limit and key go
 // into the job's metadata, and a job that would be available or scheduled
 // is inserted pending, to wait for admission. A job its inserter made
-// pending itself (a workflow task waiting for its dependencies) is left
-// alone: admission must not release it early.
+// pending itself (a workflow task waiting for its dependencies) must not
+// be admitted before its inserter releases it: its limit goes into
+// riverjob.LimitMetaOnRelease, and migration 0028's door makes it a
+// limited job waiting for admission when it is released. An inserter may
+// choose the limit (by name) or the key itself (riverjob.LimitMetaAsk).
 //
 // At work, a limited job that succeeded while jobs of its key wait (as its
 // process's admitter last saw) is completed at once in a transaction of
@@ -56,7 +59,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return err
 	}
 	c := m.completer.Load()
-	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) {
+	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) || riverjob.OwnCompletion(ctx) {
 		return nil
 	}
 	var meta struct {
@@ -90,43 +93,85 @@ func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.Job
 	return doInner(ctx)
 }
 
-// mark applies the first matching limit to one job's insert.
+var limitMetaAsk = []byte(`"` + riverjob.LimitMetaAsk + `"`)
+
+// mark applies the first matching limit, or the one the job asks for, to
+// one job's insert.
 func (m *middleware) mark(p *rivertype.JobInsertParams) error {
-	if p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
+	onRelease := p.State == rivertype.JobStatePending
+	if !onRelease && p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
 		return nil
 	}
-	for _, l := range m.limits {
-		if !l.matches(p.Kind, p.Queue) {
-			continue
+	var ask *riverjob.LimitAsk
+	meta := map[string]json.RawMessage{}
+	if bytes.Contains(p.Metadata, limitMetaAsk) {
+		if err := json.Unmarshal(p.Metadata, &meta); err != nil {
+			return fmt.Errorf("reading the job's metadata: %w", err)
 		}
-		key, err := l.key(p.Args, p.EncodedArgs)
+		ask = new(riverjob.LimitAsk)
+		if err := json.Unmarshal(meta[riverjob.LimitMetaAsk], ask); err != nil {
+			return fmt.Errorf("reading the job's %s: %w", riverjob.LimitMetaAsk, err)
+		}
+	}
+	l, ok := m.governing(p.Kind, p.Queue, ask)
+	if !ok {
+		if ask != nil {
+			if ask.Limit != "" {
+				return fmt.Errorf("a %s job asks for limit %q, which is not declared", p.Kind, ask.Limit)
+			}
+			return fmt.Errorf("a %s job in queue %q asks for limit key %q, and no declared limit governs it", p.Kind, p.Queue, ask.Key)
+		}
+		return nil
+	}
+	key, err := l.key(p.Args, p.EncodedArgs)
+	if err != nil {
+		return err
+	}
+	if ask != nil && ask.Key != "" {
+		key = ask.Key
+	}
+	if ask == nil && len(p.Metadata) > 0 {
+		if err := json.Unmarshal(p.Metadata, &meta); err != nil {
+			return fmt.Errorf("limit %q: reading the job's metadata: %w", l.Name, err)
+		}
+	}
+	name := riverjob.LimitMetaName
+	if onRelease {
+		name = riverjob.LimitMetaOnRelease
+	}
+	meta[name], _ = json.Marshal(l.Name)
+	meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+	if l.Rate > 0 {
+		w, err := l.weight(p.Args, p.EncodedArgs)
 		if err != nil {
 			return err
 		}
-		meta := map[string]json.RawMessage{}
-		if len(p.Metadata) > 0 {
-			if err := json.Unmarshal(p.Metadata, &meta); err != nil {
-				return fmt.Errorf("limit %q: reading the job's metadata: %w", l.Name, err)
-			}
+		if w != 1 {
+			meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
 		}
-		meta[riverjob.LimitMetaName], _ = json.Marshal(l.Name)
-		meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
-		if l.Rate > 0 {
-			w, err := l.weight(p.Args, p.EncodedArgs)
-			if err != nil {
-				return err
-			}
-			if w != 1 {
-				meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
-			}
-		}
-		b, err := json.Marshal(meta)
-		if err != nil {
-			return fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
-		}
-		p.Metadata = b
-		p.State = rivertype.JobStatePending
-		return nil
 	}
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
+	}
+	p.Metadata = b
+	p.State = rivertype.JobStatePending
 	return nil
+}
+
+// governing is the limit of a job of kind in queue: the declared one it
+// asks for by name, else the first that matches.
+func (m *middleware) governing(kind, queue string, ask *riverjob.LimitAsk) (Limit, bool) {
+	for _, l := range m.limits {
+		if ask != nil && ask.Limit != "" {
+			if l.Name == ask.Limit {
+				return l, true
+			}
+			continue
+		}
+		if l.matches(kind, queue) {
+			return l, true
+		}
+	}
+	return Limit{}, false
 }

@@ -11,11 +11,47 @@ import (
 // Metadata keys of a limited job (package limits, docs/decisions/0030-flow-control.md):
 // the limit's name and the job's partition value. Migration 0027's index
 // and triggers name them too.
+//
+// A job its inserter makes pending itself (a workflow task waiting for its
+// dependencies) carries its limit's name as LimitMetaOnRelease instead,
+// which admission does not see; migration 0028's door renames it to
+// LimitMetaName when the job is released into available, and the job then
+// waits for admission. LimitMetaAsk is what an inserter writes to choose
+// a job's limit or key itself (LimitAsk; a workflow task's
+// TaskOpts.Limit and LimitKey); the insert middleware reads it.
 const (
-	LimitMetaName   = "tributary_limit"
-	LimitMetaKey    = "tributary_limit_key"
-	LimitMetaWeight = "tributary_limit_weight" // absent: 1
+	LimitMetaName      = "tributary_limit"
+	LimitMetaKey       = "tributary_limit_key"
+	LimitMetaWeight    = "tributary_limit_weight" // absent: 1
+	LimitMetaOnRelease = "tributary_limit_on_release"
+	LimitMetaAsk       = "tributary_limit_ask"
 )
+
+// LimitAsk is the value of LimitMetaAsk: the limit to govern the job (by
+// name, whatever its kind and queue; empty: the first that matches them)
+// and its partition key (empty: the limit's KeyArg or the args' Keyer).
+type LimitAsk struct {
+	Limit string `json:"limit,omitempty"`
+	Key   string `json:"key,omitempty"`
+}
+
+type ownCompletionKey struct{}
+
+// WithOwnCompletion marks the context of a job whose completion a
+// middleware outside the limits' writes in a transaction of its own (a
+// workflow task's, with the task's outcome): the limits' middleware then
+// leaves its completion alone, since a job completed before that
+// transaction looks like an attempt handed on, and its outcome would be
+// dropped.
+func WithOwnCompletion(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownCompletionKey{}, true)
+}
+
+// OwnCompletion reports whether WithOwnCompletion marked ctx.
+func OwnCompletion(ctx context.Context) bool {
+	v, _ := ctx.Value(ownCompletionKey{}).(bool)
+	return v
+}
 
 // LimitKeyUse is one partition key of a limit as admission sees it: its
 // jobs in available or running (Used), its pending jobs that are due

@@ -213,7 +213,7 @@ type TaskKey struct {
 
 // TaskPage is what one page of ScanWorkflowTasks found.
 type TaskPage struct {
-	Settled   []Settled // active tasks whose job is finalized, pending or gone
+	Settled   []Settled // active tasks whose job is finalized, gone, or pending and not waiting for a limit
 	Undecided []TaskKey // pending tasks with no dependency left to wait for
 	Read      int       // the task rows the page read, at most its limit
 	Last      TaskKey   // the last task read, when Read > 0
@@ -245,7 +245,7 @@ WITH page AS MATERIALIZED (
 )
 SELECT p.workflow_id::text, p.name, p.state, p.pending_deps, p.updated_at < $5, p.job_id,
        coalesce(j.state::text, ''), coalesce(j.attempt, 0), j.attempted_at, coalesce(j.errors, '{}'),
-       coalesce(j.metadata ? 'cancel_attempted_at', false), (SELECT count(*) FROM page)
+       coalesce(j.metadata ? 'cancel_attempted_at', false), coalesce(j.metadata ? '` + LimitMetaName + `', false), (SELECT count(*) FROM page)
 FROM page p
 LEFT JOIN /*schema*/river_job j ON j.id = CASE WHEN p.state = 'active' AND p.updated_at < $5 THEN p.job_id END
 WHERE (p.updated_at < $5 AND (p.state = 'active' OR (p.state = 'pending' AND p.pending_deps = 0)))
@@ -256,9 +256,10 @@ ORDER BY p.workflow_id, p.name`
 // ascending order) in primary-key order, starting after task after of the
 // first workflow ("": from its first task). Of the tasks unchanged since
 // before quietBefore it returns the active ones whose job is finalized,
-// pending or missing, and the pending ones with no dependency left to wait
-// for; and how many tasks it read and the last, so that a caller continues
-// after it when the page was full.
+// missing, or pending other than for its limit's admission (migration
+// 0028), and the pending ones with no dependency left to wait for; and how
+// many tasks it read and the last, so that a caller continues after it
+// when the page was full.
 func ScanWorkflowTasks(ctx context.Context, db DBTX, schema string, quietBefore time.Time, workflowIDs []string, after string, limit int) (TaskPage, error) {
 	var page TaskPage
 	if len(workflowIDs) == 0 {
@@ -280,10 +281,10 @@ func scanTaskPage(rows pgx.Rows, page *TaskPage) error {
 		var s Settled
 		var state, jobState string
 		var pendingDeps int
-		var quiet bool
+		var quiet, limited bool
 		var errs []string
 		if err := rows.Scan(&s.WorkflowID, &s.Task, &state, &pendingDeps, &quiet, &s.JobID, &jobState, &s.Attempt, &s.AttemptedAt,
-			&errs, &s.CancelAttempted, &page.Read); err != nil {
+			&errs, &s.CancelAttempted, &limited, &page.Read); err != nil {
 			return err
 		}
 		// The page's last task comes last, whether it qualifies or not.
@@ -299,7 +300,12 @@ func scanTaskPage(rows pgx.Rows, page *TaskPage) error {
 		}
 		s.JobState = rivertype.JobState(jobState)
 		switch s.JobState {
-		case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled, rivertype.JobStatePending, "":
+		case rivertype.JobStatePending:
+			if limited {
+				// Released, and waiting for its limit's admission.
+				continue
+			}
+		case rivertype.JobStateCompleted, rivertype.JobStateDiscarded, rivertype.JobStateCancelled, "":
 		default:
 			continue
 		}

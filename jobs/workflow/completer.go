@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"hash/fnv"
 	"sync"
@@ -142,11 +143,16 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		// its outcome is dropped.
 		var completions []riverjob.Attempt
 		var finals []riverjob.Final
-		expanding := false
+		// A limited task's job is completed in this transaction (below,
+		// completeJobs) rather than by River's batched completer up to
+		// 250 ms after it: its slot of the limit returns at this commit
+		// (docs/decisions/0030-flow-control.md, latency).
+		expanding, limited := false, false
 		byJob := make(map[int64]*request, len(batch))
 		for _, req := range batch {
 			byJob[req.job.ID] = req
 			expanding = expanding || len(req.expand) > 0
+			limited = limited || (req.jobState == rivertype.JobStateCompleted && bytes.Contains(req.job.Metadata, limitMetaName))
 			if req.jobState == rivertype.JobStateCompleted {
 				completions = append(completions, riverjob.Attempt{ID: req.job.ID, Attempt: req.job.Attempt})
 				continue
@@ -161,7 +167,7 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		}
 		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
 		a.probeCounts = true
-		if !expanding && len(completions) > 0 {
+		if !expanding && !limited && len(completions) > 0 {
 			// The common case: one statement records the outcomes and
 			// releases the dependents (completeReleaseSQL); River's
 			// completer completes the successes' jobs after the commit.
@@ -258,3 +264,6 @@ var completionTx = pgx.TxOptions{
 func (cp *completer) completeJobs(ctx context.Context, tx pgx.Tx, attempts []riverjob.Attempt, now time.Time) ([]int64, error) {
 	return riverjob.CompleteRunning(ctx, tx, cp.c.cfg.Schema, attempts, now)
 }
+
+// limitMetaName is how a limited job's metadata names its limit.
+var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)

@@ -48,7 +48,11 @@ func (m middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fun
 	}
 	tc := &taskContext{c: c, ref: TaskRef{WorkflowID: meta.Workflow, Task: meta.Task, JobID: job.ID}}
 	start := time.Now().UTC()
-	err := runRecovered(withTask(ctx, tc), doInner)
+	// The task's outcome is recorded guarded by its job running at this
+	// attempt, so nothing inside may complete the job first (the limits'
+	// middleware would, to give a limited job's slot back early; the
+	// completer completes a limited task's job itself).
+	err := runRecovered(riverjob.WithOwnCompletion(withTask(ctx, tc)), doInner)
 	if cause, lost := riverjob.RecordLostConnection(err); lost && ctx.Err() == nil {
 		// One of tributary's records inside the task lost the database
 		// connection, not the task's code: it runs again without spending

@@ -38,8 +38,8 @@ type repairCursor struct {
 // recording it (River's JobCancel or JobDelete on a task's job, an
 // ErrorHandler that cancelled it, a worker without the middleware) get the
 // job's outcome (a job completed that way leaves no output; a deleted job
-// counts as cancelled); an active task whose job is still pending is
-// released; a pending task with nothing left to wait for is decided; a
+// counts as cancelled); an active task whose job is still pending (and
+// not waiting for its limit's admission) is released; a pending task with nothing left to wait for is decided; a
 // snoozed task waiting for a signal that came is woken (its process died
 // before River's snooze event reached its coordinator). Only tasks
 // unchanged for 10 seconds are looked at, those of a page of running

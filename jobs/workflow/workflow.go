@@ -220,6 +220,23 @@ type TaskOpts struct {
 	//
 	// Defaults to River's (and the args').
 	InsertOpts *river.InsertOpts
+
+	// Limit names a declared limit (package limits) that governs the
+	// task's job whatever its kind and queue, in place of the first limit
+	// that matches them. Inserting the workflow fails when the inserting
+	// client's limits do not declare it.
+	//
+	// Defaults to the first declared limit that matches the job's kind and
+	// queue, if any.
+	Limit string
+
+	// LimitKey is the task's partition key under the limit that governs
+	// its job ("customer-7"), in place of the limit's KeyArg or the args'
+	// LimitKey(): tasks of any workflows that share a key share its Max.
+	// Inserting the workflow fails when no declared limit governs the job.
+	//
+	// Defaults to the key the limit takes from the args.
+	LimitKey string
 }
 
 // Task is a task added to a workflow; its Name is what other tasks list in
@@ -376,6 +393,9 @@ func (w *Workflow) validateTask(t *taskDef, byName map[string]*taskDef) error {
 	if err := validateInsertOpts(t); err != nil {
 		return w.errf(t.name, ErrInvalidTask, "%v", err)
 	}
+	if err := askLimit(t); err != nil {
+		return w.errf(t.name, ErrInvalidTask, "%v", err)
+	}
 	t.deps = t.deps[:0]
 	seen := map[string]bool{}
 	for _, d := range t.opts.Deps {
@@ -446,6 +466,38 @@ func validateInsertOpts(t *taskDef) error {
 		}
 		t.metadata = o.Metadata
 	}
+	return nil
+}
+
+// askLimit writes the task's Limit and LimitKey into its metadata, where
+// the limits' insert middleware reads them (riverjob.LimitMetaAsk). They
+// stay on the task's record with the rest of its metadata, so the jobs of
+// a retry or a fork ask the same.
+func askLimit(t *taskDef) error {
+	ask := riverjob.LimitAsk{Limit: t.opts.Limit, Key: t.opts.LimitKey}
+	if ask == (riverjob.LimitAsk{}) {
+		return nil
+	}
+	if ask.Limit != "" {
+		if err := checkName("Limit", ask.Limit); err != nil {
+			return err
+		}
+	}
+	if ask.Key != "" {
+		if err := checkName("LimitKey", ask.Key); err != nil {
+			return err
+		}
+	}
+	meta := map[string]json.RawMessage{}
+	if err := json.Unmarshal(t.metadata, &meta); err != nil {
+		return fmt.Errorf("has metadata that is not a JSON object: %v", err)
+	}
+	meta[riverjob.LimitMetaAsk], _ = json.Marshal(ask)
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	t.metadata = b
 	return nil
 }
 
