@@ -150,7 +150,9 @@ type Config struct {
 	// Limits cap how many jobs run at once across every process: globally,
 	// per queue, per kind or per partition key (docs/limits.md). The App
 	// marks their jobs at insert and admits them while it runs; declare the
-	// same limits in every process that enqueues or works their jobs.
+	// same limits in every process that enqueues or works their jobs. The
+	// caps of Consumers (events.ConsumerConfig.MaxHandlers) are declared
+	// with them, as limits named "consumer:" and the consumer's name.
 	//
 	// Defaults to none.
 	Limits []limits.Limit
@@ -538,6 +540,12 @@ func (c Config) withDefaults() (Config, error) {
 			return c, &queue.ConfigError{Name: fmt.Sprintf("Limits[%d].Name", i), Value: l.Name, Reason: "limit given twice"}
 		}
 		limitNames[l.Name] = true
+	}
+	for i, cons := range c.Consumers {
+		if l, ok := cons.Limit(); ok && limitNames[l.Name] {
+			return c, &queue.ConfigError{Name: fmt.Sprintf("Consumers[%d].MaxHandlers", i), Value: l.Name,
+				Reason: "the consumer's cap is a limit of this name, which Limits declares too: rename that limit"}
+		}
 	}
 
 	if !c.Cleanup.Disabled {

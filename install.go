@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
@@ -95,9 +96,11 @@ func (a *App) install() error {
 	rcfg.Middleware = append([]rivertype.Middleware{coord.Middleware()}, cfg.Middleware...)
 	// The limits' middleware marks limited jobs at insert and completes
 	// them at once when they succeed (docs/decisions/0030-flow-control.md).
+	// A capped consumer's limit (events.ConsumerConfig.MaxHandlers) is
+	// declared with them, so that this process's admitter runs its jobs.
 	var lim *limits.Limiter
-	if len(cfg.Limits) > 0 {
-		if lim, err = limits.New(limits.Config{Limits: cfg.Limits, Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
+	if ls := cfg.allLimits(); len(ls) > 0 {
+		if lim, err = limits.New(limits.Config{Limits: ls, Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
 			return &queue.ConfigError{Name: "Limits", Reason: err.Error()}
 		}
 		rcfg.Middleware = append(rcfg.Middleware, lim.Middleware())
@@ -135,6 +138,18 @@ func (a *App) install() error {
 		}
 	}
 	return nil
+}
+
+// allLimits is Config.Limits and the limits of the capped consumers of
+// Config.Consumers (events.Consumer.Limit).
+func (cfg *Config) allLimits() []limits.Limit {
+	ls := slices.Clip(cfg.Limits)
+	for _, c := range cfg.Consumers {
+		if l, ok := c.Limit(); ok {
+			ls = append(ls, l)
+		}
+	}
+	return ls
 }
 
 // newEmitter (re)builds the emitter behind App.Emit from the event types

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/events"
 	"github.com/tributary-run/tributary/limits"
 )
 
@@ -53,3 +54,36 @@ func TestAppLimits(t *testing.T) {
 type otherArgs struct{}
 
 func (otherArgs) Kind() string { return "test.other" }
+
+// TestAppConsumerMaxHandlers: the App declares the cap of a consumer of
+// Config.Consumers as the limit "consumer:NAME" (with no Config.Limits),
+// and refuses a limit of Config.Limits that has that name.
+func TestAppConsumerMaxHandlers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	capped, err := events.NewConsumer(events.ConsumerConfig{Name: "capped", MaxHandlers: 3})
+	require.NoError(t, err)
+	require.NoError(t, capped.Subscribe(events.Handle(pinged, func(context.Context, events.Message[pingArgs]) error { return nil })))
+	cfg := tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Consumers: []*events.Consumer{capped}}
+
+	clash := cfg
+	clash.Limits = []limits.Limit{{Name: "consumer:capped", Kind: "x", Max: 1}}
+	_, err = tributary.New(db.Pool, clash)
+	require.ErrorContains(t, err, "Consumers[0].MaxHandlers")
+
+	app, err := tributary.New(db.Pool, cfg)
+	require.NoError(t, err)
+	_, err = app.Migrate(ctx)
+	require.NoError(t, err)
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+	all, err := limits.List(ctx, db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, "consumer:capped", all[0].Name)
+	require.Equal(t, 3, all[0].Max)
+	var limitName string
+	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT limit_name FROM /*schema*/tributary_event_consumer WHERE name = 'capped'`)).Scan(&limitName))
+	require.Equal(t, "consumer:capped", limitName)
+}

@@ -20,7 +20,9 @@ import (
 // may also give its key: TaskOpts.LimitKey).
 type Limit struct {
 	// Name identifies the limit in tributary_limit, in `tributary limits`
-	// and in logs: 1 to 100 letters, digits, '_', '-' or '.'. Required.
+	// and in logs: 1 to 100 letters, digits, '_', '-', '.' or ':'.
+	// Required. An event consumer's cap is the limit "consumer:<name>"
+	// (events.ConsumerConfig.MaxHandlers).
 	Name string
 	// Kind limits the jobs of this kind. Defaults to any kind.
 	Kind string
@@ -71,12 +73,12 @@ type Keyer interface {
 	LimitKey() string
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,100}$`)
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
 
 // ValidateName reports whether name may name a limit.
 func ValidateName(name string) error {
 	if !nameRE.MatchString(name) {
-		return fmt.Errorf("limit name %q: want 1 to 100 letters, digits, '_', '-' or '.'", name)
+		return fmt.Errorf("limit name %q: want 1 to 100 letters, digits, '_', '-', '.' or ':'", name)
 	}
 	return nil
 }

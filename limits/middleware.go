@@ -96,8 +96,14 @@ func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.Job
 var limitMetaAsk = []byte(`"` + riverjob.LimitMetaAsk + `"`)
 
 // mark applies the first matching limit, or the one the job asks for, to
-// one job's insert.
+// one job's insert. An event consumer's dispatch jobs carry their
+// consumer's limit, if any, from the events package, which writes most of
+// them by its own statements: no declared limit governs them by kind or
+// queue, whichever way they are inserted.
 func (m *middleware) mark(p *rivertype.JobInsertParams) error {
+	if p.Kind == riverjob.DispatchKind || p.Kind == riverjob.DispatchBatchKind {
+		return nil
+	}
 	onRelease := p.State == rivertype.JobStatePending
 	if !onRelease && p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
 		return nil

@@ -25,6 +25,10 @@ type AttemptedJob struct {
 	// Error is the attempt's error, recorded as River's executor records
 	// one; nil for none.
 	Error *rivertype.AttemptError
+	// Limit is the limit that governs the job (a capped event consumer's),
+	// "" for none: it goes into the job's metadata (LimitMetaName, key ""),
+	// and an available job is inserted pending, to wait for admission.
+	Limit string
 }
 
 // InsertAttempted inserts jobs into queue in tx, each in its state with its
@@ -34,7 +38,7 @@ type AttemptedJob struct {
 // inserts make new jobs only.
 func InsertAttempted(ctx context.Context, tx pgx.Tx, schema, queue string, jobs []AttemptedJob, now time.Time) error {
 	n := len(jobs)
-	states, kinds, args, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	states, kinds, args, errs, lims := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	attempts, maxAttempts := make([]int32, n), make([]int32, n)
 	scheduled := make([]time.Time, n)
 	for i, j := range jobs {
@@ -45,10 +49,13 @@ func InsertAttempted(ctx context.Context, tx pgx.Tx, schema, queue string, jobs 
 			}
 			errs[i] = string(b)
 		}
-		states[i], kinds[i], args[i] = string(j.State), j.Kind, string(j.Args)
+		states[i], kinds[i], args[i], lims[i] = string(j.State), j.Kind, string(j.Args), j.Limit
+		if j.Limit != "" && j.State == rivertype.JobStateAvailable {
+			states[i] = string(rivertype.JobStatePending)
+		}
 		attempts[i], maxAttempts[i], scheduled[i] = int32(j.Attempt), int32(j.MaxAttempts), j.ScheduledAt
 	}
-	if _, err := tx.Exec(ctx, q(schema, insertAttemptedSQL), now, queue, states, attempts, maxAttempts, scheduled, args, errs, kinds); err != nil {
+	if _, err := tx.Exec(ctx, q(schema, insertAttemptedSQL), now, queue, states, attempts, maxAttempts, scheduled, args, errs, kinds, lims); err != nil {
 		return fmt.Errorf("error inserting %d jobs: %w", n, err)
 	}
 	return nil
@@ -108,9 +115,10 @@ SELECT u.state::/*schema*/river_job_state, u.attempt, u.max_attempts,
        CASE WHEN u.state IN ('cancelled', 'discarded') THEN $1::timestamptz END,
        u.scheduled_at, 1, u.args::jsonb,
        CASE WHEN u.err = '' THEN NULL ELSE ARRAY[u.err::jsonb] END,
-       u.kind, '{}'::jsonb, $2, '{}'::varchar[]
-FROM unnest($3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::text[])
-     AS u(state, attempt, max_attempts, scheduled_at, args, err, kind)`
+       u.kind, CASE WHEN u.lim = '' THEN '{}'::jsonb ELSE jsonb_build_object('` + LimitMetaName + `', u.lim, '` + LimitMetaKey + `', '') END,
+       $2, '{}'::varchar[]
+FROM unnest($3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[])
+     AS u(state, attempt, max_attempts, scheduled_at, args, err, kind, lim)`
 
 // dispatchKinds are both kinds of dispatch job, as a SQL list.
 const dispatchKinds = `('` + DispatchKind + `', '` + DispatchBatchKind + `')`

@@ -311,6 +311,53 @@ func TestReturnToPendingAndRequeueGivenUp(t *testing.T) {
 	require.Greater(t, j.MaxAttempts, j.Attempt, "an attempt is left")
 }
 
+// TestLimitedDispatchBackToPending: a limited dispatch job that goes back
+// to pending to wait for its lane's turn (ReturnToPending, GiveBack,
+// RequeueGivenUp) carries its limit for its release, which admission does
+// not see; LaneJobsAt says which jobs carry a limit.
+func TestLimitedDispatchBackToPending(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	limited := &river.InsertOpts{Metadata: []byte(`{"tributary_limit": "consumer:c", "tributary_limit_key": ""}`)}
+
+	early := f.dispatchAt(t, "c", "a", 1, limited)
+	f.start(t, early.ID, "w")
+	lost := f.dispatchAt(t, "c", "a", 2, limited)
+	f.start(t, lost.ID, "w")
+	given := f.dispatchAt(t, "c", "a", 3, &river.InsertOpts{MaxAttempts: 1, Metadata: limited.Metadata})
+	f.start(t, given.ID, "w")
+	f.finalize(t, given.ID, rivertype.JobStateDiscarded)
+	plain := f.dispatchAt(t, "c", "b", 1, nil)
+	f.start(t, plain.ID, "w")
+
+	heads, err := riverjob.LaneJobsAt(ctx, f.db.Pool, f.db.Schema, []riverjob.LaneSeq{{Consumer: "c", AggregateID: "a", Seq: 1}, {Consumer: "c", AggregateID: "b", Seq: 1}})
+	require.NoError(t, err)
+	require.True(t, heads[0].Limited)
+	require.False(t, heads[1].Limited)
+
+	f.inTx(t, func(tx pgx.Tx) error {
+		require.NoError(t, riverjob.ReturnToPending(ctx, tx, f.db.Schema, early.ID, now))
+		require.NoError(t, riverjob.ReturnToPending(ctx, tx, f.db.Schema, plain.ID, now))
+		require.NoError(t, riverjob.GiveBack(ctx, tx, f.db.Schema, []riverjob.Attempt{{ID: lost.ID, Attempt: 1}}, now))
+		ok, err := riverjob.RequeueGivenUp(ctx, tx, f.db.Schema, given.ID, now)
+		require.True(t, ok)
+		return err
+	})
+	for _, id := range []int64{early.ID, lost.ID, given.ID} {
+		j := f.job(t, id)
+		require.Equal(t, rivertype.JobStatePending, j.State)
+		md := metadata(t, j)
+		require.NotContains(t, md, riverjob.LimitMetaName, "job %d", id)
+		require.Equal(t, "consumer:c", md[riverjob.LimitMetaOnRelease], "job %d", id)
+		require.Equal(t, "", md[riverjob.LimitMetaKey], "job %d", id)
+	}
+	md := metadata(t, f.job(t, plain.ID))
+	require.NotContains(t, md, riverjob.LimitMetaName)
+	require.NotContains(t, md, riverjob.LimitMetaOnRelease)
+}
+
 func TestLaneJobsAtAndJobPlace(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)

@@ -114,7 +114,9 @@ func PromoteHead(ctx context.Context, tx pgx.Tx, schema string, id int64, now ti
 // ReturnToPending puts running dispatch id back to pending, giving back the
 // attempt its start counted, as River's snooze does: a lane job that started
 // ahead of its lane's head waits for its turn. River's own update of the
-// attempt then finds the job no longer running and leaves it.
+// attempt then finds the job no longer running and leaves it. A limited
+// job's limit becomes the mark for its release (limitOnRelease), as in
+// GiveBack and RequeueGivenUp.
 func ReturnToPending(ctx context.Context, tx pgx.Tx, schema string, id int64, now time.Time) error {
 	if _, err := tx.Exec(ctx, q(schema, returnToPendingSQL), id, now); err != nil {
 		return fmt.Errorf("error putting dispatch %d back to pending: %w", id, err)
@@ -144,6 +146,9 @@ type LaneJob struct {
 	State rivertype.JobState
 	// CancelRequested: River's JobCancel asked for its cancellation.
 	CancelRequested bool
+	// Limited: it carries a limit (LimitMetaName): pending, it waits for
+	// admission, not for a promotion.
+	Limited bool
 	// Args are its encoded args; LastError its latest attempt's error.
 	Args      []byte
 	LastError string
@@ -175,7 +180,7 @@ func LaneJobsAt(ctx context.Context, db DBTX, schema string, places []LaneSeq) (
 		var state string
 		var lastError, attemptedBy *string
 		var attempt int32
-		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Args, &lastError, &attempt, &attemptedBy, &j.AttemptedAt); err != nil {
+		if err := rows.Scan(&ord, &j.ID, &state, &j.CancelRequested, &j.Limited, &j.Args, &lastError, &attempt, &attemptedBy, &j.AttemptedAt); err != nil {
 			return nil, fmt.Errorf("error reading the dispatches of %d lanes: %w", len(places), err)
 		}
 		j.State = rivertype.JobState(state)
@@ -310,18 +315,18 @@ RETURNING queue`
 
 const returnToPendingSQL = `
 UPDATE /*schema*/river_job
-SET state = 'pending', attempt = greatest(attempt - 1, 0), scheduled_at = $2
+SET state = 'pending', attempt = greatest(attempt - 1, 0), scheduled_at = $2, metadata = ` + limitOnRelease + `
 WHERE id = $1 AND state = 'running'`
 
 const requeueGivenUpSQL = `
 UPDATE /*schema*/river_job
-SET state = 'pending', finalized_at = NULL, scheduled_at = $2,
+SET state = 'pending', finalized_at = NULL, scheduled_at = $2, metadata = ` + limitOnRelease + `,
     max_attempts = CASE WHEN attempt >= max_attempts THEN attempt + 1 ELSE max_attempts END
 WHERE id = $1 AND state IN ('cancelled', 'discarded')
 RETURNING id`
 
 const laneJobsAtSQL = `
-SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error',
+SELECT u.ord, h.id, h.state::text, h.metadata ? '` + CancelAttemptedKey + `', h.metadata ? '` + LimitMetaName + `', h.args, h.errors[array_upper(h.errors, 1)] ->> 'error',
        h.attempt, h.attempted_by[cardinality(h.attempted_by)], h.attempted_at
 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(c, a, s, ord)
 CROSS JOIN LATERAL (
@@ -336,6 +341,14 @@ FROM /*schema*/river_job WHERE id = $1`
 
 const cancelRequestedSQL = `
 SELECT metadata ? '` + CancelAttemptedKey + `' FROM /*schema*/river_job WHERE id = $1`
+
+// limitOnRelease is a job's metadata with a limit (LimitMetaName) turned
+// into the mark for the job's release (LimitMetaOnRelease), for an UPDATE
+// of river_job: a dispatch job that goes back to pending to wait for its
+// lane's turn must not be admitted before the lane promotes it, and
+// migration 0028's door turns the mark back when it does.
+const limitOnRelease = `CASE WHEN metadata ? '` + LimitMetaName + `' THEN (metadata - '` + LimitMetaName + `') || jsonb_build_object('` +
+	LimitMetaOnRelease + `', metadata -> '` + LimitMetaName + `') ELSE metadata END`
 
 // LaneClaim asks for the lane events that wait at a lane's head Seq and
 // after it (see QueueClaimAtHead): up to Events of them (at least one).
@@ -462,7 +475,7 @@ SELECT 0, 0, 0, '', queue FROM promoted`
 
 const giveBackSQL = `
 UPDATE /*schema*/river_job j
-SET state = 'pending', attempt = greatest(j.attempt - 1, 0), scheduled_at = $3
+SET state = 'pending', attempt = greatest(j.attempt - 1, 0), scheduled_at = $3, metadata = ` + limitOnRelease + `
 FROM unnest($1::bigint[], $2::int[]) AS u(id, attempt)
 WHERE j.id = u.id AND j.state = 'running' AND j.attempt = u.attempt`
 

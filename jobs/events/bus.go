@@ -104,6 +104,8 @@ type busConsumer struct {
 	source        string
 	skipOwnKinds  []string
 	dispatchBatch int
+	// limit is the limit of the consumer's MaxHandlers, "" for none.
+	limit string
 }
 
 func (c *busConsumer) wants(ev *outbox.Event) bool {
@@ -355,11 +357,15 @@ func (b *Bus) insertReserveLate(ctx context.Context, tx pgx.Tx, r routing, param
 // moved before its reservation.
 const busSavepoint = "tributary_bus_insert"
 
-// queuesOf is the queues of params, with repeats.
+// queuesOf is the queues of params' available jobs, with repeats: a
+// pending one (a capped consumer's) waits for its admitter, whom its
+// insert's trigger wakes.
 func queuesOf(params []river.InsertManyParams) []string {
 	queues := make([]string, 0, len(params))
 	for _, p := range params {
-		queues = append(queues, p.InsertOpts.Queue)
+		if !p.InsertOpts.Pending {
+			queues = append(queues, p.InsertOpts.Queue)
+		}
 	}
 	return queues
 }
@@ -465,7 +471,7 @@ func dispatchJobs(params []river.InsertManyParams) ([]riverjob.NewJob, error) {
 
 func scanBusConsumer(r pgx.CollectableRow) (*busConsumer, error) {
 	var c busConsumer
-	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch)
+	err := r.Scan(&c.name, &c.patterns, &c.queue, &c.maxAttempts, &c.source, &c.skipOwnKinds, &c.dispatchBatch, &c.limit)
 	return &c, err
 }
 
@@ -523,7 +529,11 @@ func (r routing) batchParams() []river.InsertManyParams {
 			if n == 1 {
 				args = dispatchArgs{Consumer: c.name, Event: evs[0]}
 			}
-			params = append(params, river.InsertManyParams{Args: args, InsertOpts: &river.InsertOpts{Queue: c.queue, MaxAttempts: c.maxAttempts}})
+			opts := &river.InsertOpts{Queue: c.queue, MaxAttempts: c.maxAttempts}
+			if c.limit != "" {
+				opts.Pending, opts.Metadata = true, limitMetadata(riverjob.LimitMetaName, c.limit, false)
+			}
+			params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 			evs = evs[n:]
 		}
 	}
@@ -534,7 +544,9 @@ func (r routing) batchParams() []river.InsertManyParams {
 // their lane's reserved sequence numbers in emit order; a lane's head
 // (reserved[k].head at its number) goes in as its available job, marked as
 // the lane's turn, and the events behind it wait as lane events
-// (lane_events.go).
+// (lane_events.go). A capped consumer's jobs wait for admission instead,
+// and the events behind its lanes' heads as pending jobs
+// (consumer_limit.go).
 func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyParams, []laneEvent, error) {
 	params := make([]river.InsertManyParams, 0, len(r.deliveries))
 	var evs []laneEvent
@@ -548,12 +560,17 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 			}
 			args.AggregateID, args.Seq = d.ev.AggregateID, lr.next
 			opts.Pending = lr.next > lr.head
-			if !opts.Pending {
+			switch {
+			case d.c.limit != "" && opts.Pending:
+				opts.Metadata = limitMetadata(riverjob.LimitMetaOnRelease, d.c.limit, false)
+			case d.c.limit != "":
+				opts.Pending, opts.Metadata = true, limitMetadata(riverjob.LimitMetaName, d.c.limit, true)
+			case !opts.Pending:
 				opts.Metadata = laneTurnMetadata
 			}
 			lr.next++
 			reserved[d.lane] = lr
-			if opts.Pending {
+			if opts.Pending && d.c.limit == "" {
 				ev, err := newLaneEvent(args, d.c.queue, d.c.maxAttempts)
 				if err != nil {
 					return nil, nil, err
@@ -561,6 +578,8 @@ func (r routing) laneParams(reserved map[laneKey]laneRange) ([]river.InsertManyP
 				evs = append(evs, ev)
 				continue
 			}
+		} else if d.c.limit != "" {
+			opts.Pending, opts.Metadata = true, limitMetadata(riverjob.LimitMetaName, d.c.limit, false)
 		}
 		params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
 	}
@@ -599,7 +618,7 @@ func eventSize(ev *outbox.Event) int {
 // busConsumersSQL reads the consumers that receive new events: those a
 // live worker ran within their inactive_after ($1 is now).
 const busConsumersSQL = `
-SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch
+SELECT name, patterns, queue, max_attempts, source_service, skip_own_kinds, dispatch_batch, coalesce(limit_name, '')
 FROM /*schema*/tributary_event_consumer
 WHERE inactive_after_ms < 0 OR seen_at >= $1::timestamptz - inactive_after_ms * interval '1 millisecond'
 ORDER BY name`

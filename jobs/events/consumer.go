@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tributary-run/tributary/internal/riverjob"
+	"github.com/tributary-run/tributary/limits"
 	"github.com/tributary-run/tributary/outbox"
 )
 
@@ -121,6 +122,20 @@ type ConsumerConfig struct {
 	// Defaults to InactiveAfterDefault (72 hours); at least
 	// InactiveAfterMin.
 	InactiveAfter time.Duration
+
+	// MaxHandlers caps how many of the consumer's dispatch jobs run at
+	// once, across every worker process: each job runs one handler at a
+	// time (a batch's events and a lane chain's one after another), so at
+	// most this many of its handlers run at once. The cap is a limit named
+	// "consumer:" and the consumer's name (Limit), which
+	// `tributary limits set` overrides at run time; a dispatch job over it
+	// waits in River's pending state, holding no worker slot. An
+	// aggregate's events keep their order. Events of a capped consumer
+	// that wait behind their aggregate's head are pending dispatch jobs,
+	// not lane events, and run as jobs of their own (no lane chains).
+	//
+	// Defaults to 0: no cap.
+	MaxHandlers int
 }
 
 // Batched dispatch limits and defaults (ConsumerConfig.DispatchBatch and
@@ -275,7 +290,41 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	case cfg.InactiveAfter > 0 && cfg.InactiveAfter < InactiveAfterMin:
 		return nil, fmt.Errorf("consumer %s: InactiveAfter %s is too short: want at least %s (or negative for never)", cfg.Name, cfg.InactiveAfter, InactiveAfterMin)
 	}
-	return &Consumer{cfg: cfg}, nil
+	if cfg.MaxHandlers < 0 {
+		return nil, fmt.Errorf("consumer %s: MaxHandlers %d must not be negative (0: no cap)", cfg.Name, cfg.MaxHandlers)
+	}
+	c := &Consumer{cfg: cfg}
+	if l, ok := c.Limit(); ok {
+		if err := limits.ValidateName(l.Name); err != nil {
+			return nil, fmt.Errorf("consumer %s: MaxHandlers needs a name of at most %d characters: %w", cfg.Name, 100-len(consumerLimitPrefix), err)
+		}
+	}
+	return c, nil
+}
+
+// consumerLimitPrefix begins the name of a consumer's limit (Limit).
+const consumerLimitPrefix = "consumer:"
+
+// Limit returns the limit of MaxHandlers: named "consumer:" and the
+// consumer's name, Max MaxHandlers, describing the consumer's dispatch
+// jobs (Kind DispatchKind, Queue the consumer's). ok is false without a
+// cap. Declare it in the limits of every worker process (limits.Config;
+// tributary.App declares the limits of Config.Consumers itself). It
+// governs only this consumer's dispatch jobs, which carry its name: the
+// limits' insert middleware matches no dispatch job by kind or queue.
+func (c *Consumer) Limit() (l limits.Limit, ok bool) {
+	if c.cfg.MaxHandlers == 0 {
+		return limits.Limit{}, false
+	}
+	return limits.Limit{Name: consumerLimitPrefix + c.cfg.Name, Kind: DispatchKind, Queue: c.cfg.Queue, Max: c.cfg.MaxHandlers}, true
+}
+
+// limitName is the name of the consumer's limit, "" without a cap.
+func (c *Consumer) limitName() string {
+	if c.cfg.MaxHandlers == 0 {
+		return ""
+	}
+	return consumerLimitPrefix + c.cfg.Name
 }
 
 // Name returns the consumer's name.

@@ -217,7 +217,7 @@ func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 			return fmt.Errorf("error reading consumer %s: %w", c.Name(), err)
 		}
 		if _, err := d.pool.Exec(ctx, d.q(upsertConsumerSQL), c.Name(), types, c.cfg.Queue, c.maxAttempts(), c.cfg.SourceService, kinds, now,
-			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS()); err != nil {
+			c.cfg.DispatchBatch, string(c.cfg.Ordering), c.inactiveAfterMS(), nullable(c.limitName())); err != nil {
 			return fmt.Errorf("error registering consumer %s: %w", c.Name(), err)
 		}
 		if seenAt != nil && inactiveMS >= 0 && now.Sub(*seenAt) > time.Duration(inactiveMS)*time.Millisecond {
@@ -549,18 +549,28 @@ func (d *Dispatcher) releaseLane(ctx context.Context, args dispatchArgs, logger 
 	d.wakeRiver(ctx, promotedQueue)
 }
 
-// upsertConsumerSQL registers a consumer. lane_events stays true for
+// nullable is s, or NULL when it is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// upsertConsumerSQL registers a consumer, with the limit of its
+// MaxHandlers (limit_name, NULL for none), which the forwarder writes
+// into its dispatch jobs. lane_events stays true for
 // workers of versions that still read it (they then write a lane's waiting
 // events as lane events, as this version does, rather than as pending
 // dispatch jobs); this version does not read it.
 const upsertConsumerSQL = `
 INSERT INTO /*schema*/tributary_event_consumer (name, patterns, queue, max_attempts, source_service, skip_own_kinds, updated_at,
-                                                dispatch_batch, ordering, seen_at, inactive_after_ms, lane_events)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, true)
+                                                dispatch_batch, ordering, seen_at, inactive_after_ms, lane_events, limit_name)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, true, $11)
 ON CONFLICT (name) DO UPDATE SET patterns = excluded.patterns, queue = excluded.queue, max_attempts = excluded.max_attempts,
     source_service = excluded.source_service, skip_own_kinds = excluded.skip_own_kinds, updated_at = excluded.updated_at,
     dispatch_batch = excluded.dispatch_batch, ordering = excluded.ordering, seen_at = excluded.seen_at,
-    inactive_after_ms = excluded.inactive_after_ms, lane_events = true`
+    inactive_after_ms = excluded.inactive_after_ms, lane_events = true, limit_name = excluded.limit_name`
 
 const consumerSeenSQL = `
 SELECT seen_at, inactive_after_ms FROM /*schema*/tributary_event_consumer WHERE name = $1`

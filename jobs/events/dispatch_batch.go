@@ -105,7 +105,7 @@ func (d *Dispatcher) workBatch(ctx context.Context, job *river.Job[dispatchBatch
 	if len(rems) == 0 {
 		return nil
 	}
-	if err := d.finishBatch(ctx, job, rems); err != nil {
+	if err := d.finishBatch(ctx, c, job, rems); err != nil {
 		// Nothing of it was written; River retries the whole batch (the
 		// events that succeeded run again: at-least-once).
 		return recordFailed(fmt.Errorf("error recording the outcome of batched dispatch %d: %w", job.ID, err))
@@ -154,8 +154,9 @@ func attemptError(attempt int, err error) *rivertype.AttemptError {
 }
 
 // finishBatch inserts the remainders and completes the batch job in one
-// transaction.
-func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[dispatchBatchArgs], rems []batchRemainder) error {
+// transaction. A capped consumer's remainders carry its limit: those to
+// run at once wait for admission.
+func (d *Dispatcher) finishBatch(ctx context.Context, c *Consumer, job *river.Job[dispatchBatchArgs], rems []batchRemainder) error {
 	jobs := make([]riverjob.AttemptedJob, len(rems))
 	for i, rem := range rems {
 		b, err := json.Marshal(rem.args)
@@ -163,7 +164,7 @@ func (d *Dispatcher) finishBatch(ctx context.Context, job *river.Job[dispatchBat
 			return fmt.Errorf("error encoding a dispatch job: %w", err)
 		}
 		jobs[i] = riverjob.AttemptedJob{Kind: rem.args.Kind(), Args: b, State: rem.state, Attempt: rem.attempt,
-			MaxAttempts: rem.maxAttempts, ScheduledAt: rem.scheduledAt, Error: rem.err}
+			MaxAttempts: rem.maxAttempts, ScheduledAt: rem.scheduledAt, Error: rem.err, Limit: c.limitName()}
 	}
 	// The job's context without its cancellation: River finds its client
 	// there, and a shutdown must not keep the outcome from being recorded.

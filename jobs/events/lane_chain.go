@@ -318,7 +318,7 @@ func (d *Dispatcher) failClaimed(ctx context.Context, tx pgx.Tx, c *Consumer, he
 	}
 	place := riverjob.LaneSeq{Consumer: head.Consumer, AggregateID: head.AggregateID, Seq: f.job.Seq}
 	id, err := d.lanes.failEvent(ctx, tx, place, processID, c.cfg.Queue, riverjob.AttemptedJob{Kind: DispatchKind, Args: f.job.Args,
-		State: st, Attempt: attempt, MaxAttempts: f.job.MaxAttempts, ScheduledAt: at, Error: attemptError(attempt, r.err)}, now)
+		State: st, Attempt: attempt, MaxAttempts: f.job.MaxAttempts, ScheduledAt: at, Error: attemptError(attempt, r.err), Limit: c.limitName()}, now)
 	if err != nil || id == 0 {
 		// id 0: the claim was taken back (the sweep took this process for
 		// dead); the lane event runs again as a dispatch job.

@@ -264,7 +264,7 @@ func RetryLane(ctx context.Context, client *queue.Client, consumer, aggregate st
 }
 
 func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *lanes, consumer, aggregate string) (*JobActionResult, error) {
-	queueName, maxAttempts, err := consumerQueue(ctx, tx, client.Schema(), consumer)
+	queueName, maxAttempts, limit, err := consumerQueue(ctx, tx, client.Schema(), consumer)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +282,13 @@ func retryBlockedLane(ctx context.Context, tx pgx.Tx, client *queue.Client, ls *
 		if err := json.Unmarshal(l.blockedArgs, &args); err != nil || args.Seq != l.headSeq {
 			return nil, fmt.Errorf("the lane's copy of job %d does not hold its event (aggregate %q of consumer %q): skip the lane instead", blocked, aggregate, consumer)
 		}
-		ins, err := client.River().InsertTx(ctx, tx, args, &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts, Metadata: laneTurnMetadata})
+		opts := &river.InsertOpts{Queue: queueName, MaxAttempts: maxAttempts, Metadata: laneTurnMetadata}
+		if limit != "" {
+			// The consumer's cap: it waits for admission (the limits'
+			// middleware, if the client has one, leaves dispatch jobs alone).
+			opts.Pending, opts.Metadata = true, limitMetadata(riverjob.LimitMetaName, limit, true)
+		}
+		ins, err := client.River().InsertTx(ctx, tx, args, opts)
 		if err != nil {
 			return nil, fmt.Errorf("error putting back the event of job %d: %w", blocked, err)
 		}
@@ -304,7 +310,7 @@ func SkipLane(ctx context.Context, client *queue.Client, consumer, aggregate str
 	res := &JobActionResult{Consumer: consumer, AggregateID: aggregate}
 	var promoted string
 	err := pgx.BeginFunc(ctx, client.Pool(), func(tx pgx.Tx) error {
-		if _, _, err := consumerQueue(ctx, tx, client.Schema(), consumer); err != nil {
+		if _, _, _, err := consumerQueue(ctx, tx, client.Schema(), consumer); err != nil {
 			return err
 		}
 		l, err := lockBlockedLane(ctx, tx, ls, consumer, aggregate)
@@ -347,19 +353,17 @@ func lockBlockedLane(ctx context.Context, tx pgx.Tx, ls *lanes, consumer, aggreg
 	return l, fmt.Errorf("aggregate %q of consumer %q is not blocked%s: %w", aggregate, consumer, hint, ErrLaneNotBlocked)
 }
 
-// consumerQueue checks that consumer exists and returns its queue and
-// attempts.
-func consumerQueue(ctx context.Context, db queue.DBTX, schema, consumer string) (string, int, error) {
-	var q string
-	var maxAttempts int
-	err := db.QueryRow(ctx, queue.Qualify(schema, consumerQueueSQL), consumer).Scan(&q, &maxAttempts)
+// consumerQueue checks that consumer exists and returns its queue, its
+// attempts and the limit of its MaxHandlers ("" for none).
+func consumerQueue(ctx context.Context, db queue.DBTX, schema, consumer string) (q string, maxAttempts int, limit string, err error) {
+	err = db.QueryRow(ctx, queue.Qualify(schema, consumerQueueSQL), consumer).Scan(&q, &maxAttempts, &limit)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", 0, fmt.Errorf("%w %q", ErrUnknownConsumer, consumer)
+		return "", 0, "", fmt.Errorf("%w %q", ErrUnknownConsumer, consumer)
 	}
 	if err != nil {
-		return "", 0, fmt.Errorf("error reading consumer %q: %w", consumer, err)
+		return "", 0, "", fmt.Errorf("error reading consumer %q: %w", consumer, err)
 	}
-	return q, maxAttempts, nil
+	return q, maxAttempts, limit, nil
 }
 
 // BlockedLane is a lane a given-up head holds: under OrderingBlock, a
@@ -405,4 +409,4 @@ func ListBlockedLanes(ctx context.Context, db queue.DBTX, schema string, p LaneL
 }
 
 const consumerQueueSQL = `
-SELECT queue, max_attempts FROM /*schema*/tributary_event_consumer WHERE name = $1`
+SELECT queue, max_attempts, coalesce(limit_name, '') FROM /*schema*/tributary_event_consumer WHERE name = $1`

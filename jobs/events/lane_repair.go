@@ -43,6 +43,7 @@ type laneSnapshot struct {
 	eventClaimedAt  *time.Time // when
 	jobState        string
 	cancelRequested bool // River's JobCancel marked the job
+	limited         bool // it carries its consumer's limit: pending, it waits for admission
 	jobArgs         []byte
 	lastError       string
 	attempt         int
@@ -77,6 +78,8 @@ func (a repairAction) String() string {
 // sweep is what happened outside tributary:
 //   - a head still pending (a lost promotion: a job edited by hand, a bug)
 //     is promoted, and so is a head that is a lane event (lane_events.go);
+//     a pending head that carries its consumer's limit was promoted and
+//     waits for admission (consumer_limit.go): it is left alone;
 //   - a head that completed (by hand) moves the lane on;
 //   - a head cancelled by an operator through River (its client or UI: the
 //     job's metadata says so), or cancelled in any way the lane did not
@@ -125,6 +128,9 @@ func planRepair(s laneSnapshot) repairAction {
 	}
 	switch s.jobState {
 	case "pending":
+		if s.limited {
+			return repairNone // promoted already, waiting for admission
+		}
 		return repairPromote
 	case "completed":
 		return repairRelease

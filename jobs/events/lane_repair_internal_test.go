@@ -16,6 +16,7 @@ func TestPlanRepair(t *testing.T) {
 		want repairAction
 	}{
 		{"pending head: a lost promotion", laneSnapshot{jobID: 7, jobState: "pending"}, repairPromote},
+		{"pending head with its consumer's limit: waits for admission", laneSnapshot{jobID: 7, jobState: "pending", limited: true}, repairNone},
 		{"available head: working", laneSnapshot{jobID: 7, jobState: "available"}, repairNone},
 		{"running head", laneSnapshot{jobID: 7, jobState: "running"}, repairNone},
 		{"retryable head", laneSnapshot{jobID: 7, jobState: "retryable"}, repairNone},

@@ -329,7 +329,7 @@ func (l *lanes) quiet(ctx context.Context, db queue.DBTX, cutoff time.Time, afte
 	var bare []int // the lanes without a head job: is a lane event there?
 	for i, h := range heads {
 		s := &page[i]
-		s.jobID, s.jobState, s.cancelRequested = h.ID, string(h.State), h.CancelRequested
+		s.jobID, s.jobState, s.cancelRequested, s.limited = h.ID, string(h.State), h.CancelRequested, h.Limited
 		s.jobArgs, s.lastError = h.Args, h.LastError
 		s.attempt, s.attemptedBy, s.attemptedAt = h.Attempt, h.AttemptedBy, h.AttemptedAt
 		if h.ID == 0 {

@@ -75,7 +75,11 @@ func setupLanesWith(t *testing.T, cfg events.ConsumerConfig) *laneBundle {
 		b.rec.add(call{eventID: m.ID, aggregateID: m.AggregateID, attempt: m.Attempt})
 		return nil
 	})
-	b.rt, b.inst = startEvents(t, db, events.ForwarderConfig{}, c)
+	if l, ok := c.Limit(); ok {
+		b.rt, b.inst = startLimitedEvents(t, db, l, c)
+	} else {
+		b.rt, b.inst = startEvents(t, db, events.ForwarderConfig{}, c)
+	}
 	b.em = newEmitter(t, db)
 	b.loose = newEmitter(t, db, looseOrderEvent, noteEvent)
 	return b

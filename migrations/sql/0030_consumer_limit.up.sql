@@ -1,0 +1,11 @@
+-- An event consumer's cap on its handlers running at once
+-- (events.ConsumerConfig.MaxHandlers; docs/limits.md, "Workflows and
+-- consumers"). The consumer's registration names the limit that governs
+-- its dispatch jobs (NULL: none); the limit itself, with its max, is a row
+-- of tributary_limit like any declared limit. The forwarder reads the name
+-- with the consumer and writes it into the metadata of the dispatch jobs it
+-- inserts: a job that would run at once is inserted pending with the
+-- limit (tributary_limit), and a job behind its lane's head with the limit
+-- for its release (tributary_limit_on_release), which migration 0028's
+-- door turns into a wait for admission when the lane promotes it.
+ALTER TABLE tributary_event_consumer ADD COLUMN IF NOT EXISTS limit_name text;
