@@ -1,8 +1,10 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"testing"
@@ -157,6 +159,43 @@ func TestCappedBlockedHeadRetried(t *testing.T) {
 		state, limit := limitOf(id)
 		require.Equal(t, []string{"completed", "consumer:lanes"}, []string{state, limit}, "job %d", id)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestCappedConsumerWithoutLimitWarns: a capped consumer registered where
+// no process declared its limit is recorded with the limit's name, and its
+// registration warns that its jobs wait until a process declares it.
+func TestCappedConsumerWithoutLimitWarns(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var logs lockedBuffer
+	c := fastConsumer(t, "capped", func(cfg *events.ConsumerConfig) { cfg.MaxHandlers = 1 })
+	require.NoError(t, c.Subscribe(events.Handle(seqEvent, newHandlerLog().handle(0))))
+	pgtest.StartRuntime(t, db, queue.RuntimeConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, func(rt *queue.Runtime) {
+		_, err := events.Install(rt, events.InstallConfig{Consumers: []*events.Consumer{c}})
+		require.NoError(t, err)
+	})
+	require.Contains(t, logs.String(), "consumer is capped by a limit no process has declared")
+	var limitName string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), db.Q(`SELECT limit_name FROM /*schema*/tributary_event_consumer WHERE name = 'capped'`)).Scan(&limitName))
+	require.Equal(t, "consumer:capped", limitName)
 }
 
 // TestConsumerMaxHandlersAcrossRuntimes runs a consumer capped at 2

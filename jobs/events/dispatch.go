@@ -224,6 +224,9 @@ func (d *Dispatcher) registerConsumers(ctx context.Context) error {
 			d.logger.WarnContext(ctx, "consumer was inactive: events forwarded while no worker ran it were not delivered to it",
 				"consumer", c.Name(), "last_seen", seenAt.UTC(), "inactive_after", time.Duration(inactiveMS)*time.Millisecond)
 		}
+		if err := d.checkLimitDeclared(ctx, c); err != nil {
+			return err
+		}
 		d.logger.InfoContext(ctx, "consumer registered", "consumer", c.Name(), "event_types", len(types), "queue", c.cfg.Queue)
 		d.logger.DebugContext(ctx, "consumer event types", "consumer", c.Name(), "event_types", types)
 	}
@@ -548,6 +551,29 @@ func (d *Dispatcher) releaseLane(ctx context.Context, args dispatchArgs, logger 
 	}
 	d.wakeRiver(ctx, promotedQueue)
 }
+
+// checkLimitDeclared warns when c is capped and no process has declared
+// its limit: its dispatch jobs would wait for an admission that never
+// comes. The App declares it before its consumers register; a program
+// that installs the events package alone declares Consumer.Limit in its
+// limits.Config.
+func (d *Dispatcher) checkLimitDeclared(ctx context.Context, c *Consumer) error {
+	name := c.limitName()
+	if name == "" {
+		return nil
+	}
+	var declared bool
+	if err := d.pool.QueryRow(ctx, d.q(limitDeclaredSQL), name).Scan(&declared); err != nil {
+		return fmt.Errorf("error reading the limit of consumer %s: %w", c.Name(), err)
+	}
+	if !declared {
+		d.logger.WarnContext(ctx, "consumer is capped by a limit no process has declared: its dispatch jobs wait until one does (declare Consumer.Limit in limits.Config)",
+			"consumer", c.Name(), "limit", name)
+	}
+	return nil
+}
+
+const limitDeclaredSQL = `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_limit WHERE name = $1)`
 
 // nullable is s, or NULL when it is empty.
 func nullable(s string) *string {
