@@ -125,8 +125,8 @@ type ConsumerConfig struct {
 
 	// MaxHandlers caps how many of the consumer's dispatch jobs run at
 	// once, across every worker process: each job runs one handler at a
-	// time (a batch's events and a lane chain's one after another), so at
-	// most this many of its handlers run at once. The cap is a limit named
+	// time (a batch's events one after another), so at most this many of
+	// its handlers run at once. The cap is a limit named
 	// "consumer:" and the consumer's name (Limit), which
 	// `tributary limits set` overrides at run time; a dispatch job over it
 	// waits in River's pending state, holding no worker slot. An
