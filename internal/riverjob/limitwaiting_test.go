@@ -22,7 +22,9 @@ func TestLimitWaiting(t *testing.T) {
 		require.NoError(t, err)
 		return ok
 	}
-	meta := func(limit string) []byte { return []byte(`{"tributary_limit":"` + limit + `","tributary_limit_key":"k"}`) }
+	meta := func(limit string) []byte {
+		return []byte(`{"tributary_limit":"` + limit + `","tributary_limit_key":"k"}`)
+	}
 	require.False(t, waiting(), "no jobs")
 
 	f.insert(t, fixtureArgs{N: 1}, &river.InsertOpts{Pending: true, Metadata: meta("other")})
