@@ -101,20 +101,21 @@ func (a *Admitter) signal() {
 }
 
 // due takes the limits to look at now: the ones notifications named, or
-// every limit in the table when all is set.
-func (a *Admitter) due(ctx context.Context) ([]string, error) {
+// every limit in the table when all is set (then full says so).
+func (a *Admitter) due(ctx context.Context) (out []string, full bool, err error) {
 	a.mu.Lock()
 	all, dirty := a.all, a.dirty
 	a.all, a.dirty = false, map[string]bool{}
 	a.mu.Unlock()
 	if all {
-		return names(ctx, a.pool, a.sql)
+		out, err = names(ctx, a.pool, a.sql)
+		return out, true, err
 	}
-	out := make([]string, 0, len(dirty))
+	out = make([]string, 0, len(dirty))
 	for n := range dirty {
 		out = append(out, n)
 	}
-	return out, nil
+	return out, false, nil
 }
 
 func (a *Admitter) admitLoop(ctx context.Context) {
@@ -142,7 +143,7 @@ func (a *Admitter) admitLoop(ctx context.Context) {
 			}
 		case <-a.wake:
 		}
-		due, err := a.due(ctx)
+		due, full, err := a.due(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.logger.WarnContext(ctx, "error listing limits; trying again at the next poll", "error", err)
@@ -153,7 +154,12 @@ func (a *Admitter) admitLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			_, wait, err := a.pass(ctx, name)
+			var wait time.Duration
+			if full {
+				_, wait, err = a.pass(ctx, name)
+			} else {
+				_, wait, err = a.passIfWaiting(ctx, name)
+			}
 			if err != nil && ctx.Err() == nil {
 				a.logger.WarnContext(ctx, "error admitting limited jobs; trying again at the next poll", "limit", name, "error", err)
 			}
@@ -205,6 +211,28 @@ const rateRetryDefault = 20 * time.Millisecond
 func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
 	n, _, err := a.pass(ctx, name)
 	return n, err
+}
+
+// passIfWaiting is pass when limit name has a due pending job, and
+// otherwise only forgets the keys its last pass left waiting. Most
+// notifications are slots given back (every completion of a limited job
+// sends one); while nothing waits they free nothing worth a pass, and a
+// pass counts every job of the limit holding a slot, where the probe stops
+// at the first waiting one. A job that starts waiting after the probe
+// sends a notification of its own (migration 0027's triggers), so none is
+// missed; the poll's passes are full ones, which keep Stats current.
+func (a *Admitter) passIfWaiting(ctx context.Context, name string) (int, time.Duration, error) {
+	waiting, err := riverjob.LimitWaiting(ctx, a.pool, a.schema, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	if waiting {
+		return a.pass(ctx, name)
+	}
+	a.waitingMu.Lock()
+	delete(a.waiting, name)
+	a.waitingMu.Unlock()
+	return 0, 0, nil
 }
 
 // pass is Pass, which also returns, for a rate limit that left jobs

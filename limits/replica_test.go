@@ -1,13 +1,11 @@
 package limits_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -254,24 +252,6 @@ func perPeriod(starts []start, period time.Duration) []string {
 
 // runningUnderPID counts the running jobs attempted last by the worker
 // process with pid (its River client id holds its pid).
-// waitDead polls until process pid is gone or a zombie: it can no longer
-// commit anything.
-func waitDead(t *testing.T, pid int) {
-	t.Helper()
-	pgtest.WaitFor(t, 30*time.Second, fmt.Sprintf("process %d to die", pid), func() (bool, error) {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if os.IsNotExist(err) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		// The state follows the parenthesised command name.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X"), nil
-	})
-}
-
 // rescuedFrom counts the jobs with an attempt under process pid that
 // liveness took back (its rescue records an error).
 func rescuedFrom(t *testing.T, db *pgtest.DB, pid int) int {

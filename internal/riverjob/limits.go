@@ -187,6 +187,23 @@ FROM chosen
 WHERE j.id = chosen.id AND j.state = 'pending'
 RETURNING j.queue`
 
+// LimitWaiting reports whether limit has a due pending job: whether a
+// pass over it could admit anything. One probe of migration 0027's partial
+// index, without counting the jobs that hold slots.
+func LimitWaiting(ctx context.Context, db DBTX, schema, limit string) (bool, error) {
+	var waiting bool
+	if err := db.QueryRow(ctx, q(schema, limitWaitingSQL), customPlan, limit).Scan(&waiting); err != nil {
+		return false, fmt.Errorf("error looking for waiting jobs of limit %q: %w", limit, err)
+	}
+	return waiting, nil
+}
+
+const limitWaitingSQL = `
+SELECT EXISTS (
+    SELECT 1 FROM /*schema*/river_job
+    WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1
+      AND state = 'pending' AND scheduled_at <= now())`
+
 // LimitOldestWaiting returns the pending job of limit scheduled first (its
 // id and scheduled time), nil when none waits.
 func LimitOldestWaiting(ctx context.Context, db DBTX, schema, limit string) (id *int64, scheduledAt *time.Time, err error) {

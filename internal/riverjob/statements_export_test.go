@@ -31,6 +31,7 @@ func Statements() map[string]string {
 		"limitUseSQL":              limitUseSQL,
 		"admittingSQL":             admittingSQL,
 		"admitLimitedSQL":          admitLimitedSQL,
+		"limitWaitingSQL":          limitWaitingSQL,
 		"limitOldestWaitingSQL":    limitOldestWaitingSQL,
 		"limitCancelCandidatesSQL": limitCancelCandidatesSQL,
 		"jobStartSpreadSQL":        jobStartSpreadSQL,
