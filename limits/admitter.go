@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/tributary-run/tributary/internal/pglisten"
 	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/queue"
 )
@@ -67,7 +68,9 @@ func (a *Admitter) Start(ctx context.Context) error {
 			return err
 		}
 		a.markAll()
-		run.Go(func() { a.listenLoop(run.Stopping()) })
+		listen := pglisten.Loop{Pool: a.pool, Channel: a.channel, Who: "admitter", Fallback: "its poll",
+			Retry: a.poll, Logger: a.logger, Reconnected: a.markAll, Notified: a.mark}
+		run.Go(func() { listen.Run(run.Stopping(), nil) })
 		run.Go(func() { a.admitLoop(run.Stopping()) })
 		return nil
 	})
@@ -430,60 +433,4 @@ func rateWait(use []riverjob.LimitKeyUse, gs []grant, rate int) time.Duration {
 		}
 	}
 	return wait
-}
-
-// listen opens a dedicated connection (a pooled one would be lost to the
-// pool's other users) and subscribes to the limits channel.
-func (a *Admitter) listen(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, a.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return nil, fmt.Errorf("error opening the admitter's LISTEN connection: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{a.channel}.Sanitize()); err != nil {
-		conn.Close(ctx)
-		return nil, fmt.Errorf("error listening on %s: %w", a.channel, err)
-	}
-	return conn, nil
-}
-
-func (a *Admitter) listenLoop(ctx context.Context) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			conn.Close(closeCtx)
-		}
-	}()
-	for {
-		if conn == nil {
-			var err error
-			if conn, err = a.listen(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				a.logger.WarnContext(ctx, "admitter cannot listen, relying on its poll", "error", err)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(a.poll):
-				}
-				continue
-			}
-			a.markAll() // notifications may have been missed while down
-		}
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			a.logger.WarnContext(ctx, "admitter lost its LISTEN connection, reconnecting", "error", err)
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			conn.Close(closeCtx)
-			cancel()
-			conn = nil
-			continue
-		}
-		a.mark(n.Payload)
-	}
 }

@@ -14,9 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tributary-run/tributary/internal/pglisten"
 	"github.com/tributary-run/tributary/migrations"
 	"github.com/tributary-run/tributary/outbox"
 	"github.com/tributary-run/tributary/queue"
@@ -315,7 +315,7 @@ func (f *Forwarder) Stats() ForwarderStats {
 // the forwarder listens, so no notification after Start is missed.
 func (f *Forwarder) Start(ctx context.Context) error {
 	return f.life.Start(ctx, f.Name(), func(run *queue.Run) error {
-		conn, err := f.listen(ctx)
+		conn, err := pglisten.Open(ctx, f.pool, f.channel, "forwarder")
 		if err != nil {
 			return err
 		}
@@ -328,7 +328,19 @@ func (f *Forwarder) Start(ctx context.Context) error {
 			sc := claimScope{share: i, shares: len(wakes)}
 			run.Go(func() { f.forwardLoop(loopCtx, workCtx, wakes[i], sc) })
 		}
-		run.Go(func() { f.listenLoop(loopCtx, conn, wakes) })
+		listen := pglisten.Loop{Pool: f.pool, Channel: f.channel, Who: "forwarder", Fallback: "the sweep",
+			Retry: f.cfg.SweepInterval, Logger: f.logger,
+			Reconnected: func() { signal(wakes) },
+			Notified: func(payload string) {
+				switch loop, all, none := wakeLoops(payload, f.token, len(wakes)); {
+				case none:
+				case all:
+					signal(wakes)
+				default:
+					signal(wakes[loop : loop+1])
+				}
+			}}
+		run.Go(func() { listen.Run(loopCtx, conn) })
 		run.Go(func() { f.sweepLoop(loopCtx) })
 		f.logger.InfoContext(ctx, "forwarder started", "claim_size", f.cfg.ClaimSize, "max_claim_size", f.cfg.MaxClaimSize, "publishers", len(f.cfg.Publishers))
 		return nil
@@ -362,67 +374,6 @@ func (f *Forwarder) Stop(ctx context.Context) error {
 		return errors.Join(err, rerr)
 	}
 	return fmt.Errorf("%w; released %d claimed rows", err, released)
-}
-
-// listen opens a dedicated connection (not from the pool, which would lose
-// it to other users) and subscribes to the outbox channel.
-func (f *Forwarder) listen(ctx context.Context) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, f.pool.Config().ConnConfig.Copy())
-	if err != nil {
-		return nil, fmt.Errorf("error opening the forwarder's LISTEN connection: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{f.channel}.Sanitize()); err != nil {
-		conn.Close(ctx)
-		return nil, fmt.Errorf("error listening on %s: %w", f.channel, err)
-	}
-	return conn, nil
-}
-
-func (f *Forwarder) listenLoop(ctx context.Context, conn *pgx.Conn, wakes []chan struct{}) {
-	defer func() {
-		if conn != nil {
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			conn.Close(closeCtx)
-		}
-	}()
-	for {
-		if conn == nil {
-			var err error
-			if conn, err = f.listen(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				f.logger.WarnContext(ctx, "forwarder cannot listen, relying on the sweep", "error", err)
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(f.cfg.SweepInterval):
-				}
-				continue
-			}
-			signal(wakes) // notifications may have been missed while down
-		}
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			f.logger.WarnContext(ctx, "forwarder lost its LISTEN connection, reconnecting", "error", err)
-			closeCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			conn.Close(closeCtx)
-			cancel()
-			conn = nil
-			continue
-		}
-		switch loop, all, none := wakeLoops(n.Payload, f.token, len(wakes)); {
-		case none:
-		case all:
-			signal(wakes)
-		default:
-			signal(wakes[loop : loop+1])
-		}
-	}
 }
 
 func signal(chs []chan struct{}) {
