@@ -1,7 +1,9 @@
 package limits
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -34,6 +36,10 @@ type Admitter struct {
 	channel string
 	sql     statements
 
+	// works says the process works jobs (Limiter.Register of a runtime
+	// with queues): the admitter then follows River's completions.
+	works bool
+
 	life  queue.Lifecycle
 	stats stats
 	// waiting holds, per limit, the keys this admitter's last pass left
@@ -49,6 +55,9 @@ type Admitter struct {
 }
 
 // NewAdmitter returns the admitter of l's limits on c's pool and schema.
+// It learns of slots given back by jobs that completed (which send no
+// notification) at its poll only: a worker process uses Register, whose
+// admitter follows its River client's completions.
 func (l *Limiter) NewAdmitter(c *queue.Client) *Admitter {
 	return &Admitter{
 		pool: c.Pool(), river: c.River(), schema: l.cfg.Schema, logger: l.cfg.Logger, limits: l.cfg.Limits, poll: l.cfg.PollInterval,
@@ -72,6 +81,13 @@ func (a *Admitter) Start(ctx context.Context) error {
 			Retry: a.poll, Logger: a.logger, Reconnected: a.markAll, Notified: a.mark}
 		run.Go(func() { listen.Run(run.Stopping(), nil) })
 		run.Go(func() { a.admitLoop(run.Stopping()) })
+		if a.works {
+			completed, cancel := a.river.SubscribeConfig(&river.SubscribeConfig{ChanSize: completedChanSize, Kinds: []river.EventKind{river.EventKindJobCompleted}})
+			run.Go(func() {
+				defer cancel()
+				a.completedLoop(run.Stopping(), completed)
+			})
+		}
 		return nil
 	})
 }
@@ -80,6 +96,39 @@ func (a *Admitter) Start(ctx context.Context) error {
 func (a *Admitter) Stop(ctx context.Context) error {
 	_, err := a.life.Stop(ctx)
 	return err
+}
+
+// completedChanSize holds River's completion events of one batch (River's
+// completer flushes up to 5,000 at once; an event it cannot deliver it
+// drops with a warning).
+const completedChanSize = 10_000
+
+// completedLoop marks the limit of every limited job that River completed
+// in this process: migration 0032 sends no notification when a limited job
+// completes, its worker process's admitter looks instead, once the
+// completion is committed (River sends its events after the batch). An
+// admitter of a process that works no jobs (NewAdmitter on a client
+// without queues) has none to follow.
+func (a *Admitter) completedLoop(ctx context.Context, events <-chan *river.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-events:
+			if !ok {
+				return
+			}
+			if ev.Job == nil || !bytes.Contains(ev.Job.Metadata, limitMetaName) {
+				continue
+			}
+			var meta struct {
+				Limit string `json:"tributary_limit"`
+			}
+			if json.Unmarshal(ev.Job.Metadata, &meta) == nil && meta.Limit != "" {
+				a.mark(meta.Limit)
+			}
+		}
+	}
 }
 
 func (a *Admitter) markAll() {
@@ -203,6 +252,11 @@ func capGrants(gs []grant, n int) ([]grant, bool) {
 	return gs, false
 }
 
+// lockRetry is when a limit whose row someone else held is looked at
+// again: another admitter's pass, or a transaction that admitted jobs at
+// insert, until it commits.
+const lockRetry = 20 * time.Millisecond
+
 // rateRetryDefault is when a rate limit whose budget is taken by jobs
 // admitted but not started yet is looked at again: once they start, their
 // starts say when the period frees them.
@@ -210,7 +264,9 @@ const rateRetryDefault = 20 * time.Millisecond
 
 // Pass admits what limit name has room for, in one transaction, and wakes
 // River's producers of the admitted jobs' queues. It returns how many jobs
-// it admitted. The admitter calls it; tests and tools may too.
+// it admitted: 0 at once when someone else holds the limit's row (another
+// pass, or a transaction that admitted jobs at insert and has not ended).
+// The admitter calls it; tests and tools may too.
 func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
 	n, _, err := a.pass(ctx, name)
 	return n, err
@@ -252,7 +308,14 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		var onBusy Busy
 		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &onBusy, &cursor)
 		if err == pgx.ErrNoRows {
-			return nil // not declared (yet): its jobs wait
+			var exists bool
+			if err := tx.QueryRow(ctx, a.sql.declared, name).Scan(&exists); err != nil {
+				return fmt.Errorf("error looking up limit %q: %w", name, err)
+			}
+			if exists {
+				wait = lockRetry // someone holds the row: look again
+			}
+			return nil // or not declared (yet): its jobs wait
 		}
 		if err != nil {
 			return fmt.Errorf("error locking limit %q: %w", name, err)
@@ -360,6 +423,20 @@ func (a *Admitter) record(name string, perKey, total int, keys []keyUse, gs []gr
 		st.Max, st.Used, st.Waiting, st.FullKeys, st.Started = perKey, used+admitted, waiting-admitted, full, started
 		st.Passes++
 	})
+}
+
+// anyWaiters reports whether this admitter's last pass over any limit left
+// jobs waiting for a slot: while none does, the middleware need not read a
+// finished job's metadata.
+func (a *Admitter) anyWaiters() bool {
+	a.waitingMu.Lock()
+	defer a.waitingMu.Unlock()
+	for _, keys := range a.waiting {
+		if len(keys) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // keyHasWaiters reports whether this admitter's last pass over limit left

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -73,11 +74,20 @@ func (l *Limiter) Limits() []Limit { return slices.Clone(l.cfg.Limits) }
 // Client.EnqueueManyTx inserts through River rather than by COPY.
 func (l *Limiter) Middleware() rivertype.Middleware { return l.mw }
 
+// Declare writes the declared limits into tributary_limit, as every
+// admitter does when it starts. A job is admitted at insert only once its
+// limit is there (it waits for an admitter otherwise), so a process that
+// inserts before any worker process started may call it first.
+func (l *Limiter) Declare(ctx context.Context, db queue.DBTX) error {
+	return declare(ctx, db, newStatements(l.cfg.Schema), l.cfg.Limits)
+}
+
 // Register adds an admitter to rt and returns it (for NewCollector).
 // Every worker process should run one: they take turns per limit, and one
 // is enough for all limits in the schema.
 func (l *Limiter) Register(rt *queue.Runtime) (*Admitter, error) {
 	adm := l.NewAdmitter(rt.Client)
+	adm.works = len(rt.Queues()) > 0
 	if err := rt.AddService(adm); err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 		return err
 	}
 	c := m.completer.Load()
-	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) || riverjob.OwnCompletion(ctx) {
+	if c == nil || !bytes.Contains(job.Metadata, limitMetaName) || riverjob.OwnCompletion(ctx) || !c.admitter.anyWaiters() {
 		return nil
 	}
 	var meta struct {
@@ -85,60 +85,91 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)
 
 func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	limited := false
 	for _, p := range manyParams {
-		if err := m.mark(p); err != nil {
+		marked, err := m.mark(p)
+		if err != nil {
 			return nil, err
 		}
+		limited = limited || marked
 	}
-	return doInner(ctx)
+	res, err := doInner(ctx)
+	if err == nil && limited {
+		m.countAdmitted(res)
+	}
+	return res, err
+}
+
+// countAdmitted adds the limited jobs that migration 0031's trigger
+// admitted at insert to this process's admitter's Stats.
+func (m *middleware) countAdmitted(res []*rivertype.JobInsertResult) {
+	c := m.completer.Load()
+	if c == nil {
+		return
+	}
+	for _, r := range res {
+		if r == nil || r.Job == nil || r.UniqueSkippedAsDuplicate || r.Job.State != rivertype.JobStateAvailable || !bytes.Contains(r.Job.Metadata, limitMetaName) {
+			continue
+		}
+		var meta struct {
+			Limit string `json:"tributary_limit"`
+		}
+		if json.Unmarshal(r.Job.Metadata, &meta) == nil && meta.Limit != "" {
+			c.admitter.stats.update(meta.Limit, func(st *LimitStats) { st.Admitted++ })
+		}
+	}
 }
 
 var limitMetaAsk = []byte(`"` + riverjob.LimitMetaAsk + `"`)
 
 // mark applies the first matching limit, or the one the job asks for, to
-// one job's insert. An event consumer's dispatch jobs carry their
-// consumer's limit, if any, from the events package, which writes most of
-// them by its own statements: no declared limit governs them by kind or
-// queue, whichever way they are inserted.
-func (m *middleware) mark(p *rivertype.JobInsertParams) error {
+// one job's insert, and reports whether it did. An event consumer's
+// dispatch jobs carry their consumer's limit, if any, from the events
+// package, which writes most of them by its own statements: no declared
+// limit governs them by kind or queue, whichever way they are inserted.
+//
+// A job that would be available stays available, marked
+// riverjob.LimitMetaAdmit: migration 0031's trigger admits it at insert
+// while its key has room and sends it to pending otherwise.
+func (m *middleware) mark(p *rivertype.JobInsertParams) (bool, error) {
 	if p.Kind == riverjob.DispatchKind || p.Kind == riverjob.DispatchBatchKind {
-		return nil
+		return false, nil
 	}
 	onRelease := p.State == rivertype.JobStatePending
 	if !onRelease && p.State != rivertype.JobStateAvailable && p.State != rivertype.JobStateScheduled {
-		return nil
+		return false, nil
 	}
 	var ask *riverjob.LimitAsk
 	meta := map[string]json.RawMessage{}
 	if bytes.Contains(p.Metadata, limitMetaAsk) {
 		if err := json.Unmarshal(p.Metadata, &meta); err != nil {
-			return fmt.Errorf("reading the job's metadata: %w", err)
+			return false, fmt.Errorf("reading the job's metadata: %w", err)
 		}
 		ask = new(riverjob.LimitAsk)
 		if err := json.Unmarshal(meta[riverjob.LimitMetaAsk], ask); err != nil {
-			return fmt.Errorf("reading the job's %s: %w", riverjob.LimitMetaAsk, err)
+			return false, fmt.Errorf("reading the job's %s: %w", riverjob.LimitMetaAsk, err)
 		}
 	}
 	l, ok := m.governing(p.Kind, p.Queue, ask)
 	if !ok {
 		if ask != nil {
 			if ask.Limit != "" {
-				return fmt.Errorf("a %s job asks for limit %q, which is not declared", p.Kind, ask.Limit)
+				return false, fmt.Errorf("a %s job asks for limit %q, which is not declared", p.Kind, ask.Limit)
 			}
-			return fmt.Errorf("a %s job in queue %q asks for limit key %q, and no declared limit governs it", p.Kind, p.Queue, ask.Key)
+			return false, fmt.Errorf("a %s job in queue %q asks for limit key %q, and no declared limit governs it", p.Kind, p.Queue, ask.Key)
 		}
-		return nil
+		return false, nil
 	}
 	key, err := l.key(p.Args, p.EncodedArgs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if ask != nil && ask.Key != "" {
 		key = ask.Key
 	}
 	if ask == nil && len(p.Metadata) > 0 {
 		if err := json.Unmarshal(p.Metadata, &meta); err != nil {
-			return fmt.Errorf("limit %q: reading the job's metadata: %w", l.Name, err)
+			return false, fmt.Errorf("limit %q: reading the job's metadata: %w", l.Name, err)
 		}
 	}
 	name := riverjob.LimitMetaName
@@ -147,22 +178,27 @@ func (m *middleware) mark(p *rivertype.JobInsertParams) error {
 	}
 	meta[name], _ = json.Marshal(l.Name)
 	meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+	if p.State == rivertype.JobStateAvailable {
+		meta[riverjob.LimitMetaAdmit] = json.RawMessage("true")
+	}
 	if l.Rate > 0 {
 		w, err := l.weight(p.Args, p.EncodedArgs)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if w != 1 {
-			meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
-		}
+		// Written even when it is 1: migration 0033's index of starts
+		// holds only the jobs that carry a weight, those of rate limits.
+		meta[riverjob.LimitMetaWeight], _ = json.Marshal(w)
 	}
 	b, err := json.Marshal(meta)
 	if err != nil {
-		return fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
+		return false, fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
 	}
 	p.Metadata = b
-	p.State = rivertype.JobStatePending
-	return nil
+	if p.State != rivertype.JobStateAvailable {
+		p.State = rivertype.JobStatePending
+	}
+	return true, nil
 }
 
 // governing is the limit of a job of kind in queue: the declared one it

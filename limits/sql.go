@@ -12,13 +12,13 @@ import (
 // statements are tributary_limit's statements, qualified for one schema.
 // The statements on river_job are internal/riverjob's (limits.go).
 type statements struct {
-	declare, lock, setCursor, names, list, setOverride string
+	declare, lock, declared, setCursor, names, list, setOverride string
 }
 
 func newStatements(schema string) statements {
 	q := func(sql string) string { return queue.Qualify(schema, sql) }
 	return statements{
-		declare: q(declareSQL), lock: q(lockSQL), setCursor: q(setCursorSQL), names: q(namesSQL),
+		declare: q(declareSQL), lock: q(lockSQL), declared: q(declaredSQL), setCursor: q(setCursorSQL), names: q(namesSQL),
 		list: q(listSQL), setOverride: q(setOverrideSQL),
 	}
 }
@@ -35,10 +35,15 @@ SET kind = excluded.kind, queue = excluded.queue, key_arg = excluded.key_arg,
     declared_at = excluded.declared_at`
 
 // lockSQL serialises the admission of one limit: the row lock is held to
-// the pass's commit, and a second admitter waits for it, then counts what
-// the first committed.
+// the pass's commit. Whoever holds it (another admitter's pass, or a
+// transaction that admitted a job at insert, migration 0031) is not waited
+// for: the pass finds no row, and the admitter looks again shortly, then
+// counting what the holder committed. A pass that waited would hold up
+// every other limit of its admitter behind an open transaction.
 const lockSQL = `
-SELECT declared_max, max_override, total, rate, period_ms, on_busy, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
+SELECT declared_max, max_override, total, rate, period_ms, on_busy, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE SKIP LOCKED`
+
+const declaredSQL = `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_limit WHERE name = $1)`
 
 const setCursorSQL = `UPDATE /*schema*/tributary_limit SET cursor_key = $2 WHERE name = $1`
 

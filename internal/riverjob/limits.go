@@ -19,12 +19,16 @@ import (
 // waits for admission. LimitMetaAsk is what an inserter writes to choose
 // a job's limit or key itself (LimitAsk; a workflow task's
 // TaskOpts.Limit and LimitKey); the insert middleware reads it.
+// LimitMetaAdmit is the insert middleware's request to admit an available
+// job at insert, which migration 0031's trigger grants or turns into a
+// wait (pending), and takes off the job.
 const (
 	LimitMetaName      = "tributary_limit"
 	LimitMetaKey       = "tributary_limit_key"
-	LimitMetaWeight    = "tributary_limit_weight" // absent: 1
+	LimitMetaWeight    = "tributary_limit_weight" // every job of a rate limit carries it (migration 0033)
 	LimitMetaOnRelease = "tributary_limit_on_release"
 	LimitMetaAsk       = "tributary_limit_ask"
+	LimitMetaAdmit     = "tributary_limit_admit"
 )
 
 // LimitAsk is the value of LimitMetaAsk: the limit to govern the job (by
@@ -73,8 +77,9 @@ type LimitKeyUse struct {
 // period > 0 it also counts the key's starts within the period, by weight:
 // each job whose latest attempt started within it, once, plus once per
 // earlier attempt whose error (River records one per failed attempt) falls
-// within it, plus every available job (admitted, about to start). A start
-// is thus never missed, though a failed attempt that began before the
+// within it, plus every available job (admitted, about to start); the
+// starts through migration 0033's index, which holds the jobs carrying a
+// weight (every job of a rate limit does). A start is thus never missed, though a failed attempt that began before the
 // period and ended within it counts too; what is not seen is a start
 // followed by a snooze and a second start (a snooze records no error).
 func LimitUse(ctx context.Context, db DBTX, schema, limit string, period time.Duration) ([]LimitKeyUse, error) {
@@ -146,7 +151,7 @@ starts AS (
                  AND (e ->> 'attempt')::int < attempt)))::bigint AS started,
            min(attempted_at) AS first
     FROM /*schema*/river_job
-    WHERE $2::bigint > 0 AND metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1
+    WHERE $2::bigint > 0 AND metadata ? 'tributary_limit_weight' AND metadata ->> 'tributary_limit' = $1
       AND attempted_at IS NOT NULL AND attempted_at > now() - $2::bigint * interval '1 millisecond'
     GROUP BY 1
 )
