@@ -77,7 +77,8 @@ func RunLimits(ctx context.Context, pool *pgxpool.Pool, opts LimitsOptions, w io
 				return nil, err
 			}
 			res := lres.JobsResult
-			fmt.Fprintf(w, "round %d  %-16s %8d jobs in %8.2fs  %10.0f jobs/s\n", r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec)
+			fmt.Fprintf(w, "round %d  %-16s %8d jobs in %8.2fs  %10.0f jobs/s  CPU per job %5.1f µs here + %5.1f µs Postgres  (insert %.2fs)\n",
+				r+1, res.Name, res.Jobs, res.Duration.Seconds(), res.JobsPerSec, micros(res.SelfCPUPerJob), micros(res.DBCPUPerJob), lres.insert.Seconds())
 			rounds[i] = append(rounds[i], res)
 		}
 	}
@@ -85,6 +86,14 @@ func RunLimits(ctx context.Context, pool *pgxpool.Pool, opts LimitsOptions, w io
 	rep.Ratio = rep.Declared.JobsPerSec / rep.Plain.JobsPerSec
 	fmt.Fprintf(w, "median: no limits %.0f jobs/s, limit declared (not binding) %.0f jobs/s, ratio %.2fx (target ≥ 0.9)\n",
 		rep.Plain.JobsPerSec, rep.Declared.JobsPerSec, rep.Ratio)
+	cpu := func(rs []JobsResult) string {
+		var s, d []float64
+		for _, r := range rs {
+			s, d = append(s, micros(r.SelfCPUPerJob)), append(d, micros(r.DBCPUPerJob))
+		}
+		return fmt.Sprintf("%.1f µs here + %.1f µs Postgres", median(s), median(d))
+	}
+	fmt.Fprintf(w, "median CPU per job: no limits %s, limit declared %s\n", cpu(rounds[0]), cpu(rounds[1]))
 	if opts.Rate > 0 {
 		limit := &limits.Limit{Name: "bench-rate", Kind: demojobs.NoopArgs{}.Kind(), Rate: opts.Rate, Period: time.Second}
 		res, err := runLimited(ctx, pool, opts, fmt.Sprintf("rate %d/s", opts.Rate), limit, 5*opts.Rate)
@@ -106,6 +115,8 @@ func RunLimits(ctx context.Context, pool *pgxpool.Pool, opts LimitsOptions, w io
 // one-second window held.
 type limitedResult struct {
 	JobsResult
+	// insert is how long inserting the jobs took, before the timed run.
+	insert       time.Duration
 	startsPerSec float64
 	busiest      int
 }
@@ -131,7 +142,12 @@ func runLimited(ctx context.Context, base *pgxpool.Pool, opts LimitsOptions, nam
 		}
 		cfg.Middleware = []rivertype.Middleware{lim.Middleware()}
 	}
-	rt, err := queue.NewRuntime(base, cfg)
+	pool, err := newCPUPool(ctx, base)
+	if err != nil {
+		return limitedResult{}, err
+	}
+	defer pool.Close()
+	rt, err := queue.NewRuntime(pool.Pool, cfg)
 	if err != nil {
 		return limitedResult{}, err
 	}
@@ -141,21 +157,30 @@ func runLimited(ctx context.Context, base *pgxpool.Pool, opts LimitsOptions, nam
 			return limitedResult{}, err
 		}
 	}
+	if lim != nil {
+		// Declared, as by the worker processes that ran before.
+		if err := lim.Declare(ctx, pool); err != nil {
+			return limitedResult{}, err
+		}
+	}
+	inserting := time.Now()
 	if err := insertNoops(ctx, rt.River(), n); err != nil {
 		return limitedResult{}, err
 	}
+	mark := pool.mark()
 	start := time.Now()
 	if err := rt.Start(ctx); err != nil {
 		return limitedResult{}, err
 	}
 	last, werr := waitCompletedRows(ctx, base, schema, n)
+	self, db := pool.since(mark)
 	stopCtx, stopCancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer stopCancel()
 	_ = rt.Stop(stopCtx)
 	if werr != nil {
 		return limitedResult{}, werr
 	}
-	res := limitedResult{JobsResult: result(name, n, last.Sub(start))}
+	res := limitedResult{JobsResult: withCPU(result(name, n, last.Sub(start)), self, db), insert: start.Sub(inserting)}
 	if limit != nil && limit.Rate > 0 && n > limit.Rate {
 		// Rate jobs may start at once; the other n-Rate take the time from
 		// the first start to the last. The busiest one-second window of
