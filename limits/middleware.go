@@ -177,7 +177,11 @@ func (m *middleware) mark(p *rivertype.JobInsertParams) (bool, error) {
 		name = riverjob.LimitMetaOnRelease
 	}
 	meta[name], _ = json.Marshal(l.Name)
-	meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+	if key != "" {
+		// The empty key is no key: each metadata key and value is an entry
+		// in River's GIN index on metadata, at every write of the row.
+		meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
+	}
 	if p.State == rivertype.JobStateAvailable {
 		meta[riverjob.LimitMetaAdmit] = json.RawMessage("true")
 	}

@@ -24,7 +24,7 @@ import (
 // wait (pending), and takes off the job.
 const (
 	LimitMetaName      = "tributary_limit"
-	LimitMetaKey       = "tributary_limit_key"
+	LimitMetaKey       = "tributary_limit_key" // absent: the empty key (migration 0034)
 	LimitMetaWeight    = "tributary_limit_weight" // every job of a rate limit carries it (migration 0033)
 	LimitMetaOnRelease = "tributary_limit_on_release"
 	LimitMetaAsk       = "tributary_limit_ask"
@@ -133,7 +133,7 @@ func AdmitLimited(ctx context.Context, tx pgx.Tx, schema, limit string, keys []s
 // ScheduledAt, is not due).
 const limitUseSQL = `
 WITH slots AS (
-    SELECT metadata ->> 'tributary_limit_key' AS key,
+    SELECT coalesce(metadata ->> 'tributary_limit_key', '') AS key,
            count(*) FILTER (WHERE state IN ('available', 'running'))::int AS used,
            count(*) FILTER (WHERE state = 'pending' AND scheduled_at <= now())::int AS waiting,
            min(scheduled_at) FILTER (WHERE state = 'pending' AND scheduled_at <= now()) AS oldest,
@@ -144,7 +144,7 @@ WITH slots AS (
     GROUP BY 1
 ),
 starts AS (
-    SELECT metadata ->> 'tributary_limit_key' AS key,
+    SELECT coalesce(metadata ->> 'tributary_limit_key', '') AS key,
            sum(coalesce((metadata ->> 'tributary_limit_weight')::bigint, 1) * (1 + (
                SELECT count(*) FROM unnest(errors) AS e
                WHERE (e ->> 'at')::timestamptz > now() - $2::bigint * interval '1 millisecond'
@@ -178,7 +178,7 @@ WITH chosen AS MATERIALIZED (
             SELECT id, priority, scheduled_at, coalesce((metadata ->> 'tributary_limit_weight')::bigint, 1) AS weight
             FROM /*schema*/river_job
             WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1
-              AND metadata ->> 'tributary_limit_key' = k.key
+              AND coalesce(metadata ->> 'tributary_limit_key', '') = k.key
               AND state = 'pending' AND scheduled_at <= now()
             ORDER BY priority, scheduled_at, id
             LIMIT k.n
@@ -246,12 +246,12 @@ func LimitCancelCandidates(ctx context.Context, db DBTX, schema, limit, key stri
 
 const limitCancelCandidatesSQL = `
 (SELECT id FROM /*schema*/river_job
- WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+ WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND coalesce(metadata ->> 'tributary_limit_key', '') = $2
    AND state = 'pending' AND scheduled_at <= now()
  ORDER BY id DESC OFFSET $3)
 UNION ALL
 (SELECT id FROM /*schema*/river_job
- WHERE $4 AND metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+ WHERE $4 AND metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND coalesce(metadata ->> 'tributary_limit_key', '') = $2
    AND state IN ('available', 'running') AND NOT metadata ? 'cancel_attempted_at')`
 
 // StartSpread describes when a schema's jobs started (by the start of

@@ -24,7 +24,7 @@
 CREATE FUNCTION tributary_limit_admit_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     lim     text := NEW.metadata ->> 'tributary_limit';
-    k       text := NEW.metadata ->> 'tributary_limit_key';
+    k       text := coalesce(NEW.metadata ->> 'tributary_limit_key', '');
     slot    text;
     rooms   jsonb;
     room    integer;
@@ -36,7 +36,7 @@ DECLARE
     def     jsonb;
 BEGIN
     NEW.metadata := NEW.metadata - 'tributary_limit_admit';
-    IF lim IS NULL OR k IS NULL OR current_setting('transaction_isolation') <> 'read committed' THEN
+    IF lim IS NULL OR current_setting('transaction_isolation') <> 'read committed' THEN
         NEW.state := 'pending';
         RETURN NEW;
     END IF;
@@ -54,12 +54,12 @@ BEGIN
         rate := coalesce(def ->> 'rate_override', def ->> 'rate')::integer;
         IF per_key IS NOT NULL AND total = 0 AND rate = 0 THEN
             EXECUTE format($q$SELECT EXISTS (SELECT 1 FROM %I.river_job
-                WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+                WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND coalesce(metadata ->> 'tributary_limit_key', '') = $2
                   AND state = 'pending' AND scheduled_at <= now())$q$, TG_TABLE_SCHEMA)
                 INTO waiting USING lim, k;
             IF NOT waiting THEN
                 EXECUTE format($q$SELECT count(*)::int FROM (SELECT 1 FROM %I.river_job
-                    WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND metadata ->> 'tributary_limit_key' = $2
+                    WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND coalesce(metadata ->> 'tributary_limit_key', '') = $2
                       AND state IN ('available', 'running') LIMIT $3) s$q$, TG_TABLE_SCHEMA)
                     INTO used USING lim, k, per_key;
                 room := per_key - used;
