@@ -41,6 +41,11 @@ type LimitsReport struct {
 	Plain    JobsResult `json:"plain"`
 	Declared JobsResult `json:"declared"`
 	Ratio    float64    `json:"ratio"`
+	// RoundRatio is the median of the per-round ratios (the two sides of a
+	// round run next to each other, so the load the machine carries moves
+	// them alike), RoundRatios each of them.
+	RoundRatio  float64   `json:"round_ratio"`
+	RoundRatios []float64 `json:"round_ratios"`
 	// Bound is the run under a binding rate limit of Rate a second;
 	// BoundStartsPerSec its starts a second after the first Rate (which
 	// start at once), from the jobs' attempted_at, BoundRatio that over
@@ -86,6 +91,16 @@ func RunLimits(ctx context.Context, pool *pgxpool.Pool, opts LimitsOptions, w io
 	rep.Ratio = rep.Declared.JobsPerSec / rep.Plain.JobsPerSec
 	fmt.Fprintf(w, "median: no limits %.0f jobs/s, limit declared (not binding) %.0f jobs/s, ratio %.2fx (target ≥ 0.9)\n",
 		rep.Plain.JobsPerSec, rep.Declared.JobsPerSec, rep.Ratio)
+	rates := func(rs []JobsResult) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = r.JobsPerSec
+		}
+		return out
+	}
+	rep.RoundRatios = ratios(rates(rounds[1]), rates(rounds[0]))
+	rep.RoundRatio = median(rep.RoundRatios)
+	fmt.Fprintf(w, "%s; their median %.2fx\n", spread(rep.RoundRatios), rep.RoundRatio)
 	cpu := func(rs []JobsResult) string {
 		var s, d []float64
 		for _, r := range rs {
