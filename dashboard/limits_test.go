@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,4 +60,64 @@ func TestLimitsPageAndMax(t *testing.T) {
 	res = post(t, bundle.http.URL, "/api/limits/per-customer/max", url.Values{"max": {"-1"}}, auth...)
 	require.Equal(t, http.StatusBadRequest, res.status)
 	require.Contains(t, res.body, `invalid max \"-1\"`)
+}
+
+// TestLimitOverride: an authorised POST overrides a limit's total, rate
+// and period, the page and /api/limits show them beside the declared
+// values, a reset drops them all, and bad values are refused by name.
+func TestLimitOverride(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, bundle := setupServer(t, Config{Token: testToken})
+	auth := []string{"Authorization", "Bearer " + testToken}
+	lim, err := limits.New(limits.Config{Schema: bundle.db.Schema, Limits: []limits.Limit{
+		{Name: "mail-api", Kind: "mail", Rate: 100},
+		{Name: "per-customer", Kind: "sync", KeyArg: "customer_id", Max: 2},
+	}})
+	require.NoError(t, err)
+	adm := lim.NewAdmitter(bundle.client)
+	require.NoError(t, adm.Start(ctx))
+	require.NoError(t, adm.Stop(ctx))
+
+	require.Equal(t, http.StatusUnauthorized, post(t, bundle.http.URL, "/api/limits/mail-api/override", url.Values{"rate": {"20"}}).status)
+	res := post(t, bundle.http.URL, "/api/limits/mail-api/override", url.Values{"rate": {"20"}, "period": {"2s"}, "total": {"3"}}, auth...)
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	require.JSONEq(t, `{"limit":"mail-api","rate":20,"period":"2s","total":3}`, res.body)
+	var page LimitsPage
+	get(t, bundle.http.URL, "/api/limits").json(t, &page)
+	require.Equal(t, "mail-api", page.Limits[0].Name)
+	require.Equal(t, 20, page.Limits[0].Rate)
+	require.Equal(t, 100, page.Limits[0].DeclaredRate)
+	require.Equal(t, 2*time.Second, page.Limits[0].Period)
+	require.Equal(t, 3, page.Limits[0].Total)
+	html := get(t, bundle.http.URL, "/limits")
+	require.Contains(t, html.body, "20/2s")
+	require.Contains(t, html.body, "(set; declared 100/1s)")
+
+	res = post(t, bundle.http.URL, "/api/limits/mail-api/override", url.Values{"reset": {"1"}}, auth...)
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	var reset LimitsPage
+	get(t, bundle.http.URL, "/api/limits").json(t, &reset)
+	require.Equal(t, 100, reset.Limits[0].Rate)
+	require.Equal(t, time.Second, reset.Limits[0].Period)
+	require.Zero(t, reset.Limits[0].Total)
+	require.False(t, reset.Limits[0].Overridden())
+
+	for _, c := range []struct {
+		name   string
+		form   url.Values
+		status int
+		want   string
+	}{
+		{"mail-api", url.Values{"rate": {"-5"}}, http.StatusBadRequest, `invalid rate \"-5\"`},
+		{"mail-api", url.Values{"total": {"0"}}, http.StatusBadRequest, `invalid total \"0\"`},
+		{"mail-api", url.Values{"period": {"soon"}}, http.StatusBadRequest, `invalid period \"soon\"`},
+		{"mail-api", url.Values{}, http.StatusBadRequest, `nothing to set`},
+		{"per-customer", url.Values{"rate": {"5"}}, http.StatusBadRequest, `declares no Rate`},
+		{"nope", url.Values{"rate": {"5"}}, http.StatusNotFound, `limit \"nope\" not found`},
+	} {
+		res := post(t, bundle.http.URL, "/api/limits/"+c.name+"/override", c.form, auth...)
+		require.Equal(t, c.status, res.status, "%s %v: %s", c.name, c.form, res.body)
+		require.Contains(t, res.body, c.want)
+	}
 }
