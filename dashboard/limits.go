@@ -164,7 +164,7 @@ func (s *Server) handleLimitOverride(w http.ResponseWriter, r *http.Request) err
 	if errors.Is(err, limits.ErrUnknownLimit) {
 		return notFoundf("limit %q not found", name)
 	}
-	if errors.Is(err, limits.ErrNoRate) {
+	if errors.Is(err, limits.ErrNoRate) || errors.Is(err, limits.ErrNotOverridable) {
 		return badRequestf("%v", err)
 	}
 	if err != nil {

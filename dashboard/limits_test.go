@@ -9,7 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/limits"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // TestLimitsPageAndMax: the page lists what a process declared, and an
@@ -120,4 +122,48 @@ func TestLimitOverride(t *testing.T) {
 		require.Equal(t, c.status, res.status, "%s %v: %s", c.name, c.form, res.body)
 		require.Contains(t, res.body, c.want)
 	}
+}
+
+// TestLimitsPageWorkflowKey: a workflow concurrency key is listed as the
+// limit "workflow:KEY" with its admitted and queued workflows, the oldest
+// queued one linked; its max is overridden by the same form, its total
+// refused.
+func TestLimitsPageWorkflowKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, bundle := setupServer(t, Config{Token: testToken})
+	auth := []string{"Authorization", "Bearer " + testToken}
+	wfc := workflow.NewClient(bundle.client)
+	var ids []string
+	for range 2 {
+		wf := workflow.New("keyed", &workflow.Opts{ConcurrencyKey: "customer 7", ConcurrencyLimit: 1})
+		wf.Add("t", queue.RawArgs{KindName: "dashboard_test_keyed", JSON: []byte(`{}`)}, nil)
+		res, err := wfc.Insert(ctx, wf)
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+	}
+
+	var page LimitsPage
+	get(t, bundle.http.URL, "/api/limits").json(t, &page)
+	require.Len(t, page.Limits, 1)
+	st := page.Limits[0]
+	require.Equal(t, "workflow:customer 7", st.Name)
+	require.Equal(t, limits.HolderWorkflows, st.Holder)
+	require.Equal(t, 1, st.Max)
+	require.Equal(t, 1, st.Used)
+	require.Equal(t, 1, st.Waiting)
+	require.Equal(t, ids[1], st.OldestWaitingWorkflowID)
+	html := get(t, bundle.http.URL, "/limits")
+	require.Contains(t, html.body, "workflows of its concurrency key")
+	require.Contains(t, html.body, `href="/workflows/`+ids[1]+`"`)
+
+	res := post(t, bundle.http.URL, "/api/limits/"+url.PathEscape("workflow:customer 7")+"/max", url.Values{"max": {"2"}}, auth...)
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	var after LimitsPage
+	get(t, bundle.http.URL, "/api/limits").json(t, &after)
+	require.Equal(t, 2, after.Limits[0].Max)
+	require.Equal(t, 1, after.Limits[0].DeclaredMax)
+	res = post(t, bundle.http.URL, "/api/limits/"+url.PathEscape("workflow:customer 7")+"/override", url.Values{"total": {"2"}}, auth...)
+	require.Equal(t, http.StatusBadRequest, res.status, res.body)
+	require.Contains(t, res.body, "only its max can be overridden")
 }

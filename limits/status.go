@@ -20,9 +20,17 @@ var ErrUnknownLimit = errors.New("unknown limit")
 // that declares no Rate.
 var ErrNoRate = errors.New("declares no Rate")
 
+// ErrNotOverridable is what Set returns for a total override of a workflow
+// concurrency key's limit (one key: its max is the only cap).
+var ErrNotOverridable = errors.New("not overridable")
+
 // Status is one limit as `tributary limits list` shows it.
 type Status struct {
-	Name   string `json:"name"`
+	Name string `json:"name"`
+	// Holder is what holds its slots: jobs, or whole workflows (the limit
+	// of a workflow concurrency key, named WorkflowPrefix and the key,
+	// whose DeclaredMax the key's latest workflow declares).
+	Holder Holder `json:"holder"`
 	Kind   string `json:"kind,omitempty"`
 	Queue  string `json:"queue,omitempty"`
 	KeyArg string `json:"key_arg,omitempty"`
@@ -53,17 +61,20 @@ type Status struct {
 	PeriodOverride *time.Duration `json:"period_override,omitempty"`
 	Started        int64          `json:"started,omitempty"`
 	// Used counts the limit's jobs holding a slot (running or available,
-	// about to run), over all keys; BusiestKeyUsed the most one key holds.
+	// about to run), over all keys, or its admitted unfinished workflows;
+	// BusiestKeyUsed the most one key holds.
 	Used           int `json:"used"`
 	BusiestKeyUsed int `json:"busiest_key_used"`
 	// Keys counts the partition keys with a job holding a slot or waiting.
 	Keys int `json:"keys"`
-	// Waiting counts the due pending jobs; OldestWaitingJobID and
-	// OldestWaitingSince name the pending job scheduled first.
-	Waiting            int        `json:"waiting"`
-	OldestWaitingJobID *int64     `json:"oldest_waiting_job_id,omitempty"`
-	OldestWaitingSince *time.Time `json:"oldest_waiting_since,omitempty"`
-	UpdatedAt          time.Time  `json:"updated_at"`
+	// Waiting counts the due pending jobs (or queued workflows);
+	// OldestWaitingJobID and OldestWaitingSince name the pending job
+	// scheduled first, OldestWaitingWorkflowID the workflow queued first.
+	Waiting                 int        `json:"waiting"`
+	OldestWaitingJobID      *int64     `json:"oldest_waiting_job_id,omitempty"`
+	OldestWaitingWorkflowID string     `json:"oldest_waiting_workflow_id,omitempty"`
+	OldestWaitingSince      *time.Time `json:"oldest_waiting_since,omitempty"`
+	UpdatedAt               time.Time  `json:"updated_at"`
 }
 
 // Overridden reports whether any of the limit's values is overridden.
@@ -83,7 +94,7 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 		var periodMS int64
 		var periodOverrideMS *int64
 		err := r.Scan(&s.Name, &s.Kind, &s.Queue, &s.KeyArg, &s.DeclaredMax, &s.Override, &s.DeclaredTotal, &s.TotalOverride,
-			&s.DeclaredRate, &s.RateOverride, &periodMS, &periodOverrideMS, &s.OnBusy, &s.UpdatedAt)
+			&s.DeclaredRate, &s.RateOverride, &periodMS, &periodOverrideMS, &s.OnBusy, &s.UpdatedAt, &s.Holder)
 		s.Max = s.DeclaredMax
 		if s.Override != nil {
 			s.Max = *s.Override
@@ -111,6 +122,12 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 	}
 	for i := range out {
 		s := &out[i]
+		if s.Holder != HolderJobs {
+			if err := holderStatus(ctx, db, schema, s); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		use, err := riverjob.LimitUse(ctx, db, schema, s.Name, s.Period)
 		if err != nil {
 			return nil, err
@@ -127,6 +144,23 @@ func List(ctx context.Context, db queue.DBTX, schema string) ([]Status, error) {
 		}
 	}
 	return out, nil
+}
+
+// holderStatus fills the use of a limit whose slots are not jobs.
+func holderStatus(ctx context.Context, db queue.DBTX, schema string, s *Status) error {
+	var oldest *string
+	err := db.QueryRow(ctx, queue.Qualify(schema, holderOneUseSQL), s.Name).Scan(&s.Used, &s.Waiting, &oldest, &s.OldestWaitingSince)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // nothing holds or waits
+	}
+	if err != nil {
+		return fmt.Errorf("error reading the use of limit %q: %w", s.Name, err)
+	}
+	s.Keys, s.BusiestKeyUsed = 1, s.Used
+	if oldest != nil {
+		s.OldestWaitingWorkflowID = *oldest
+	}
+	return nil
 }
 
 // Override puts run-time values in place of a limit's declared ones, for
@@ -181,13 +215,16 @@ func Set(ctx context.Context, db queue.DBTX, schema, name string, o Override) er
 	err := db.QueryRow(ctx, sql.setOverride, name, o.Max, o.Total, o.Rate, periodMS).Scan(new(string))
 	if errors.Is(err, pgx.ErrNoRows) {
 		var rate int
-		switch err := db.QueryRow(ctx, sql.exists, name).Scan(&rate); {
+		var holder Holder
+		switch err := db.QueryRow(ctx, sql.exists, name).Scan(&rate, &holder); {
 		case errors.Is(err, pgx.ErrNoRows):
 			return unknown(schema, name)
 		case err != nil:
 			return fmt.Errorf("error overriding limit %q: %w", name, err)
+		case rate == 0 && (o.Rate != nil || o.Period != nil):
+			return fmt.Errorf("limit %q %w: a rate or period override needs one", name, ErrNoRate)
 		}
-		return fmt.Errorf("limit %q %w: a rate or period override needs one", name, ErrNoRate)
+		return fmt.Errorf("limit %q of %s: %w: only its max can be overridden", name, holder, ErrNotOverridable)
 	}
 	if err != nil {
 		return fmt.Errorf("error overriding limit %q: %w", name, err)

@@ -26,7 +26,7 @@ func newLimitsListCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List every declared limit with its max, jobs holding a slot, waiting jobs and the oldest waiting job",
+		Short: "List every limit (declared, and workflow concurrency keys') with its max, jobs or workflows holding a slot, the waiting ones and the oldest",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -61,6 +61,9 @@ func printLimits(a *app, all []limits.Status) error {
 	fmt.Fprintln(tw, "NAME\tAPPLIES TO\tMAX\tRATE\tUSED\tBUSIEST KEY\tKEYS\tWAITING\tOLDEST WAITING")
 	for _, s := range all {
 		applies := fmt.Sprintf("kind=%s queue=%s", orAny(s.Kind), orAny(s.Queue))
+		if s.Holder == limits.HolderWorkflows {
+			applies = "workflows of concurrency key " + strings.TrimPrefix(s.Name, limits.WorkflowPrefix)
+		}
 		if s.KeyArg != "" {
 			applies += " per " + s.KeyArg
 		}
@@ -90,6 +93,9 @@ func printLimits(a *app, all []limits.Status) error {
 		oldest := "-"
 		if s.OldestWaitingJobID != nil && s.OldestWaitingSince != nil {
 			oldest = fmt.Sprintf("job %d, since %s (%s ago)", *s.OldestWaitingJobID, formatTime(*s.OldestWaitingSince), time.Since(*s.OldestWaitingSince).Round(time.Second))
+		}
+		if s.OldestWaitingWorkflowID != "" && s.OldestWaitingSince != nil {
+			oldest = fmt.Sprintf("workflow %s, since %s (%s ago)", s.OldestWaitingWorkflowID, formatTime(*s.OldestWaitingSince), time.Since(*s.OldestWaitingSince).Round(time.Second))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Name, applies, maxText, rate, s.Used, s.BusiestKeyUsed, s.Keys, s.Waiting, oldest)
 	}

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/limits"
+	"github.com/tributary-run/tributary/queue"
 )
 
 // TestCLILimits lists the limits a process declared, overrides one's max,
@@ -101,6 +103,28 @@ func TestCLILimits(t *testing.T) {
 		require.Equal(t, exitUsage, res.code, "%s: %s", bad, res.stderr)
 		require.Contains(t, res.stderr, want)
 	}
+
+	// A workflow concurrency key is a limit too: listed, its max set.
+	wfc := workflow.NewClient(db.Client(t))
+	for range 2 {
+		wf := workflow.New("keyed", &workflow.Opts{ConcurrencyKey: "nightly", ConcurrencyLimit: 1})
+		wf.Add("t", queue.RawArgs{KindName: "cli_test_keyed", JSON: []byte(`{}`)}, nil)
+		_, err := wfc.Insert(ctx, wf)
+		require.NoError(t, err)
+	}
+	res = cli(t, db, nil, "limits", "list")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	require.Regexp(t, `workflow:nightly +workflows of concurrency key nightly +1 +- +1 +1 +1 +1 +workflow `, res.stdout)
+	res = cli(t, db, nil, "limits", "set", "workflow:nightly", "2")
+	require.Equal(t, exitOK, res.code, res.stderr)
+	res = cli(t, db, nil, "limits", "list", "--json")
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &all))
+	require.Equal(t, "workflow:nightly", all[2].Name)
+	require.Equal(t, limits.HolderWorkflows, all[2].Holder)
+	require.Equal(t, 2, all[2].Max)
+	res = cli(t, db, nil, "limits", "set", "workflow:nightly", "--total", "3")
+	require.Equal(t, exitFailure, res.code)
+	require.Contains(t, res.stderr, "only its max can be overridden")
 
 	res = cli(t, db, nil, "limits", "set", "nope", "1")
 	require.Equal(t, exitFailure, res.code)
