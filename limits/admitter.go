@@ -121,7 +121,10 @@ func (a *Admitter) due(ctx context.Context) (out []string, full bool, err error)
 			return nil, true, err
 		}
 		held, err := a.holdersDue(ctx)
-		return append(out, held...), true, err
+		if err != nil && ctx.Err() == nil {
+			a.logger.WarnContext(ctx, "error reading the workflow keys' use; admitting the job limits", "error", err)
+		}
+		return append(out, held...), true, nil
 	}
 	out = make([]string, 0, len(dirty))
 	for n := range dirty {
