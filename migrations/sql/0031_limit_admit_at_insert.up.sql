@@ -45,14 +45,16 @@ BEGIN
     room := (rooms ->> slot)::integer;
     IF room IS NULL THEN
         room := 0;
-        -- The row as JSON: a column an override adds later (an override
-        -- of the Total or the rate) is read here when it is there.
+        -- The row as JSON: the columns of later migrations (overrides of
+        -- the Total and the rate, 0035; the holder of a limit's slots,
+        -- 0036: only a limit of jobs admits at insert) are read when they
+        -- are there.
         EXECUTE format('SELECT to_jsonb(l) FROM %I.tributary_limit l WHERE name = $1 FOR UPDATE SKIP LOCKED', TG_TABLE_SCHEMA)
             INTO def USING lim;
         per_key := coalesce(def ->> 'max_override', def ->> 'declared_max')::integer;
         total := coalesce(def ->> 'total_override', def ->> 'total')::integer;
         rate := coalesce(def ->> 'rate_override', def ->> 'rate')::integer;
-        IF per_key IS NOT NULL AND total = 0 AND rate = 0 THEN
+        IF per_key IS NOT NULL AND total = 0 AND rate = 0 AND coalesce(def ->> 'holder', 'jobs') = 'jobs' THEN
             EXECUTE format($q$SELECT EXISTS (SELECT 1 FROM %I.river_job
                 WHERE metadata ? 'tributary_limit' AND metadata ->> 'tributary_limit' = $1 AND coalesce(metadata ->> 'tributary_limit_key', '') = $2
                   AND state = 'pending' AND scheduled_at <= now())$q$, TG_TABLE_SCHEMA)
