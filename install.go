@@ -35,7 +35,7 @@ type installation struct {
 	// in-database bus (the AMQP outbound bridge).
 	outboxPublishers []outbox.Publisher
 
-	// limiter holds Config.Limits; nil without limits.
+	// limiter holds Config.Limits and admits workflow concurrency keys.
 	limiter *limits.Limiter
 
 	// ampqCollector counts the AMQP bridge's publisher and consumers.
@@ -98,11 +98,17 @@ func (a *App) install() error {
 	// them at once when they succeed (docs/decisions/0030-flow-control.md).
 	// A capped consumer's limit (events.ConsumerConfig.MaxHandlers) is
 	// declared with them, so that this process's admitter runs its jobs.
-	var lim *limits.Limiter
-	if ls := cfg.allLimits(); len(ls) > 0 {
-		if lim, err = limits.New(limits.Config{Limits: ls, Schema: cfg.Schema, Logger: cfg.Logger}); err != nil {
-			return &queue.ConfigError{Name: "Limits", Reason: err.Error()}
-		}
+	// The admitter runs in every App, limits declared or not: workflow
+	// concurrency keys are limits too, and it applies their overrides
+	// (decision 0035); the middleware, which turns off EnqueueManyTx's
+	// COPY, only with declared limits.
+	ls := cfg.allLimits()
+	lim, err := limits.New(limits.Config{Limits: ls, Schema: cfg.Schema, Logger: cfg.Logger,
+		Holders: []limits.HolderAdmitter{workflow.LimitHolder(cfg.Schema)}})
+	if err != nil {
+		return &queue.ConfigError{Name: "Limits", Reason: err.Error()}
+	}
+	if len(ls) > 0 {
 		rcfg.Middleware = append(rcfg.Middleware, lim.Middleware())
 	}
 	// The process that enqueues a kind need not be one that works it (a web
@@ -171,11 +177,9 @@ func (a *App) newEmitter() error {
 	return nil
 }
 
-// installLimits adds the admitter of Config.Limits and its metrics.
+// installLimits adds the admitter of Config.Limits and of the workflow
+// concurrency keys, and its metrics.
 func installLimits(in *installation) error {
-	if in.limiter == nil {
-		return nil
-	}
 	adm, err := in.limiter.Register(in.app.rt)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/tributary-run/tributary"
 	"github.com/tributary-run/tributary/internal/pgtest"
 	"github.com/tributary-run/tributary/jobs/events"
+	"github.com/tributary-run/tributary/jobs/workflow"
 	"github.com/tributary-run/tributary/limits"
 )
 
@@ -86,4 +87,49 @@ func TestAppConsumerMaxHandlers(t *testing.T) {
 	var limitName string
 	require.NoError(t, db.Pool.QueryRow(ctx, db.Q(`SELECT limit_name FROM /*schema*/tributary_event_consumer WHERE name = 'capped'`)).Scan(&limitName))
 	require.Equal(t, "consumer:capped", limitName)
+}
+
+type blockArgs struct {
+	N int `json:"n"`
+}
+
+func (blockArgs) Kind() string { return "test.block" }
+
+// TestAppWorkflowKeyOverride: an App without Config.Limits still runs the
+// admitter of workflow concurrency keys: `limits set workflow:KEY 2`
+// admits the key's queued workflow while the first one runs.
+func TestAppWorkflowKeyOverride(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	app, err := tributary.New(db.Pool, tributary.Config{Schema: db.Schema, Logger: pgtest.Logger(t), Queues: map[string]int{"default": 5}})
+	require.NoError(t, err)
+	started, release := make(chan int, 2), make(chan struct{})
+	tributary.AddWorker(app, river.WorkFunc(func(ctx context.Context, job *river.Job[blockArgs]) error {
+		started <- job.Args.N
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	require.NoError(t, app.Start(ctx))
+	t.Cleanup(func() { _ = app.Stop(context.Background()) })
+	t.Cleanup(func() { close(release) }) // before the stop
+	for i := range 2 {
+		wf := workflow.New("keyed", &workflow.Opts{ConcurrencyKey: "tenant-1"})
+		wf.Add("t", blockArgs{N: i}, nil)
+		res, err := app.Workflows().Insert(ctx, wf)
+		require.NoError(t, err)
+		require.Equal(t, i == 1, res.Queued)
+	}
+	require.Equal(t, 0, <-started)
+	require.NoError(t, limits.SetMax(ctx, db.Pool, db.Schema, "workflow:tenant-1", 2))
+	select {
+	case n := <-started:
+		require.Equal(t, 1, n)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the queued workflow did not start after the override")
+	}
 }

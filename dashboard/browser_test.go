@@ -229,8 +229,18 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(`input[name="max"]`),
 		chromedp.SendKeys(`input[name="max"]`, "5"),
 		chromedp.Click(`form[action="/limits/per-customer/max"] button`),
-		chromedp.WaitVisible(`small.override`)))
+		chromedp.WaitVisible(`small.override`),
+		// The other form overrides its total; "reset all" drops both.
+		chromedp.SendKeys(`input[name="total"]`, "7"),
+		chromedp.Click(`form[action="/limits/per-customer/override"] button[type="submit"]`),
+		chromedp.WaitVisible(`button[name="reset"]`)))
+	totalText, err := chromedp.Run(b, chromedp.Text("main table tbody tr td:nth-child(2)"))
+	require.NoError(t, err)
+	require.Contains(t, totalText, "7 over all keys (set; declared none)")
 	screenshot(t, b, "16-limits")
+	require.NoError(t, chromedp.Do(b,
+		chromedp.Click(`button[name="reset"]`),
+		chromedp.WaitNotPresent(`small.override`)))
 
 	// Workflows: the failed one is listed; its page draws the graph.
 	require.NoError(t, chromedp.Do(b, chromedp.Navigate(base+"/workflows"), chromedp.WaitVisible(`a[href="/workflows/`+wfRes.ID+`"]`)))

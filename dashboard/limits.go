@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -91,6 +92,86 @@ func (s *Server) handleLimitMax(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	s.logger.InfoContext(r.Context(), "dashboard limit max", "limit", name, "max", raw)
+	if isAPI(r) {
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	}
+	http.Redirect(w, r, "/limits", http.StatusSeeOther)
+	return nil
+}
+
+// limitOverrideResult is what POST /api/limits/{name}/override answers: the
+// overrides it set, or Reset when it dropped them all.
+type limitOverrideResult struct {
+	Limit  string  `json:"limit"`
+	Max    *int    `json:"max,omitempty"`
+	Total  *int    `json:"total,omitempty"`
+	Rate   *int    `json:"rate,omitempty"`
+	Period *string `json:"period,omitempty"`
+	Reset  bool    `json:"reset,omitempty"`
+}
+
+// handleLimitOverride overrides a limit's values for every process (form
+// fields "max", "total", "rate" and "period", such as "1s"; an empty one
+// stays as it is) or, with "reset" set, drops every override.
+func (s *Server) handleLimitOverride(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if err := limits.ValidateName(name); err != nil {
+		return badRequestf("%v", err)
+	}
+	res := limitOverrideResult{Limit: name, Reset: r.FormValue("reset") != ""}
+	var o limits.Override
+	whole := func(field string, least int) (*int, error) {
+		raw := strings.TrimSpace(r.FormValue(field))
+		if raw == "" {
+			return nil, nil
+		}
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < least {
+			return nil, badRequestf("invalid %s %q: want a whole number, %d or more, or nothing to leave it", field, raw, least)
+		}
+		return &n, nil
+	}
+	var err error
+	if o.Max, err = whole("max", 0); err != nil {
+		return err
+	}
+	if o.Total, err = whole("total", 1); err != nil {
+		return err
+	}
+	if o.Rate, err = whole("rate", 1); err != nil {
+		return err
+	}
+	if raw := strings.TrimSpace(r.FormValue("period")); raw != "" {
+		d, perr := time.ParseDuration(raw)
+		if perr != nil || d < time.Millisecond {
+			return badRequestf("invalid period %q: want a duration of at least 1ms, such as 1s or 1m", raw)
+		}
+		o.Period = &d
+		res.Period = &raw
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
+	defer cancel()
+	switch {
+	case res.Reset:
+		err = limits.Reset(ctx, s.pool, s.schema, name)
+	case o == (limits.Override{}):
+		return badRequestf("nothing to set for limit %q: give a max, a total, a rate or a period, or reset", name)
+	default:
+		res.Max, res.Total, res.Rate = o.Max, o.Total, o.Rate
+		err = limits.Set(ctx, s.pool, s.schema, name, o)
+	}
+	if errors.Is(err, limits.ErrUnknownLimit) {
+		return notFoundf("limit %q not found", name)
+	}
+	if errors.Is(err, limits.ErrNoRate) || errors.Is(err, limits.ErrNotOverridable) {
+		return badRequestf("%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	s.logger.InfoContext(r.Context(), "dashboard limit override", "limit", name, "reset", res.Reset,
+		"max", r.FormValue("max"), "total", r.FormValue("total"), "rate", r.FormValue("rate"), "period", r.FormValue("period"))
 	if isAPI(r) {
 		writeJSON(w, http.StatusOK, res)
 		return nil

@@ -124,6 +124,7 @@ func (s *Server) routes() http.Handler {
 	action("POST /lanes/{consumer}/{aggregate}/{action}", s.handleLaneAction)
 	action("POST /workflows/{id}/{action}", s.handleWorkflowAction)
 	action("POST /limits/{name}/max", s.handleLimitMax)
+	action("POST /limits/{name}/override", s.handleLimitOverride)
 
 	mux.Handle("GET /login", s.wrap(s.handleLoginForm))
 	mux.Handle("POST /login", s.wrap(s.handleLogin))

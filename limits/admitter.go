@@ -33,6 +33,8 @@ type Admitter struct {
 	poll    time.Duration
 	channel string
 	sql     statements
+	// holders admit the limits whose slots are not jobs (holder.go).
+	holders map[Holder]HolderAdmitter
 
 	life  queue.Lifecycle
 	stats stats
@@ -50,9 +52,13 @@ type Admitter struct {
 
 // NewAdmitter returns the admitter of l's limits on c's pool and schema.
 func (l *Limiter) NewAdmitter(c *queue.Client) *Admitter {
+	holders := map[Holder]HolderAdmitter{}
+	for _, h := range l.cfg.Holders {
+		holders[h.Holder()] = h
+	}
 	return &Admitter{
 		pool: c.Pool(), river: c.River(), schema: l.cfg.Schema, logger: l.cfg.Logger, limits: l.cfg.Limits, poll: l.cfg.PollInterval,
-		channel: l.cfg.Schema + ".tributary_limit", sql: newStatements(l.cfg.Schema),
+		channel: l.cfg.Schema + ".tributary_limit", sql: newStatements(l.cfg.Schema), holders: holders,
 		wake: make(chan struct{}, 1), dirty: map[string]bool{},
 	}
 }
@@ -111,8 +117,14 @@ func (a *Admitter) due(ctx context.Context) (out []string, full bool, err error)
 	a.all, a.dirty = false, map[string]bool{}
 	a.mu.Unlock()
 	if all {
-		out, err = names(ctx, a.pool, a.sql)
-		return out, true, err
+		if out, err = names(ctx, a.pool, a.sql); err != nil {
+			return nil, true, err
+		}
+		held, err := a.holdersDue(ctx)
+		if err != nil && ctx.Err() == nil {
+			a.logger.WarnContext(ctx, "error reading the workflow keys' use; admitting the job limits", "error", err)
+		}
+		return append(out, held...), true, nil
 	}
 	out = make([]string, 0, len(dirty))
 	for n := range dirty {
@@ -225,6 +237,9 @@ func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
 // sends a notification of its own (migration 0027's triggers), so none is
 // missed; the poll's passes are full ones, which keep Stats current.
 func (a *Admitter) passIfWaiting(ctx context.Context, name string) (int, time.Duration, error) {
+	if isHolderLimit(name) {
+		return a.pass(ctx, name)
+	}
 	waiting, err := riverjob.LimitWaiting(ctx, a.pool, a.schema, name)
 	if err != nil {
 		return 0, 0, err
@@ -244,13 +259,15 @@ func (a *Admitter) passIfWaiting(ctx context.Context, name string) (int, time.Du
 func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, error) {
 	var queues []string
 	var wait time.Duration
+	var holder Holder
+	var held int
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		var declared, total, rate int
 		var override *int
 		var periodMS int64
 		var cursor string
 		var onBusy Busy
-		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &onBusy, &cursor)
+		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &onBusy, &cursor, &holder)
 		if err == pgx.ErrNoRows {
 			return nil // not declared (yet): its jobs wait
 		}
@@ -262,6 +279,10 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 			period = 0
 		}
 		perKey := effectiveMax(declared, override)
+		if holder != HolderJobs {
+			held, queues, err = a.holderPass(ctx, tx, name, holder, perKey)
+			return err
+		}
 		use, keys, err := a.use(ctx, tx, name, period)
 		if err != nil {
 			return err
@@ -308,10 +329,13 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		return 0, 0, err
 	}
 	if len(queues) == 0 {
-		return 0, wait, nil
+		return held, wait, nil
 	}
 	if err := riverjob.Wake(ctx, a.pool, a.schema, queues); err != nil {
 		a.logger.WarnContext(ctx, "error waking River for admitted jobs; its poll finds them", "limit", name, "error", err)
+	}
+	if holder != HolderJobs {
+		return held, 0, nil
 	}
 	a.logger.DebugContext(ctx, "admitted limited jobs", "limit", name, "count", len(queues))
 	a.stats.update(name, func(st *LimitStats) { st.Admitted += uint64(len(queues)) })

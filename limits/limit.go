@@ -75,8 +75,20 @@ type Keyer interface {
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
 
-// ValidateName reports whether name may name a limit.
+// workflowKeyMaxLen is the longest workflow concurrency key
+// (workflow.NameMaxLen).
+const workflowKeyMaxLen = 200
+
+// ValidateName reports whether name may name a limit: a declared one, or
+// a workflow concurrency key's ("workflow:" and the key: 1 to 200
+// characters, none a control character).
 func ValidateName(name string) error {
+	if key, ok := strings.CutPrefix(name, WorkflowPrefix); ok {
+		if key == "" || len(key) > workflowKeyMaxLen || strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return fmt.Errorf("limit name %q: want %q and a workflow concurrency key of 1 to %d characters, none a control character", name, WorkflowPrefix, workflowKeyMaxLen)
+		}
+		return nil
+	}
 	if !nameRE.MatchString(name) {
 		return fmt.Errorf("limit name %q: want 1 to 100 letters, digits, '_', '-', '.' or ':'", name)
 	}
@@ -85,6 +97,9 @@ func ValidateName(name string) error {
 
 // Validate checks one limit: its name, Max and KeyArg.
 func (l Limit) Validate() error {
+	if strings.HasPrefix(l.Name, WorkflowPrefix) {
+		return fmt.Errorf("limit name %q: the prefix %q names workflow concurrency keys' limits (workflow.Opts.ConcurrencyKey)", l.Name, WorkflowPrefix)
+	}
 	if err := ValidateName(l.Name); err != nil {
 		return err
 	}

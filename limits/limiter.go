@@ -35,6 +35,13 @@ type Config struct {
 	// PollInterval is how often the admitter looks at every limit without
 	// a notification. Defaults to PollIntervalDefault (1 second).
 	PollInterval time.Duration
+
+	// Holders admit the limits whose slots are not jobs: whole workflows'
+	// concurrency keys (workflow.LimitHolder). With one, this process's
+	// admitter applies an override of such a limit (`tributary limits
+	// set workflow:KEY N`) at once; without, the next workflow of the key
+	// to start or finish does. Defaults to none.
+	Holders []HolderAdmitter
 }
 
 // Limiter holds a process's limits: the insert middleware that marks their
@@ -59,6 +66,7 @@ func New(cfg Config) (*Limiter, error) {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, PollIntervalDefault)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.Limits = slices.Clone(cfg.Limits)
+	cfg.Holders = slices.Clone(cfg.Holders)
 	return &Limiter{cfg: cfg, mw: &middleware{limits: cfg.Limits}}, nil
 }
 

@@ -38,6 +38,12 @@ func (s *stats) update(name string, fn func(st *LimitStats)) {
 	s.limits[name] = st
 }
 
+func (s *stats) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.limits, name)
+}
+
 // Stats returns, by limit, what the admitter saw at its last pass and did
 // since it started.
 func (a *Admitter) Stats() map[string]LimitStats {

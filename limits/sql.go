@@ -12,14 +12,14 @@ import (
 // statements are tributary_limit's statements, qualified for one schema.
 // The statements on river_job are internal/riverjob's (limits.go).
 type statements struct {
-	declare, lock, setCursor, names, list, setOverride string
+	declare, lock, setCursor, names, list, setOverride, resetOverrides, resetMax, exists string
 }
 
 func newStatements(schema string) statements {
 	q := func(sql string) string { return queue.Qualify(schema, sql) }
 	return statements{
 		declare: q(declareSQL), lock: q(lockSQL), setCursor: q(setCursorSQL), names: q(namesSQL),
-		list: q(listSQL), setOverride: q(setOverrideSQL),
+		list: q(listSQL), setOverride: q(setOverrideSQL), resetOverrides: q(resetOverridesSQL), resetMax: q(resetMaxSQL), exists: q(existsSQL),
 	}
 }
 
@@ -36,18 +36,40 @@ SET kind = excluded.kind, queue = excluded.queue, key_arg = excluded.key_arg,
 
 // lockSQL serialises the admission of one limit: the row lock is held to
 // the pass's commit, and a second admitter waits for it, then counts what
-// the first committed.
+// the first committed. It reads the Total, Rate and period in force: the
+// overrides, else the declaration.
 const lockSQL = `
-SELECT declared_max, max_override, total, rate, period_ms, on_busy, cursor_key FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
+SELECT declared_max, max_override, coalesce(total_override, total), coalesce(rate_override, rate), coalesce(period_override_ms, period_ms), on_busy, cursor_key, holder
+FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE`
 
 const setCursorSQL = `UPDATE /*schema*/tributary_limit SET cursor_key = $2 WHERE name = $1`
 
-const namesSQL = `SELECT name FROM /*schema*/tributary_limit ORDER BY name`
+// namesSQL lists the limits of jobs; the others are holdersDue's.
+const namesSQL = `SELECT name FROM /*schema*/tributary_limit WHERE holder = 'jobs' ORDER BY name`
 
 const listSQL = `
-SELECT name, kind, queue, key_arg, declared_max, max_override, total, rate, period_ms, on_busy, updated_at FROM /*schema*/tributary_limit ORDER BY name`
+SELECT name, kind, queue, key_arg, declared_max, max_override, total, total_override, rate, rate_override, period_ms, period_override_ms, on_busy, updated_at, holder
+FROM /*schema*/tributary_limit ORDER BY name`
 
-const setOverrideSQL = `UPDATE /*schema*/tributary_limit SET max_override = $2, updated_at = now() WHERE name = $1`
+// setOverrideSQL sets the overrides given (NULL: keeps that one). A rate or
+// period override needs a declared rate: migration 0029's rate door reads
+// the declared one; a total needs a limit of jobs (a workflow key has one
+// key). It returns nothing for a limit that cannot take them.
+const setOverrideSQL = `
+UPDATE /*schema*/tributary_limit
+SET max_override = coalesce($2, max_override), total_override = coalesce($3, total_override),
+    rate_override = coalesce($4, rate_override), period_override_ms = coalesce($5, period_override_ms), updated_at = now()
+WHERE name = $1 AND (rate > 0 OR ($4::int IS NULL AND $5::bigint IS NULL)) AND (holder = 'jobs' OR $3::int IS NULL)
+RETURNING name`
+
+const resetOverridesSQL = `
+UPDATE /*schema*/tributary_limit SET max_override = NULL, total_override = NULL, rate_override = NULL, period_override_ms = NULL, updated_at = now()
+WHERE name = $1 RETURNING name`
+
+const resetMaxSQL = `UPDATE /*schema*/tributary_limit SET max_override = NULL, updated_at = now() WHERE name = $1 RETURNING name`
+
+// existsSQL tells an unknown limit from one a statement above refused.
+const existsSQL = `SELECT rate, holder FROM /*schema*/tributary_limit WHERE name = $1`
 
 func declare(ctx context.Context, db queue.DBTX, sql statements, limits []Limit) error {
 	if len(limits) == 0 {

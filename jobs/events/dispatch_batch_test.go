@@ -40,7 +40,12 @@ func TestDispatchBatch(t *testing.T) {
 	db := pgtest.New(t)
 	ctx := context.Background()
 	rec := &recorder{}
-	batched := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 50 })
+	// Never split: on a slow machine 24 handlers can outlast the default
+	// 50 ms, and the split (TestDispatchBatchSplitsForSlowHandlers) would
+	// give the events not yet handled jobs of their own.
+	batched := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) {
+		cfg.DispatchBatch, cfg.DispatchBatchSplitAfter = 50, -1
+	})
 	handle := func(ctx context.Context, m events.Message[orderPlaced]) error {
 		rec.add(call{consumer: m.Consumer, eventID: m.ID, attempt: m.Attempt, payload: m.Payload})
 		switch m.Payload.OrderID {
@@ -143,7 +148,9 @@ func TestDispatchBatchShutdown(t *testing.T) {
 	rec := &recorder{}
 	started := make(chan struct{})
 	consumer := func(block bool) *events.Consumer {
-		c := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) { cfg.DispatchBatch = 10 })
+		c := fastConsumer(t, "batched", func(cfg *events.ConsumerConfig) {
+			cfg.DispatchBatch, cfg.DispatchBatchSplitAfter = 10, -1 // a slow machine must not split it before o-3
+		})
 		events.On(c, orderPlacedEvent, func(ctx context.Context, m events.Message[orderPlaced]) error {
 			if block && m.Payload.OrderID == "o-3" {
 				close(started)

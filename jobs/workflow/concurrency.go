@@ -2,86 +2,162 @@ package workflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tributary-run/tributary/limits"
 )
 
-// Per-key concurrency (Opts.ConcurrencyKey, Opts.ConcurrencyLimit) works
-// like the events package's lanes, on River's pending state: a workflow
-// that finds limit workflows of its key running is inserted queued, its
-// first tasks pending on one extra dependency (its admission), so its jobs
-// hold no worker slot. The key's row (tributary_workflow_concurrency)
-// counts the admitted workflows and its lock orders admissions: the insert
-// takes it, and so does the transaction that finishes (or cancels) an
-// admitted workflow of the key, which admits the oldest queued one in the
-// same transaction (UUIDv7 ids are creation order). Lock order: workflow
-// rows first, then key rows in key order.
+// Per-key concurrency (Opts.ConcurrencyKey, Opts.ConcurrencyLimit) is a
+// limit of package limits whose slots are whole workflows
+// (docs/decisions/0035-workflow-keys-on-limits.md): the row "workflow:KEY"
+// of tributary_limit, holder 'workflows'. A workflow that finds the key's
+// max of its workflows admitted and running is inserted queued, its first
+// tasks pending on one extra dependency (its admission), so its jobs hold
+// no worker slot. A slot is an admitted workflow that has not finished,
+// counted, and the row's lock orders admissions: the insert takes it, and
+// so does the transaction that finishes (or cancels) an admitted workflow
+// of the key, which admits the oldest queued ones (UUIDv7 ids are creation
+// order) while the max in force (the override of `tributary limits set`,
+// else the declared one) leaves room; an admitter's pass after an override
+// calls LimitHolder. Lock order: workflow rows first, then key rows in key
+// order, then the queued workflows they admit.
 
-// reserveSlot takes key's lock at insert and says whether a new workflow
-// with this limit runs now (a slot is free and none is queued before it;
-// the slot is then taken) or waits queued.
-func reserveSlot(ctx context.Context, tx pgx.Tx, sql *statements, key string, limit int) (admitted bool, err error) {
-	if _, err := tx.Exec(ctx, sql.ensureKey, customPlan, key); err != nil {
-		return false, fmt.Errorf("error creating concurrency key %q: %w", key, err)
+// reserveSlot declares key's limit (max: the new workflow's
+// ConcurrencyLimit, as the latest insert declares it), takes its row's
+// lock to the insert's commit, and says whether a new workflow runs now (a
+// slot is free and none is queued before it) or waits queued.
+func reserveSlot(ctx context.Context, tx pgx.Tx, sql *statements, key string, declared int) (admitted bool, err error) {
+	var maxN int
+	if err := tx.QueryRow(ctx, sql.declareKey, customPlan, limits.WorkflowLimitName(key), declared).Scan(&maxN); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, fmt.Errorf("concurrency key %q: the limit %q is a declared limit of jobs", key, limits.WorkflowLimitName(key))
+		}
+		return false, fmt.Errorf("error declaring the limit of concurrency key %q: %w", key, err)
 	}
-	if err := tx.QueryRow(ctx, sql.reserveSlot, customPlan, key, limit).Scan(&admitted); err != nil {
-		return false, fmt.Errorf("error reserving a slot of concurrency key %q: %w", key, err)
+	used, queued, err := keyUse(ctx, tx, sql, key)
+	if err != nil {
+		return false, err
 	}
-	return admitted, nil
+	return used < maxN && !queued, nil
 }
 
-// releaseSlots gives back the slots of finished admitted workflows of the
-// keys (one per entry) and admits, per key, the oldest queued workflows
-// while slots are free. It returns the queues of the released jobs.
+// keyUse counts key's admitted running workflows and says whether one is
+// queued. Both read the index of the key's running workflows by queued,
+// the count only the admitted ones (about the key's max), whatever the
+// number queued.
+func keyUse(ctx context.Context, tx pgx.Tx, sql *statements, key string) (used int, queued bool, err error) {
+	if err := tx.QueryRow(ctx, sql.keyUse, customPlan, key).Scan(&used, &queued); err != nil {
+		return 0, false, fmt.Errorf("error counting the workflows of concurrency key %q: %w", key, err)
+	}
+	return used, queued, nil
+}
+
+// lockKey takes the lock of key's limit row and returns its max in force.
+// A key without a row (deleted by hand) gets one, declared with the limit
+// of its latest workflow.
+func lockKey(ctx context.Context, tx pgx.Tx, sql *statements, key string) (int, error) {
+	name := limits.WorkflowLimitName(key)
+	var maxN int
+	err := tx.QueryRow(ctx, sql.lockKey, customPlan, name).Scan(&maxN)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = tx.QueryRow(ctx, sql.redeclareKey, customPlan, name, key).Scan(&maxN)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("error locking the limit of concurrency key %q: %w", key, err)
+	}
+	return maxN, nil
+}
+
+// releaseSlots admits, per key of workflows that finished in tx (one entry
+// each), the oldest queued workflows while the key's max leaves room. It
+// returns the queues of the released jobs.
 func releaseSlots(ctx context.Context, tx pgx.Tx, sql *statements, schema string, keys []string, now time.Time) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	freed := map[string]int{}
-	for _, k := range keys {
-		freed[k]++
-	}
-	sorted := make([]string, 0, len(freed))
-	for k := range freed {
-		sorted = append(sorted, k)
-	}
+	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
 	var queues []string
 	for _, key := range sorted {
-		var running int
-		if err := tx.QueryRow(ctx, sql.releaseSlot, customPlan, key, freed[key]).Scan(&running); err != nil {
-			return nil, fmt.Errorf("error releasing slots of concurrency key %q: %w", key, err)
+		maxN, err := lockKey(ctx, tx, sql, key)
+		if err != nil {
+			return nil, err
 		}
-		for {
-			var id string
-			var limit int
-			err := tx.QueryRow(ctx, sql.nextQueued, customPlan, key).Scan(&id, &limit)
-			if err == pgx.ErrNoRows {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("error finding the next workflow of concurrency key %q: %w", key, err)
-			}
-			if running >= limit {
-				break
-			}
-			ok, q, err := admit(ctx, tx, sql, schema, id, now)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				running++
-			}
-			queues = append(queues, q...)
+		used, queued, err := keyUse(ctx, tx, sql, key)
+		if err != nil {
+			return nil, err
 		}
-		if _, err := tx.Exec(ctx, sql.setRunning, customPlan, key, running); err != nil {
-			return nil, fmt.Errorf("error counting slots of concurrency key %q: %w", key, err)
+		if !queued {
+			continue
 		}
+		_, q, err := admitQueued(ctx, tx, sql, schema, key, maxN-used, now)
+		if err != nil {
+			return nil, err
+		}
+		queues = append(queues, q...)
 	}
 	return queues, nil
+}
+
+// admitQueued admits up to room of key's oldest queued workflows; the
+// caller holds the lock of the key's row.
+func admitQueued(ctx context.Context, tx pgx.Tx, sql *statements, schema, key string, room int, now time.Time) (admitted int, queues []string, err error) {
+	for admitted < room {
+		var id string
+		err := tx.QueryRow(ctx, sql.nextQueued, customPlan, key).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+		if err != nil {
+			return admitted, queues, fmt.Errorf("error finding the next workflow of concurrency key %q: %w", key, err)
+		}
+		ok, q, err := admit(ctx, tx, sql, schema, id, now)
+		if err != nil {
+			return admitted, queues, err
+		}
+		if ok { // else cancelled while this transaction waited for its lock
+			admitted++
+		}
+		queues = append(queues, q...)
+	}
+	return admitted, queues, nil
+}
+
+// LimitHolder is the limits.HolderAdmitter of workflow concurrency keys in
+// schema: put it into limits.Config.Holders of the worker processes
+// (tributary.App does), so that an override of a key's limit (`tributary
+// limits set workflow:KEY N`) admits its queued workflows at once rather
+// than when the next of its workflows finishes.
+func LimitHolder(schema string) limits.HolderAdmitter {
+	return &limitHolder{sql: qualify(schema), schema: schema}
+}
+
+type limitHolder struct {
+	sql    statements
+	schema string
+}
+
+func (h *limitHolder) Holder() limits.Holder { return limits.HolderWorkflows }
+
+func (h *limitHolder) AdmitTx(ctx context.Context, tx pgx.Tx, limit string, maxN int) (limits.HolderAdmission, error) {
+	key, ok := strings.CutPrefix(limit, limits.WorkflowPrefix)
+	if !ok {
+		return limits.HolderAdmission{}, fmt.Errorf("limit %q is not a workflow concurrency key's", limit)
+	}
+	var res limits.HolderAdmission
+	if err := tx.QueryRow(ctx, h.sql.keyWaiting, customPlan, key).Scan(&res.Used, &res.Waiting); err != nil {
+		return res, fmt.Errorf("error counting the workflows of concurrency key %q: %w", key, err)
+	}
+	var err error
+	res.Admitted, res.Queues, err = admitQueued(ctx, tx, &h.sql, h.schema, key, min(maxN-res.Used, res.Waiting), time.Now().UTC())
+	return res, err
 }
 
 // admit starts a queued workflow: its first tasks lose their admission
@@ -122,33 +198,45 @@ func admit(ctx context.Context, tx pgx.Tx, sql *statements, schema, id string, n
 	return true, queues, err
 }
 
-const ensureKeySQL = `
-INSERT INTO /*schema*/tributary_workflow_concurrency (key, running) VALUES ($1, 0) ON CONFLICT (key) DO NOTHING`
+// declareKeySQL declares a key's limit at an insert and takes its row's
+// lock; it returns the max in force (nothing when a limit of jobs has the
+// name).
+const declareKeySQL = `
+INSERT INTO /*schema*/tributary_limit AS l (name, kind, queue, key_arg, declared_max, total, rate, period_ms, on_busy, max_override, cursor_key, declared_at, updated_at, holder)
+VALUES ($1, '', '', '', $2, 0, 0, 0, '', NULL, '', now(), now(), 'workflows')
+ON CONFLICT (name) DO UPDATE SET declared_max = excluded.declared_max, declared_at = excluded.declared_at
+WHERE l.holder = 'workflows'
+RETURNING coalesce(l.max_override, l.declared_max)`
 
-// reserveSlotSQL takes a slot when one is free and nobody queues; the row
-// lock it takes is held to the insert's commit.
-const reserveSlotSQL = `
-WITH k AS (SELECT key, running FROM /*schema*/tributary_workflow_concurrency WHERE key = $1 FOR UPDATE),
-free AS (
-    SELECT k.running < $2 AND NOT EXISTS (SELECT 1 FROM /*schema*/tributary_workflow w WHERE w.concurrency_key = $1 AND w.queued) AS ok FROM k
-),
-taken AS (
-    UPDATE /*schema*/tributary_workflow_concurrency c SET running = c.running + 1
-    FROM free WHERE c.key = $1 AND free.ok
-    RETURNING true
-)
-SELECT ok FROM free`
+const lockKeySQL = `
+SELECT coalesce(max_override, declared_max) FROM /*schema*/tributary_limit WHERE name = $1 AND holder = 'workflows' FOR UPDATE`
 
-const releaseSlotSQL = `
-UPDATE /*schema*/tributary_workflow_concurrency SET running = greatest(running - $2, 0) WHERE key = $1
-RETURNING running`
+// redeclareKeySQL recreates a key's missing row with the limit of its
+// latest workflow (a concurrent one is locked instead).
+const redeclareKeySQL = `
+INSERT INTO /*schema*/tributary_limit AS l (name, kind, queue, key_arg, declared_max, total, rate, period_ms, on_busy, max_override, cursor_key, declared_at, updated_at, holder)
+SELECT $1, '', '', '', greatest(coalesce((SELECT concurrency_limit FROM /*schema*/tributary_workflow WHERE concurrency_key = $2 ORDER BY id DESC LIMIT 1), 1), 1),
+    0, 0, 0, '', NULL, '', now(), now(), 'workflows'
+ON CONFLICT (name) DO UPDATE SET declared_at = l.declared_at
+WHERE l.holder = 'workflows'
+RETURNING coalesce(l.max_override, l.declared_max)`
 
-const setRunningSQL = `
-UPDATE /*schema*/tributary_workflow_concurrency SET running = $2 WHERE key = $1`
+// keyUseSQL counts a key's admitted running workflows (the slots it
+// holds) and tells whether one is queued, by migration 0036's partial
+// index on (concurrency_key, queued).
+const keyUseSQL = `
+SELECT (SELECT count(*) FROM /*schema*/tributary_workflow WHERE concurrency_key = $1 AND status = 'running' AND NOT queued)::integer,
+    EXISTS (SELECT 1 FROM /*schema*/tributary_workflow WHERE concurrency_key = $1 AND status = 'running' AND queued)`
+
+// keyWaitingSQL counts a key's admitted and queued running workflows, for
+// an admitter's pass (after an override, or its poll).
+const keyWaitingSQL = `
+SELECT (count(*) FILTER (WHERE NOT queued))::integer, (count(*) FILTER (WHERE queued))::integer
+FROM /*schema*/tributary_workflow WHERE concurrency_key = $1 AND status = 'running'`
 
 const nextQueuedSQL = `
-SELECT id::text, concurrency_limit FROM /*schema*/tributary_workflow
-WHERE concurrency_key = $1 AND queued
+SELECT id::text FROM /*schema*/tributary_workflow
+WHERE concurrency_key = $1 AND queued AND status = 'running'
 ORDER BY id LIMIT 1`
 
 const admitWorkflowSQL = `

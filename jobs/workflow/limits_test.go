@@ -38,14 +38,16 @@ func (limitedWorker) Work(ctx context.Context, job *river.Job[limitedArgs]) erro
 }
 
 // startLimitedRuntime starts a runtime on db with the coordinator, the
-// limits' middleware and admitter for lims, and the limited worker, as a
+// limits' middleware and admitter for lims (which admits workflow
+// concurrency keys too), and the limited worker, as a
 // worker process of the front door has them; it returns its workflow
 // client and coordinator.
 func startLimitedRuntime(t *testing.T, db *pgtest.DB, lims []limits.Limit) (*workflow.Client, *workflow.Coordinator) {
 	t.Helper()
 	coord, err := workflow.NewCoordinator(db.Pool, workflow.CoordinatorConfig{Schema: db.Schema, Logger: pgtest.Logger(t)})
 	require.NoError(t, err)
-	lim, err := limits.New(limits.Config{Limits: lims, Schema: db.Schema, Logger: pgtest.Logger(t)})
+	lim, err := limits.New(limits.Config{Limits: lims, Schema: db.Schema, Logger: pgtest.Logger(t),
+		Holders: []limits.HolderAdmitter{workflow.LimitHolder(db.Schema)}})
 	require.NoError(t, err)
 	rcfg := queue.RuntimeConfig{Middleware: []rivertype.Middleware{coord.Middleware(), lim.Middleware()}}
 	rt := pgtest.StartRuntime(t, db, rcfg, func(rt *queue.Runtime) {

@@ -17,7 +17,7 @@ type statements struct {
 	recordSignal, jobWaits, signalSent, signalledWaits                   string
 	taskNamesStates, linkExpanded, countExpanded                         string
 	setParent, runningChildren, parentOf                                 string
-	ensureKey, reserveSlot, releaseSlot, setRunning, nextQueued          string
+	declareKey, lockKey, redeclareKey, keyUse, keyWaiting, nextQueued    string
 	admitWorkflow, setQueued, queuedRoots, cancelledLinks, taskSteps     string
 	taskRecorded                                                         string
 }
@@ -39,8 +39,8 @@ func qualify(schema string) statements {
 		jobWaits: q(jobWaitsSQL), signalSent: q(signalSentSQL), signalledWaits: q(signalledWaitsSQL),
 		taskNamesStates: q(taskNamesStatesSQL), linkExpanded: q(linkExpandedSQL), countExpanded: q(countExpandedSQL),
 		setParent: q(setParentSQL), runningChildren: q(runningChildrenSQL), parentOf: q(parentOfSQL),
-		ensureKey: q(ensureKeySQL), reserveSlot: q(reserveSlotSQL), releaseSlot: q(releaseSlotSQL),
-		setRunning: q(setRunningSQL), nextQueued: q(nextQueuedSQL), admitWorkflow: q(admitWorkflowSQL),
+		declareKey: q(declareKeySQL), lockKey: q(lockKeySQL), redeclareKey: q(redeclareKeySQL),
+		keyUse: q(keyUseSQL), keyWaiting: q(keyWaitingSQL), nextQueued: q(nextQueuedSQL), admitWorkflow: q(admitWorkflowSQL),
 		setQueued: q(setQueuedSQL), queuedRoots: q(queuedRootsSQL), cancelledLinks: q(cancelledLinksSQL),
 		taskSteps: q(taskStepsSQL), taskRecorded: q(taskRecordedSQL),
 	}

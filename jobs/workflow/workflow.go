@@ -167,15 +167,18 @@ type Opts struct {
 	// run waits queued, holding no worker slot (its first tasks' jobs are
 	// pending), and the workflows waiting for a key start one by one in
 	// the order they were inserted as running ones finish or are
-	// cancelled. At most NameMaxLen characters. A Retry that makes a
-	// finished workflow run again does not take a slot.
+	// cancelled. The key is the limit "workflow:" + key of package limits
+	// (`tributary limits list`, `tributary limits set workflow:KEY N`).
+	// At most NameMaxLen characters. A Retry that makes a finished
+	// workflow run again runs at once and holds a slot while it runs.
 	//
 	// Defaults to none: no limit.
 	ConcurrencyKey string
 
 	// ConcurrencyLimit is how many workflows of ConcurrencyKey may run at
-	// once. Workflows of one key should agree on it; a queued workflow is
-	// admitted while fewer than its own limit run.
+	// once: the key's declared max, which each insert declares (the latest
+	// wins; workflows of one key should agree on it) and a run-time
+	// override replaces.
 	//
 	// Defaults to 1 when ConcurrencyKey is set.
 	ConcurrencyLimit int
