@@ -179,6 +179,13 @@ func (a *advance) finish(ctx context.Context, outs []outcome) ([]outcome, error)
 // jobs still running at their attempt and the outcomes it recorded; a
 // success whose job is not is stale and not recorded.
 func (a *advance) completeFinish(ctx context.Context, attempts []riverjob.Attempt, outs []outcome) ([]int64, []outcome, error) {
+	if a.lock != nil && (len(outs) == 0 || attempts == nil) {
+		// No completeRelease round trip to lock in.
+		if _, err := lockWorkflows(ctx, a.tx, a.sql, a.lock); err != nil {
+			return nil, nil, err
+		}
+		a.lock = nil
+	}
 	if len(outs) == 0 {
 		return nil, nil, nil
 	}
