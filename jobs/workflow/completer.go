@@ -135,12 +135,9 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 		for i, req := range batch {
 			ids[i] = req.outcome.WorkflowID
 		}
-		if _, err := lockWorkflows(ctx, tx, &c.sql, ids); err != nil {
-			return err
-		}
-		// Finalize the jobs first, guarded by running at this attempt: an
-		// attempt that was rescued and handed on meanwhile is stale, and
-		// its outcome is dropped.
+		// Finalize the jobs first (after the workflows' lock), guarded by
+		// running at this attempt: an attempt that was rescued and handed
+		// on meanwhile is stale, and its outcome is dropped.
 		var completions []riverjob.Attempt
 		var finals []riverjob.Final
 		// A limited task's job is completed in this transaction (below,
@@ -161,13 +158,21 @@ func (cp *completer) commitTx(ctx context.Context, batch []*request) error {
 			finals = append(finals, riverjob.Final{ID: req.job.ID, Attempt: req.job.Attempt, State: req.jobState,
 				Error: rivertype.AttemptError{At: last.At, Attempt: last.Attempt, Error: last.Error, Trace: last.Trace}})
 		}
+		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
+		a.probeCounts = true
+		common := !expanding && !limited && len(completions) > 0
+		if common && len(finals) == 0 {
+			// Locked in the round trip of completeReleaseSQL, its first
+			// statement (completeRelease).
+			a.lock = ids
+		} else if _, err := lockWorkflows(ctx, tx, &c.sql, ids); err != nil {
+			return err
+		}
 		finalized, err := riverjob.FinalizeRunning(ctx, tx, c.cfg.Schema, finals, now)
 		if err != nil {
 			return err
 		}
-		a := newAdvance(tx, &c.sql, c.cfg.Schema, now)
-		a.probeCounts = true
-		if !expanding && !limited && len(completions) > 0 {
+		if common {
 			// The common case: one statement records the outcomes and
 			// releases the dependents (completeReleaseSQL); River's
 			// completer completes the successes' jobs after the commit.

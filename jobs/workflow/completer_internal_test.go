@@ -6,11 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tributary-run/tributary/internal/pgtest"
+	"github.com/tributary-run/tributary/internal/riverjob"
 )
 
 // TestCompletionBatchGuards commits one completion batch by hand, with an
@@ -127,4 +130,57 @@ func TestCompletionBatchGuards(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, StatusCancelled, sum.Status)
 	require.Equal(t, Counts{Completed: 1, Cancelled: 1}, sum.Counts)
+}
+
+// TestCompletionStatementRunsItsGenericPlan commits a connection's first
+// completion batch and reads what Postgres did with the completion
+// statement: planned once, generically (no custom plan, which cost more
+// CPU than running it, record 0043), and the transaction's later
+// statements were back under the session's plan_cache_mode.
+func TestCompletionStatementRunsItsGenericPlan(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	client := clientOn(t, db)
+	idle := &TaskOpts{InsertOpts: &river.InsertOpts{Queue: "idle"}}
+	wf := New("one", nil)
+	wf.Add("a", idleArgs{}, idle)
+	wf.Add("b", idleArgs{}, &TaskOpts{Deps: []string{"a"}, InsertOpts: idle.InsertOpts})
+	res, err := client.Insert(ctx, wf)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, db.Q(`UPDATE /*schema*/river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`), res.Jobs["a"])
+	require.NoError(t, err)
+
+	// One connection: the completion's statements are prepared on it.
+	cfg := db.Pool.Config()
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	coord, err := NewCoordinator(pool, CoordinatorConfig{Schema: db.Schema})
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	req := &request{jobCtx: ctx, job: &rivertype.JobRow{ID: res.Jobs["a"], Attempt: 1}, jobState: rivertype.JobStateCompleted,
+		outcome: outcome{WorkflowID: res.ID, Task: "a", JobID: res.Jobs["a"], State: TaskCompleted, Attempt: 1, StartedAt: &now}}
+	require.NoError(t, coord.completer.commitTx(ctx, []*request{req}))
+	require.Equal(t, int64(1), coord.Stats().Completed)
+
+	var generic, custom int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`,
+		coord.sql.completeRelease).Scan(&generic, &custom))
+	require.Equal(t, int64(1), generic, "the completion statement ran its generic plan")
+	require.Zero(t, custom, "the completion statement was never planned for its parameters")
+
+	var mode string
+	require.NoError(t, pgx.BeginTxFunc(ctx, pool, completionTx, func(tx pgx.Tx) error {
+		a := newAdvance(tx, &coord.sql, db.Schema, now)
+		a.lock = []string{res.ID}
+		// Nothing to record (the task is completed): the round trip runs,
+		// and the setting it changed is back after it.
+		if _, _, err := a.completeFinish(ctx, []riverjob.Attempt{{ID: res.Jobs["a"], Attempt: 1}}, []outcome{req.outcome}); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT current_setting('plan_cache_mode')`).Scan(&mode)
+	}))
+	require.Equal(t, "auto", mode)
 }

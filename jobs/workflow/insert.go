@@ -22,12 +22,6 @@ import (
 // after they grew).
 var customPlan = pgx.QueryExecModeExec
 
-// generic runs a statement prepared once per connection (pgx's statement
-// cache): after its first runs Postgres may keep a generic plan and stop
-// planning it. Only for statements whose every plan is safe at any table
-// size (see completionTx).
-var generic = pgx.QueryExecModeCacheStatement
-
 // Client inserts, reads and operates workflows on a tributary schema. It
 // works on any queue.Client, including a queue.Runtime's, and is safe for
 // concurrent use.
