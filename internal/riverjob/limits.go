@@ -24,7 +24,7 @@ import (
 // wait (pending), and takes off the job.
 const (
 	LimitMetaName      = "tributary_limit"
-	LimitMetaKey       = "tributary_limit_key" // absent: the empty key (migration 0034)
+	LimitMetaKey       = "tributary_limit_key"    // absent: the empty key (migration 0034)
 	LimitMetaWeight    = "tributary_limit_weight" // every job of a rate limit carries it (migration 0033)
 	LimitMetaOnRelease = "tributary_limit_on_release"
 	LimitMetaAsk       = "tributary_limit_ask"
