@@ -1,8 +1,8 @@
 -- The index of starts (migration 0027) counts a rate limit's starts within
 -- its period; it held every limited job that ever started, and took an
 -- entry at the start and another at the completion of each, rate or not
--- (about 8 µs of Postgres CPU per job of a limit without a rate in
--- `bench limits`, decision 0031). It now holds the jobs that carry a
+-- (6-8 µs of Postgres CPU per job of a limit without a rate in
+-- `bench limits`, measured by dropping it; decision 0031). It now holds the jobs that carry a
 -- weight: the insert middleware writes one for every job of a limit with
 -- a rate, 1 included. The jobs of rate limits inserted before are given
 -- theirs: those not finished, and those that started within their
