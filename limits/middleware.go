@@ -87,7 +87,7 @@ var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)
 func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
 	limited := false
 	for _, p := range manyParams {
-		marked, err := m.mark(p)
+		marked, err := m.mark(p, riverjob.ShortInsert(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -128,10 +128,13 @@ var limitMetaAsk = []byte(`"` + riverjob.LimitMetaAsk + `"`)
 // package, which writes most of them by its own statements: no declared
 // limit governs them by kind or queue, whichever way they are inserted.
 //
-// A job that would be available stays available, marked
+// A job that would be available, inserted in a transaction of River's own
+// (short: riverjob.ShortInsert), stays available, marked
 // riverjob.LimitMetaAdmit: migration 0031's trigger admits it at insert
-// while its key has room and sends it to pending otherwise.
-func (m *middleware) mark(p *rivertype.JobInsertParams) (bool, error) {
+// while its key has room and sends it to pending otherwise. In a caller's
+// transaction it goes to pending, for the admitter: admitting at insert
+// would hold the limit's row for as long as that transaction stays open.
+func (m *middleware) mark(p *rivertype.JobInsertParams, short bool) (bool, error) {
 	if p.Kind == riverjob.DispatchKind || p.Kind == riverjob.DispatchBatchKind {
 		return false, nil
 	}
@@ -182,7 +185,7 @@ func (m *middleware) mark(p *rivertype.JobInsertParams) (bool, error) {
 		// in River's GIN index on metadata, at every write of the row.
 		meta[riverjob.LimitMetaKey], _ = json.Marshal(key)
 	}
-	if p.State == rivertype.JobStateAvailable {
+	if p.State == rivertype.JobStateAvailable && short {
 		meta[riverjob.LimitMetaAdmit] = json.RawMessage("true")
 	}
 	if l.Rate > 0 {
@@ -199,7 +202,7 @@ func (m *middleware) mark(p *rivertype.JobInsertParams) (bool, error) {
 		return false, fmt.Errorf("limit %q: writing the job's metadata: %w", l.Name, err)
 	}
 	p.Metadata = b
-	if p.State != rivertype.JobStateAvailable {
+	if p.State != rivertype.JobStateAvailable || !short {
 		p.State = rivertype.JobStatePending
 	}
 	return true, nil

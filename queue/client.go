@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/tributary-run/tributary/internal/riverjob"
 	"github.com/tributary-run/tributary/migrations"
 )
 
@@ -197,7 +198,7 @@ func (c *Client) Enqueue(ctx context.Context, args river.JobArgs, opts *EnqueueO
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.river.Insert(ctx, args, ropts)
+	res, err := c.river.Insert(riverjob.WithShortInsert(ctx), args, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("error enqueueing %s job: %w", args.Kind(), err)
 	}
@@ -249,7 +250,7 @@ func (c *Client) EnqueueMany(ctx context.Context, items []EnqueueItem) (int, err
 	if err != nil {
 		return 0, err
 	}
-	n, err := c.river.InsertManyFast(ctx, params)
+	n, err := c.river.InsertManyFast(riverjob.WithShortInsert(ctx), params)
 	if err != nil {
 		return 0, fmt.Errorf("error enqueueing %d jobs: %w", len(items), err)
 	}

@@ -39,6 +39,25 @@ type LimitAsk struct {
 	Key   string `json:"key,omitempty"`
 }
 
+type shortInsertKey struct{}
+
+// WithShortInsert marks the context of an insert that River makes in a
+// transaction of its own (queue.Client's Enqueue and EnqueueMany): the
+// transaction ends with the insert, so the limits' middleware may ask
+// migration 0031's trigger to admit a limited job at insert, which holds
+// its limit's row until the commit. An insert in a caller's transaction,
+// which may stay open for as long as the caller likes, is not marked: its
+// limited jobs wait for the admitter, and nothing is held.
+func WithShortInsert(ctx context.Context) context.Context {
+	return context.WithValue(ctx, shortInsertKey{}, true)
+}
+
+// ShortInsert reports whether WithShortInsert marked ctx.
+func ShortInsert(ctx context.Context) bool {
+	v, _ := ctx.Value(shortInsertKey{}).(bool)
+	return v
+}
+
 type ownCompletionKey struct{}
 
 // WithOwnCompletion marks the context of a job whose completion a
