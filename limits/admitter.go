@@ -1,9 +1,7 @@
 package limits
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -124,14 +122,11 @@ func (a *Admitter) completedLoop(ctx context.Context, events <-chan *river.Event
 			if !ok {
 				return
 			}
-			if ev.Job == nil || !bytes.Contains(ev.Job.Metadata, limitMetaName) {
+			if ev.Job == nil {
 				continue
 			}
-			var meta struct {
-				Limit string `json:"tributary_limit"`
-			}
-			if json.Unmarshal(ev.Job.Metadata, &meta) == nil && meta.Limit != "" {
-				a.mark(meta.Limit)
+			if name := limitOf(ev.Job.Metadata); name != "" {
+				a.mark(name)
 			}
 		}
 	}
@@ -285,9 +280,10 @@ func (a *Admitter) Pass(ctx context.Context, name string) (int, error) {
 }
 
 // passIfWaiting is pass when limit name has a due pending job, and
-// otherwise only forgets the keys its last pass left waiting. Most
-// notifications are slots given back (every completion of a limited job
-// sends one); while nothing waits they free nothing worth a pass, and a
+// otherwise only forgets the keys its last pass left waiting. Most marks
+// are slots given back (a completion in this process, completedLoop; an
+// error, a snooze or a cancellation anywhere, by notification); while
+// nothing waits they free nothing worth a pass, and a
 // pass counts every job of the limit holding a slot, where the probe stops
 // at the first waiting one. A job that starts waiting after the probe
 // sends a notification of its own (migration 0027's triggers), so none is
@@ -325,14 +321,16 @@ func (a *Admitter) pass(ctx context.Context, name string) (int, time.Duration, e
 		var onBusy Busy
 		err := tx.QueryRow(ctx, a.sql.lock, pgx.QueryExecModeExec, name).Scan(&declared, &override, &total, &rate, &periodMS, &onBusy, &cursor, &holder)
 		if err == pgx.ErrNoRows {
-			var exists bool
-			if err := tx.QueryRow(ctx, a.sql.declared, name).Scan(&exists); err != nil {
+			var rate int
+			var h Holder
+			switch err := tx.QueryRow(ctx, a.sql.exists, name).Scan(&rate, &h); {
+			case err == pgx.ErrNoRows:
+				return nil // not declared (yet): its jobs wait
+			case err != nil:
 				return fmt.Errorf("error looking up limit %q: %w", name, err)
 			}
-			if exists {
-				wait = lockRetry // someone holds the row: look again
-			}
-			return nil // or not declared (yet): its jobs wait
+			wait = lockRetry // someone holds the row: look again
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("error locking limit %q: %w", name, err)

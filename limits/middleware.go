@@ -84,6 +84,21 @@ func (m *middleware) Work(ctx context.Context, job *rivertype.JobRow, doInner fu
 
 var limitMetaName = []byte(`"` + riverjob.LimitMetaName + `"`)
 
+// limitOf is the limit a job's metadata names (riverjob.LimitMetaName),
+// "" for none; metadata without the key is not decoded.
+func limitOf(metadata []byte) string {
+	if !bytes.Contains(metadata, limitMetaName) {
+		return ""
+	}
+	var meta struct {
+		Limit string `json:"tributary_limit"`
+	}
+	if json.Unmarshal(metadata, &meta) != nil {
+		return ""
+	}
+	return meta.Limit
+}
+
 func (m *middleware) InsertMany(ctx context.Context, manyParams []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
 	limited := false
 	for _, p := range manyParams {
@@ -108,14 +123,11 @@ func (m *middleware) countAdmitted(res []*rivertype.JobInsertResult) {
 		return
 	}
 	for _, r := range res {
-		if r == nil || r.Job == nil || r.UniqueSkippedAsDuplicate || r.Job.State != rivertype.JobStateAvailable || !bytes.Contains(r.Job.Metadata, limitMetaName) {
+		if r == nil || r.Job == nil || r.UniqueSkippedAsDuplicate || r.Job.State != rivertype.JobStateAvailable {
 			continue
 		}
-		var meta struct {
-			Limit string `json:"tributary_limit"`
-		}
-		if json.Unmarshal(r.Job.Metadata, &meta) == nil && meta.Limit != "" {
-			c.admitter.stats.update(meta.Limit, func(st *LimitStats) { st.Admitted++ })
+		if name := limitOf(r.Job.Metadata); name != "" {
+			c.admitter.stats.update(name, func(st *LimitStats) { st.Admitted++ })
 		}
 	}
 }

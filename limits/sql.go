@@ -12,13 +12,13 @@ import (
 // statements are tributary_limit's statements, qualified for one schema.
 // The statements on river_job are internal/riverjob's (limits.go).
 type statements struct {
-	declare, lock, declared, setCursor, names, list, setOverride, resetOverrides, resetMax, exists string
+	declare, lock, setCursor, names, list, setOverride, resetOverrides, resetMax, exists string
 }
 
 func newStatements(schema string) statements {
 	q := func(sql string) string { return queue.Qualify(schema, sql) }
 	return statements{
-		declare: q(declareSQL), lock: q(lockSQL), declared: q(declaredSQL), setCursor: q(setCursorSQL), names: q(namesSQL),
+		declare: q(declareSQL), lock: q(lockSQL), setCursor: q(setCursorSQL), names: q(namesSQL),
 		list: q(listSQL), setOverride: q(setOverrideSQL), resetOverrides: q(resetOverridesSQL), resetMax: q(resetMaxSQL), exists: q(existsSQL),
 	}
 }
@@ -46,8 +46,6 @@ const lockSQL = `
 SELECT declared_max, max_override, coalesce(total_override, total), coalesce(rate_override, rate), coalesce(period_override_ms, period_ms), on_busy, cursor_key, holder
 FROM /*schema*/tributary_limit WHERE name = $1 FOR UPDATE SKIP LOCKED`
 
-const declaredSQL = `SELECT EXISTS (SELECT 1 FROM /*schema*/tributary_limit WHERE name = $1)`
-
 const setCursorSQL = `UPDATE /*schema*/tributary_limit SET cursor_key = $2 WHERE name = $1`
 
 // namesSQL lists the limits of jobs; the others are holdersDue's.
@@ -74,7 +72,8 @@ WHERE name = $1 RETURNING name`
 
 const resetMaxSQL = `UPDATE /*schema*/tributary_limit SET max_override = NULL, updated_at = now() WHERE name = $1 RETURNING name`
 
-// existsSQL tells an unknown limit from one a statement above refused.
+// existsSQL tells an unknown limit from one a statement above refused, or
+// from one whose row a pass found held (lockSQL).
 const existsSQL = `SELECT rate, holder FROM /*schema*/tributary_limit WHERE name = $1`
 
 func declare(ctx context.Context, db queue.DBTX, sql statements, limits []Limit) error {

@@ -321,10 +321,8 @@ func (c *Consumer) Limit() (l limits.Limit, ok bool) {
 
 // limitName is the name of the consumer's limit, "" without a cap.
 func (c *Consumer) limitName() string {
-	if c.cfg.MaxHandlers == 0 {
-		return ""
-	}
-	return consumerLimitPrefix + c.cfg.Name
+	l, _ := c.Limit()
+	return l.Name
 }
 
 // Name returns the consumer's name.
